@@ -1,0 +1,59 @@
+# Wharf's developer commands. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO        ?= go
+SQLC      := $(GO) tool -modfile=tools/go.mod sqlc
+# A reachable Postgres: $DATABASE_URL when it answers, else a local server
+# that scripts/ensure-postgres.sh finds or starts (it says what it did).
+ENSURE_DB := scripts/ensure-postgres.sh
+TESTFLAGS ?= -race -count=1 -timeout 20m
+BENCHTIME ?= 1x
+FUZZTIME  ?= 30s
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: generate
+generate: ## Regenerate internal/dbsqlc from queries/ and schema/ with sqlc
+	$(SQLC) generate
+
+.PHONY: verify
+verify: ## Fail when generated code does not match queries/ and schema/
+	$(SQLC) diff
+	$(SQLC) compile
+
+.PHONY: lint
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+.PHONY: db
+db: ## Print a DATABASE_URL, starting a local Postgres when none answers
+	@$(ENSURE_DB)
+
+.PHONY: test
+test: ## Run all tests with -race against a real Postgres (started when needed)
+	@url=$$($(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) test $(TESTFLAGS) ./...
+
+.PHONY: bench
+bench: ## Run the benchmarks (ratios against in-run baselines)
+	@url=$$($(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 60m ./...
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+.PHONY: demo
+demo: ## Run the example app end to end and print a report
+	@url=$$($(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) run ./example/demo
+
+.PHONY: tidy
+tidy: ## go mod tidy for the library and the tools module
+	$(GO) mod tidy
+	cd tools && $(GO) mod tidy

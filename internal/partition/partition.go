@@ -1,0 +1,198 @@
+// Package partition creates and inspects the daily partitions of Wharf's
+// partitioned tables.
+//
+// This file is the one place where Wharf builds SQL outside sqlc: partition
+// DDL needs identifiers that queries cannot parameterise. Every identifier is
+// quoted with pgx.Identifier and every bound is formatted from a time.Time.
+//
+// Partitions are named <parent>_pYYYYMMDD and cover one UTC day,
+// [00:00, 24:00). A new partition is created as a plain table and then
+// ATTACHed, which takes only a SHARE UPDATE EXCLUSIVE lock on the parent, so
+// creating one never blocks or deadlocks against transactions inserting rows.
+package partition
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// lockClass namespaces Wharf's advisory locks (two-key form) so they cannot
+// collide with an application's single-key locks. "whrf" as an int32.
+const lockClass int32 = 0x77687266
+
+// Day returns the start of t's UTC day.
+func Day(t time.Time) time.Time {
+	return t.UTC().Truncate(24 * time.Hour)
+}
+
+// Name returns the name of parent's partition holding day.
+func Name(parent string, day time.Time) string {
+	return parent + "_p" + Day(day).Format("20060102")
+}
+
+// ParseName returns the day of a partition named by Name, and false when name
+// is not one of parent's partitions.
+func ParseName(parent, name string) (time.Time, bool) {
+	suffix, ok := strings.CutPrefix(name, parent+"_p")
+	if !ok || len(suffix) != 8 {
+		return time.Time{}, false
+	}
+	day, err := time.Parse("20060102", suffix)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return day, true
+}
+
+// LockKey returns the second key of the advisory lock Wharf takes for work on
+// name (a table, or any other named resource shared across nodes).
+func LockKey(name string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	return int32(h.Sum32())
+}
+
+// LockClass is the first key of every Wharf advisory lock.
+func LockClass() int32 { return lockClass }
+
+// Ensure creates parent's partition for day unless it exists, and reports
+// whether it created one. It is safe to call concurrently from many nodes.
+func Ensure(ctx context.Context, pool *pgxpool.Pool, parent string, day time.Time) (bool, error) {
+	day = Day(day)
+	name := Name(parent, day)
+	created := false
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		// A creator waiting longer than this is stuck behind something else
+		// (a long DETACH, say); fail and let the caller retry rather than hang.
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", lockClass, LockKey(parent)); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{name}.Sanitize()).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return nil
+		}
+		quotedParent := pgx.Identifier{parent}.Sanitize()
+		quotedName := pgx.Identifier{name}.Sanitize()
+		create := fmt.Sprintf("CREATE TABLE %s (LIKE %s INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE)",
+			quotedName, quotedParent)
+		if _, err := tx.Exec(ctx, create); err != nil {
+			return fmt.Errorf("create partition %s: %w", name, err)
+		}
+		attach := fmt.Sprintf("ALTER TABLE %s ATTACH PARTITION %s FOR VALUES FROM ('%s') TO ('%s')",
+			quotedParent, quotedName, day.Format(time.RFC3339), day.AddDate(0, 0, 1).Format(time.RFC3339))
+		if _, err := tx.Exec(ctx, attach); err != nil {
+			return fmt.Errorf("attach partition %s: %w", name, err)
+		}
+		created = true
+		return nil
+	})
+	return created, err
+}
+
+// EnsureRange ensures parent's partitions for every day from first through
+// last (inclusive) and returns the names of those it created.
+func EnsureRange(ctx context.Context, pool *pgxpool.Pool, parent string, first, last time.Time) ([]string, error) {
+	var created []string
+	for day := Day(first); !day.After(Day(last)); day = day.AddDate(0, 0, 1) {
+		ok, err := Ensure(ctx, pool, parent, day)
+		if err != nil {
+			return created, err
+		}
+		if ok {
+			created = append(created, Name(parent, day))
+		}
+	}
+	return created, nil
+}
+
+// Tables lists Wharf's partitioned tables (every partitioned table whose name
+// starts with "wharf_"), so that upkeep covers tables added by later
+// migrations without a list to keep in step.
+func Tables(ctx context.Context, db interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}) ([]string, error) {
+	rows, err := db.Query(ctx, `
+		SELECT c.relname
+		FROM pg_partitioned_table p
+		JOIN pg_class c ON c.oid = p.partrelid
+		WHERE c.relname LIKE 'wharf\_%' AND c.relnamespace = current_schema()::regnamespace
+		ORDER BY c.relname`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// EnsureAll ensures every Wharf partitioned table has partitions from first
+// through last and returns the names of the partitions it created.
+func EnsureAll(ctx context.Context, pool *pgxpool.Pool, first, last time.Time) ([]string, error) {
+	tables, err := Tables(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	var created []string
+	for _, table := range tables {
+		names, err := EnsureRange(ctx, pool, table, first, last)
+		created = append(created, names...)
+		if err != nil {
+			return created, err
+		}
+	}
+	return created, nil
+}
+
+// IsMissing reports whether err is Postgres refusing a row because no
+// partition covers it.
+func IsMissing(err error) bool {
+	var pgErr *pgconn.PgError
+	// 23514 check_violation, raised as "no partition of relation … found for row".
+	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.HasPrefix(pgErr.Message, "no partition of relation")
+}
+
+// Cache remembers which partitions are known to exist so that the insert
+// path checks the catalog only on the first row of each day: a message must
+// never fail to insert for want of a partition, whether the clock just
+// crossed midnight or the upkeep job has not run for a week.
+type Cache struct {
+	pool  *pgxpool.Pool
+	known sync.Map // Name(parent, day) → struct{}
+}
+
+// NewCache returns a Cache creating partitions through pool.
+func NewCache(pool *pgxpool.Pool) *Cache {
+	return &Cache{pool: pool}
+}
+
+// Ensure makes sure parent has a partition for t's day.
+func (c *Cache) Ensure(ctx context.Context, parent string, t time.Time) error {
+	name := Name(parent, t)
+	if _, ok := c.known.Load(name); ok {
+		return nil
+	}
+	if _, err := Ensure(ctx, c.pool, parent, t); err != nil {
+		return fmt.Errorf("wharf: ensure partition %s: %w", name, err)
+	}
+	c.known.Store(name, struct{}{})
+	return nil
+}
+
+// Forget drops what the cache knows about parent's partition for day, for
+// callers that have just detached or dropped it.
+func (c *Cache) Forget(parent string, day time.Time) {
+	c.known.Delete(Name(parent, day))
+}

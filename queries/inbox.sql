@@ -1,0 +1,58 @@
+-- name: InboxKeyClaim :one
+-- Claims (source, event_id) for a new message. On conflict the existing key
+-- is returned instead (locked until the caller's transaction ends) and a
+-- payload mismatch is counted. The caller compares message_id with the one it
+-- proposed to learn whether it won the claim: a plain SELECT after
+-- ON CONFLICT DO NOTHING would miss a row committed after the statement's
+-- snapshot was taken.
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
+VALUES (@source, @event_id, @payload_hash, @message_id, @received_at)
+ON CONFLICT (source, event_id) DO UPDATE
+SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
+    last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
+                            THEN excluded.received_at ELSE k.last_mismatch_at END
+RETURNING k.message_id, k.received_at, k.payload_hash;
+
+-- name: InboxMessageInsert :exec
+INSERT INTO wharf_inbox_messages (
+    id, received_at, source, event_id, event_type, headers, body, payload_hash,
+    status, job_id, updated_at
+) VALUES (
+    @id, @received_at, @source, @event_id, @event_type, @headers, @body, @payload_hash,
+    'received', @job_id, @received_at
+);
+
+-- name: InboxMessageGet :one
+SELECT * FROM wharf_inbox_messages WHERE id = @id;
+
+-- name: InboxMessageGetForUpdate :one
+SELECT * FROM wharf_inbox_messages
+WHERE received_at = @received_at AND id = @id
+FOR UPDATE;
+
+-- name: InboxMessageMarkProcessed :exec
+UPDATE wharf_inbox_messages
+SET status = 'processed', attempts = attempts + 1, processed_at = @now, updated_at = @now
+WHERE received_at = @received_at AND id = @id;
+
+-- name: InboxMessageMarkFailed :exec
+-- Records a failed attempt; status is 'failed' while retries remain, 'dead'
+-- after the last one.
+UPDATE wharf_inbox_messages
+SET status = @status, attempts = attempts + 1, last_error = @last_error, updated_at = @now
+WHERE received_at = @received_at AND id = @id AND status <> 'processed';
+
+-- name: InboxMessageRequeue :one
+-- Moves a failed or dead message back to 'received' with a new job, for replay.
+UPDATE wharf_inbox_messages
+SET status = 'received', job_id = @job_id, updated_at = @now
+WHERE received_at = @received_at AND id = @id AND status IN ('failed', 'dead')
+RETURNING *;
+
+-- name: InboxMessageList :many
+-- Newest first; filters are optional.
+SELECT * FROM wharf_inbox_messages
+WHERE (sqlc.narg('source')::text IS NULL OR source = sqlc.narg('source')::text)
+  AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
+ORDER BY received_at DESC, id DESC
+LIMIT @max_rows::int;

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS wharf_inbox_messages;
+DROP TABLE IF EXISTS wharf_inbox_keys;

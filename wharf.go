@@ -1,0 +1,242 @@
+// Package wharf is the root of Wharf, a Postgres-native transactional webhook
+// inbox and outbox built on pgx and River.
+//
+// This package holds what every part shares: Migrate, which brings River's
+// tables and Wharf's own to the latest version in one call. The inbox lives in
+// package inbox, signing and verification in package signature.
+package wharf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/golang-migrate/migrate/v4"
+	migratepgx "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+
+	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/schema"
+)
+
+// MigrationsTable is the table in which golang-migrate records the version of
+// Wharf's schema. It is not golang-migrate's default, so an application that
+// uses golang-migrate for its own schema keeps its own version table.
+const MigrationsTable = "wharf_schema_migrations"
+
+// PartitionDaysAhead is how many days of partitions beyond today Migrate
+// creates. The partition upkeep job keeps the same horizon.
+const PartitionDaysAhead = 7
+
+// ErrDirty is returned when a previous Wharf migration failed half-way and
+// golang-migrate marked the schema dirty; it must be repaired by hand (see
+// README, Operations) before migrating again.
+var ErrDirty = errors.New("wharf: schema is dirty after a failed migration")
+
+// Migrate brings River's tables (through rivermigrate) and Wharf's own
+// (through golang-migrate, from the embedded schema directory) to their latest
+// versions, then creates the daily partitions for yesterday through
+// PartitionDaysAhead days ahead. Running it again is a no-op. It is safe to run
+// from several processes at once: each step takes an advisory lock.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := migrateRiverUp(ctx, pool); err != nil {
+		return err
+	}
+	err := withWharfMigrator(pool, func(m *migrate.Migrate) error {
+		if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("wharf: migrate up: %w", err)
+	}
+	now := time.Now()
+	if _, err := partition.EnsureAll(ctx, pool, now.AddDate(0, 0, -1), now.AddDate(0, 0, PartitionDaysAhead)); err != nil {
+		return fmt.Errorf("wharf: create partitions: %w", err)
+	}
+	return nil
+}
+
+// MigrateDown reverts steps of Wharf's migrations (all of them when steps is
+// zero or less), dropping Wharf's tables and their data. River's tables are
+// left alone: the application may use River for its own jobs. Use
+// MigrateRiverDown to remove them too.
+func MigrateDown(ctx context.Context, pool *pgxpool.Pool, steps int) error {
+	err := withWharfMigrator(pool, func(m *migrate.Migrate) error {
+		var err error
+		if steps <= 0 {
+			err = m.Down()
+		} else {
+			err = m.Steps(-steps)
+		}
+		if errors.Is(err, migrate.ErrNoChange) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("wharf: migrate down: %w", err)
+	}
+	return nil
+}
+
+// MigrateRiverDown removes River's tables (all River migrations down). It
+// destroys every River job, Wharf's and the application's.
+func MigrateRiverDown(ctx context.Context, pool *pgxpool.Pool) error {
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return fmt.Errorf("wharf: river migrator: %w", err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: -1}); err != nil {
+		return fmt.Errorf("wharf: migrate river down: %w", err)
+	}
+	return nil
+}
+
+// MigrationStatus describes the schema versions in a database.
+type MigrationStatus struct {
+	// WharfVersion is the applied version of Wharf's schema, 0 when none.
+	WharfVersion uint
+	// WharfLatest is the newest version this build of Wharf knows.
+	WharfLatest uint
+	// WharfDirty is true after a migration failed half-way.
+	WharfDirty bool
+	// RiverVersion is the newest applied River migration, 0 when none.
+	RiverVersion int
+	// RiverLatest is the newest River migration this build knows.
+	RiverLatest int
+}
+
+// UpToDate reports whether both schemas are at the latest version.
+func (s *MigrationStatus) UpToDate() bool {
+	return !s.WharfDirty && s.WharfVersion == s.WharfLatest && s.RiverVersion == s.RiverLatest
+}
+
+// Status reports the applied and latest versions of River's and Wharf's
+// schemas without changing anything.
+func Status(ctx context.Context, pool *pgxpool.Pool) (*MigrationStatus, error) {
+	status := &MigrationStatus{}
+
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return nil, fmt.Errorf("wharf: river migrator: %w", err)
+	}
+	all := migrator.AllVersions()
+	if len(all) > 0 {
+		status.RiverLatest = all[len(all)-1].Version
+	}
+	existing, err := migrator.ExistingVersions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("wharf: river versions: %w", err)
+	}
+	if len(existing) > 0 {
+		status.RiverVersion = existing[len(existing)-1].Version
+	}
+
+	latest, err := latestWharfVersion()
+	if err != nil {
+		return nil, err
+	}
+	status.WharfLatest = latest
+	err = withWharfMigrator(pool, func(m *migrate.Migrate) error {
+		version, dirty, err := m.Version()
+		if errors.Is(err, migrate.ErrNilVersion) {
+			return nil
+		}
+		status.WharfVersion, status.WharfDirty = version, dirty
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wharf: schema version: %w", err)
+	}
+	return status, nil
+}
+
+func migrateRiverUp(ctx context.Context, pool *pgxpool.Pool) error {
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return fmt.Errorf("wharf: river migrator: %w", err)
+	}
+	// rivermigrate does not lock against a concurrent run, and its migrations
+	// cannot share one transaction. Serialise on a session advisory lock held
+	// by a connection of its own: a waiter holding a pooled connection could
+	// starve the holder of the pool it migrates through.
+	lockConn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return fmt.Errorf("wharf: migrate river: lock connection: %w", err)
+	}
+	defer lockConn.Close(context.Background())
+	if _, err := lockConn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)",
+		partition.LockClass(), partition.LockKey("wharf.migrate.river")); err != nil {
+		return fmt.Errorf("wharf: migrate river: lock: %w", err)
+	}
+	// Closing lockConn releases the lock.
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("wharf: migrate river up: %w", err)
+	}
+	return nil
+}
+
+// withWharfMigrator runs fn with a golang-migrate instance over pool. The
+// instance is closed before returning: closing the pool while it is open
+// would hang.
+func withWharfMigrator(pool *pgxpool.Pool, fn func(*migrate.Migrate) error) (err error) {
+	src, err := iofs.New(schema.FS, ".")
+	if err != nil {
+		return err
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	driver, err := migratepgx.WithInstance(db, &migratepgx.Config{MigrationsTable: MigrationsTable})
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", driver)
+	if err != nil {
+		_ = driver.Close()
+		return err
+	}
+	defer func() {
+		srcErr, dbErr := m.Close()
+		if err == nil {
+			err = errors.Join(srcErr, dbErr)
+		}
+	}()
+	return translateDirty(fn(m))
+}
+
+// translateDirty turns golang-migrate's dirty error into ErrDirty, keeping
+// its message (which names the version).
+func translateDirty(err error) error {
+	var dirty migrate.ErrDirty
+	if errors.As(err, &dirty) {
+		return fmt.Errorf("%w: version %d", ErrDirty, dirty.Version)
+	}
+	return err
+}
+
+func latestWharfVersion() (uint, error) {
+	src, err := iofs.New(schema.FS, ".")
+	if err != nil {
+		return 0, err
+	}
+	defer src.Close()
+	version, err := src.First()
+	if err != nil {
+		return 0, err
+	}
+	for {
+		next, err := src.Next(version)
+		if err != nil {
+			return version, nil //nolint:nilerr // fs.ErrNotExist marks the last version
+		}
+		version = next
+	}
+}
