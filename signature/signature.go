@@ -1,0 +1,162 @@
+// Package signature signs and verifies webhook requests.
+//
+// Every scheme verifies over the raw request bytes, compares in constant
+// time, accepts several secrets at once (rotation) and, where the scheme has a
+// timestamp, rejects requests outside a tolerance (default 5 minutes both
+// ways). Errors say which check failed — errors.Is matches ErrMissingHeader,
+// ErrMalformedHeader, ErrStaleTimestamp, ErrNoMatch or ErrNoSecrets — and
+// never contain a secret or an expected signature.
+package signature
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// DefaultTolerance is how far a signed timestamp may be from now, either way,
+// unless Options.Tolerance says otherwise.
+const DefaultTolerance = 5 * time.Minute
+
+var (
+	// ErrMissingHeader means a header the scheme requires is absent or empty.
+	ErrMissingHeader = errors.New("signature: missing header")
+	// ErrMalformedHeader means a header is present but cannot be parsed.
+	ErrMalformedHeader = errors.New("signature: malformed header")
+	// ErrStaleTimestamp means the signed timestamp is outside the tolerance.
+	ErrStaleTimestamp = errors.New("signature: timestamp outside tolerance")
+	// ErrNoMatch means no signature in the request matches any secret.
+	ErrNoMatch = errors.New("signature: no matching signature")
+	// ErrNoSecrets means the verifier has no usable secret: a configuration
+	// problem on the receiving side, not the sender's fault.
+	ErrNoSecrets = errors.New("signature: no secret configured")
+)
+
+// Request is what a verifier sees of an incoming webhook.
+type Request struct {
+	// Method is the HTTP method.
+	Method string
+	// URL is the full URL the sender signed, for schemes that sign it
+	// (Twilio). Behind a proxy it must be the public URL, not the one the
+	// server saw.
+	URL string
+	// Header holds the request headers.
+	Header http.Header
+	// Body is the raw request body, exactly as received.
+	Body []byte
+}
+
+// Verifier checks that a request was signed by a holder of a secret.
+type Verifier interface {
+	// Verify returns nil when r is authentic, otherwise an error for which
+	// errors.Is matches one of the package's sentinel errors.
+	Verify(ctx context.Context, r *Request) error
+}
+
+// VerifierFunc adapts a function to the Verifier interface.
+type VerifierFunc func(ctx context.Context, r *Request) error
+
+// Verify calls f.
+func (f VerifierFunc) Verify(ctx context.Context, r *Request) error { return f(ctx, r) }
+
+// EventLocation says where a provider puts the event id that every delivery
+// of one event shares, and the event type. Empty fields mean "not there".
+type EventLocation struct {
+	// IDHeader is the header holding the event id (webhook-id,
+	// X-GitHub-Delivery…).
+	IDHeader string
+	// IDField is the top-level JSON body field holding the event id (id,
+	// event_id…).
+	IDField string
+	// TypeHeader is the header holding the event type (X-GitHub-Event…).
+	TypeHeader string
+	// TypeField is the top-level JSON body field holding the event type.
+	TypeField string
+}
+
+// EventLocator is implemented by verifiers that know where their provider
+// puts the event id and type; the inbox uses it before its own defaults.
+type EventLocator interface {
+	EventLocation() EventLocation
+}
+
+// SecretSource supplies a verifier's secrets. It is consulted on every
+// request, so secrets can be rotated without a restart by backing it with the
+// application's own store; such an implementation should cache.
+type SecretSource interface {
+	// Secrets returns every currently valid secret, newest first.
+	Secrets(ctx context.Context) ([]string, error)
+}
+
+// Secrets is a fixed list of secrets, newest first.
+type Secrets []string
+
+// Secrets returns s.
+func (s Secrets) Secrets(context.Context) ([]string, error) { return s, nil }
+
+// Options tunes verification. A nil *Options means the defaults.
+type Options struct {
+	// Tolerance is how far the signed timestamp may be from now, in either
+	// direction. Defaults to DefaultTolerance; -1 disables the check.
+	Tolerance time.Duration
+	// Now returns the current time. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (o *Options) tolerance() time.Duration {
+	if o == nil || o.Tolerance == 0 {
+		return DefaultTolerance
+	}
+	return o.Tolerance
+}
+
+func (o *Options) now() time.Time {
+	if o == nil || o.Now == nil {
+		return time.Now()
+	}
+	return o.Now()
+}
+
+// checkTimestamp enforces the tolerance around now for a signed unix time.
+func (o *Options) checkTimestamp(signed time.Time) error {
+	tolerance := o.tolerance()
+	if tolerance < 0 {
+		return nil
+	}
+	if d := o.now().Sub(signed); d > tolerance || d < -tolerance {
+		return fmt.Errorf("%w: signed %s, tolerance %s", ErrStaleTimestamp, signed.UTC().Format(time.RFC3339), tolerance)
+	}
+	return nil
+}
+
+// secrets fetches the current secrets and drops empty ones.
+func secrets(ctx context.Context, src SecretSource) ([]string, error) {
+	if src == nil {
+		return nil, ErrNoSecrets
+	}
+	all, err := src.Secrets(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: secret source: %w", ErrNoSecrets, err)
+	}
+	out := all[:0:0]
+	for _, s := range all {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, ErrNoSecrets
+	}
+	return out, nil
+}
+
+// header returns the first non-empty value of name.
+func header(h http.Header, name string) (string, error) {
+	v := h.Get(name)
+	if v == "" {
+		return "", fmt.Errorf("%w: %s", ErrMissingHeader, name)
+	}
+	return v, nil
+}
