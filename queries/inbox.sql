@@ -32,20 +32,20 @@ FOR UPDATE;
 
 -- name: InboxMessageMarkProcessed :exec
 UPDATE wharf_inbox_messages
-SET status = 'processed', attempts = attempts + 1, processed_at = @now, updated_at = @now
+SET status = 'processed', attempts = attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
 WHERE received_at = @received_at AND id = @id;
 
 -- name: InboxMessageMarkFailed :exec
 -- Records a failed attempt; status is 'failed' while retries remain, 'dead'
 -- after the last one.
 UPDATE wharf_inbox_messages
-SET status = @status, attempts = attempts + 1, last_error = @last_error, updated_at = @now
+SET status = @status::text, attempts = attempts + 1, last_error = @last_error::text, updated_at = @now::timestamptz
 WHERE received_at = @received_at AND id = @id AND status <> 'processed';
 
 -- name: InboxMessageRequeue :one
 -- Moves a failed or dead message back to 'received' with a new job, for replay.
 UPDATE wharf_inbox_messages
-SET status = 'received', job_id = @job_id, updated_at = @now
+SET status = 'received', job_id = @job_id::bigint, updated_at = @now::timestamptz
 WHERE received_at = @received_at AND id = @id AND status IN ('failed', 'dead')
 RETURNING *;
 

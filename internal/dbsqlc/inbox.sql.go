@@ -204,13 +204,13 @@ func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListPara
 
 const inboxMessageMarkFailed = `-- name: InboxMessageMarkFailed :exec
 UPDATE wharf_inbox_messages
-SET status = $1, attempts = attempts + 1, last_error = $2, updated_at = $3
+SET status = $1::text, attempts = attempts + 1, last_error = $2::text, updated_at = $3::timestamptz
 WHERE received_at = $4 AND id = $5 AND status <> 'processed'
 `
 
 type InboxMessageMarkFailedParams struct {
 	Status     string
-	LastError  *string
+	LastError  string
 	Now        time.Time
 	ReceivedAt time.Time
 	ID         uuid.UUID
@@ -231,12 +231,12 @@ func (q *Queries) InboxMessageMarkFailed(ctx context.Context, arg InboxMessageMa
 
 const inboxMessageMarkProcessed = `-- name: InboxMessageMarkProcessed :exec
 UPDATE wharf_inbox_messages
-SET status = 'processed', attempts = attempts + 1, processed_at = $1, updated_at = $1
+SET status = 'processed', attempts = attempts + 1, processed_at = $1::timestamptz, updated_at = $1::timestamptz
 WHERE received_at = $2 AND id = $3
 `
 
 type InboxMessageMarkProcessedParams struct {
-	Now        *time.Time
+	Now        time.Time
 	ReceivedAt time.Time
 	ID         uuid.UUID
 }
@@ -248,13 +248,13 @@ func (q *Queries) InboxMessageMarkProcessed(ctx context.Context, arg InboxMessag
 
 const inboxMessageRequeue = `-- name: InboxMessageRequeue :one
 UPDATE wharf_inbox_messages
-SET status = 'received', job_id = $1, updated_at = $2
+SET status = 'received', job_id = $1::bigint, updated_at = $2::timestamptz
 WHERE received_at = $3 AND id = $4 AND status IN ('failed', 'dead')
 RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at
 `
 
 type InboxMessageRequeueParams struct {
-	JobID      *int64
+	JobID      int64
 	Now        time.Time
 	ReceivedAt time.Time
 	ID         uuid.UUID

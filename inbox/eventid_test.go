@@ -1,0 +1,126 @@
+package inbox
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/signature"
+)
+
+func TestEventIDPriority(t *testing.T) {
+	t.Parallel()
+	sw := signature.NewStandardWebhooks(signature.Secrets{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, nil)
+	plain := signature.VerifierFunc(nil)
+	canonicalHash := func(canonical string) string {
+		sum := sha256.Sum256([]byte(canonical))
+		return "sha256:" + hex.EncodeToString(sum[:])
+	}
+
+	tests := []struct {
+		name     string
+		src      Source
+		header   http.Header
+		body     string
+		wantID   string
+		wantType string
+	}{
+		{"SchemeHeaderFirst", Source{Verifier: sw},
+			http.Header{"Webhook-Id": {"msg_1"}, "X-Event-Id": {"x_1"}}, `{"id":"b_1","type":"t"}`, "msg_1", "t"},
+		{"XEventIDNext", Source{Verifier: sw},
+			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "x_1", ""},
+		{"BodyID", Source{Verifier: plain}, nil, `{"id":"b_1","event_id":"e_1"}`, "b_1", ""},
+		{"BodyEventID", Source{Verifier: plain}, nil, `{"event_id":"e_1","messageId":"m_1"}`, "e_1", ""},
+		{"BodyMessageID", Source{Verifier: plain}, nil, `{"messageId":"m_1","event_type":"created"}`, "m_1", "created"},
+		{"NumericID", Source{Verifier: plain}, nil, `{"id":12345678901234567890}`, "12345678901234567890", ""},
+		{"EmptyIDSkipped", Source{Verifier: plain}, nil, `{"id":"  ","event_id":"e_1"}`, "e_1", ""},
+		{"ObjectIDSkipped", Source{Verifier: plain}, nil, `{"id":{"x":1},"event_id":"e_1"}`, "e_1", ""},
+		{"CustomFieldsAndHeader", Source{Verifier: plain, IDHeader: "X-Delivery", IDFields: []string{"data.uid"}, TypeFields: []string{"data.kind"}},
+			http.Header{"X-Delivery": {"d_1"}}, `{"data":{"uid":"u_1","kind":"k"}}`, "d_1", "k"},
+		{"DottedField", Source{Verifier: plain, IDFields: []string{"data.uid"}}, nil, `{"id":"ignored","data":{"uid":"u_1"}}`, "u_1", ""},
+		{"HashOfCanonicalJSON", Source{Verifier: plain}, nil, `{ "b": [1, {"z":true,"a":null}], "a": "é<" }`,
+			canonicalHash(`{"a":"é<","b":[1,{"a":null,"z":true}]}`), ""},
+		{"HashExcludesVolatileFields", Source{Verifier: plain, HashExcludeFields: []string{"sent_at", "meta.retry"}}, nil,
+			`{"sent_at":"now","meta":{"retry":3,"k":1},"v":2}`, canonicalHash(`{"meta":{"k":1},"v":2}`), ""},
+		{"HashOfRawWhenNotJSON", Source{Verifier: plain, AllowNonJSON: true}, nil, `a=1&b=2`,
+			func() string { s := sha256.Sum256([]byte("a=1&b=2")); return "sha256:" + hex.EncodeToString(s[:]) }(), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			id, typ, err := tt.src.identify(tt.header, parseBody([]byte(tt.body)))
+			require.NoError(t, err)
+			require.Equal(t, tt.wantID, id)
+			require.Equal(t, tt.wantType, typ)
+		})
+	}
+}
+
+func TestEventIDRejects(t *testing.T) {
+	t.Parallel()
+	src := Source{Verifier: signature.VerifierFunc(nil)}
+	for _, body := range []string{
+		`{"id":"a\u0000b"}`,
+		`{"id":"` + string(make([]byte, 0)) + `x` + repeat("y", MaxEventIDLength) + `"}`,
+		`{"id":"ok","type":"` + repeat("t", MaxEventTypeLength+1) + `"}`,
+	} {
+		_, _, err := src.identify(nil, parseBody([]byte(body)))
+		require.ErrorIs(t, err, errInvalidEventID, body[:min(len(body), 40)])
+	}
+}
+
+func TestParseBody(t *testing.T) {
+	t.Parallel()
+	for body, valid := range map[string]bool{
+		`{}`: true, `[1,2]`: true, `"s"`: true, ` {"a":1} `: true,
+		``: false, `{`: false, `{} {}`: false, `{}}`: false, `nope`: false,
+	} {
+		require.Equal(t, valid, parseBody([]byte(body)).json, "%q", body)
+	}
+}
+
+func repeat(s string, n int) string {
+	out := make([]byte, 0, len(s)*n)
+	for range n {
+		out = append(out, s...)
+	}
+	return string(out)
+}
+
+// FuzzIdentify feeds arbitrary headers and bodies to event-id extraction: it
+// must never panic, and whatever it returns must be storable.
+func FuzzIdentify(f *testing.F) {
+	f.Add("msg_1", "", `{"id":"b","type":"t"}`)
+	f.Add("", "x", `{"event_id":1e400,"messageId":null}`)
+	f.Add("", "", `[{"id":"nested"}]`)
+	f.Add("", "", "\xff\xfe")
+	f.Add("", "", `{"id":"\u0000"}`)
+	f.Add("", "", `{"data":{"uid":{"deep":[1,2,{"a":"b"}]}},"sent_at":"x"}`)
+	src := Source{
+		Verifier:          signature.NewStandardWebhooks(signature.Secrets{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, nil),
+		IDFields:          []string{"id", "data.uid", "event_id", "messageId"},
+		HashExcludeFields: []string{"sent_at", "data.uid.deep"},
+		AllowNonJSON:      true,
+	}
+	f.Fuzz(func(t *testing.T, webhookID, xEventID, body string) {
+		h := http.Header{}
+		h.Set("webhook-id", webhookID)
+		h.Set(HeaderEventID, xEventID)
+		parsed := parseBody([]byte(body))
+		id, typ, err := src.identify(h, parsed)
+		if err != nil {
+			require.ErrorIs(t, err, errInvalidEventID)
+			return
+		}
+		require.True(t, validText(id, 1, MaxEventIDLength), "id %q", id)
+		require.True(t, validText(typ, 0, MaxEventTypeLength), "type %q", typ)
+		// Determinism: the same request always yields the same id.
+		id2, _, err := src.identify(h, parseBody([]byte(body)))
+		require.NoError(t, err)
+		require.Equal(t, id, id2)
+		require.Len(t, src.payloadHash(parsed), sha256.Size)
+	})
+}

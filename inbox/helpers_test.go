@@ -1,0 +1,203 @@
+package inbox_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/signature"
+)
+
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+// clock is a settable test clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
+
+type testBundle struct {
+	pool   *pgxpool.Pool
+	inbox  *inbox.Inbox
+	server *httptest.Server
+	clock  *clock
+}
+
+type setupOpts struct {
+	cfg  *inbox.Config // Sources default to one Standard Webhooks source "payments"
+	pool *pgxpool.Pool // defaults to a fresh test database
+}
+
+func setup(t *testing.T, opts *setupOpts) *testBundle {
+	t.Helper()
+	if opts == nil {
+		opts = &setupOpts{}
+	}
+	pool := opts.pool
+	if pool == nil {
+		pool = testdb.New(t)
+	}
+	cfg := opts.cfg
+	if cfg == nil {
+		cfg = &inbox.Config{}
+	}
+	if cfg.Sources == nil {
+		cfg.Sources = []inbox.Source{{Name: "payments", Verifier: signature.NewStandardWebhooks(signature.Secrets{testSecret}, nil)}}
+	}
+	clk := &clock{now: time.Now()}
+	if cfg.Now == nil {
+		cfg.Now = clk.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	ib, err := inbox.New(pool, cfg)
+	require.NoError(t, err)
+
+	mux := http.NewServeMux()
+	mux.Handle("/webhooks/{source}", ib.Handler())
+	server := httptest.NewServer(mux)
+	t.Cleanup(server.Close)
+	return &testBundle{pool: pool, inbox: ib, server: server, clock: clk}
+}
+
+// startWorkers starts a River client working the inbox queue with fast
+// retries, and returns a channel of finished jobs.
+func (b *testBundle) startWorkers(t *testing.T) <-chan *river.Event {
+	t.Helper()
+	workers := river.NewWorkers()
+	require.NoError(t, b.inbox.AddWorkers(workers))
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{b.inbox.Queue(): {MaxWorkers: 10}},
+		Workers:           workers,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		RetryPolicy:       fastRetry{},
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TestOnly:          true,
+	})
+	require.NoError(t, err)
+	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled)
+	ctx := context.Background()
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+	return events
+}
+
+// fastRetry retries after 10 ms so tests do not wait for real backoff.
+type fastRetry struct{}
+
+func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(10 * time.Millisecond) }
+
+// awaitJob waits for the next job event of a given kind.
+func awaitJob(t *testing.T, events <-chan *river.Event, kind river.EventKind) *river.Event {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev := <-events:
+			if ev.Kind == kind {
+				return ev
+			}
+		case <-timeout:
+			t.Fatalf("no %s event within 20s", kind)
+			return nil
+		}
+	}
+}
+
+// signed returns a Standard Webhooks–signed POST to the source.
+func (b *testBundle) signed(t *testing.T, source, id string, body []byte, ts time.Time) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, b.server.URL+"/webhooks/"+source, bytes.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if id != "" {
+		h, err := signature.SignStandardWebhooks([]string{testSecret}, id, ts, body)
+		require.NoError(t, err)
+		for k, v := range h {
+			req.Header[k] = v
+		}
+	}
+	return req
+}
+
+type answer struct {
+	Status     int
+	Body       map[string]any
+	RawBody    string
+	ReceivedAt string
+}
+
+func do(t *testing.T, req *http.Request) answer {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "body: %s", raw)
+	a := answer{Status: resp.StatusCode, RawBody: string(raw)}
+	require.NoError(t, json.Unmarshal(raw, &a.Body), "body: %s", raw)
+	return a
+}
+
+// counts returns how many keys, messages and inbox jobs exist.
+func (b *testBundle) counts(t *testing.T) (keys, messages, jobs int) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_keys").Scan(&keys))
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages").Scan(&messages))
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process'").Scan(&jobs))
+	return keys, messages, jobs
+}
+
+// effects is an application table the handlers write to.
+func createEffects(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	_, err := pool.Exec(context.Background(), "CREATE TABLE effects (event_id text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+	require.NoError(t, err)
+}
+
+func applyEffect(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+	_, err := tx.Exec(ctx, "INSERT INTO effects (event_id) VALUES ($1)", msg.EventID)
+	return err
+}
+
+func effectCount(t *testing.T, pool *pgxpool.Pool, eventID string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM effects WHERE event_id = $1", eventID).Scan(&n))
+	return n
+}

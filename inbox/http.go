@@ -1,0 +1,197 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wharfhq/wharf/signature"
+)
+
+// DefaultReceiveTimeout bounds the database work of one HTTP delivery unless
+// Config.ReceiveTimeout says otherwise.
+const DefaultReceiveTimeout = 10 * time.Second
+
+// Handler returns the HTTP handler for every configured source. It takes the
+// source's name from the {source} path value when the route has one (e.g.
+// mux.Handle("/webhooks/{source}", ib.Handler())), else from the last
+// segment of the path.
+//
+// Each request is answered with a JSON body:
+//
+//	200 {"status":"accepted","event_id":…}                      first receipt, committed
+//	200 {"status":"duplicate","event_id":…,"received_at":…}     seen before; nothing written
+//	400 {"error":…}   body not JSON, unusable event id, unreadable body
+//	401 {"error":…}   signature missing, malformed, stale or wrong
+//	404 {"error":…}   unknown source
+//	405 {"error":…}   not a POST
+//	409 {"error":…}   id reused with another payload, when the source's OnMismatch is MismatchConflict
+//	413 {"error":…}   body over the source's MaxBodyBytes
+//	503 {"error":…}   database (or secret source) unavailable; nothing was written, retry
+//
+// Only a 200 means the event is durably stored; a sender retrying anything
+// else loses nothing.
+func (ib *Inbox) Handler() http.Handler {
+	return http.HandlerFunc(ib.serveHTTP)
+}
+
+// SourceHandler returns the HTTP handler for the named source only,
+// whatever the request path.
+func (ib *Inbox) SourceHandler(name string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ib.serveSource(w, r, name)
+	})
+}
+
+func (ib *Inbox) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("source")
+	if name == "" {
+		name = path.Base(r.URL.Path)
+	}
+	ib.serveSource(w, r, name)
+}
+
+func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, "only POST is accepted")
+		return
+	}
+	src, ok := ib.sources[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, "unknown source")
+		return
+	}
+	log := ib.logger.With("source", src.Name)
+
+	limit := src.maxBodyBytes()
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, "body exceeds the source's size limit")
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, "body exceeds the source's size limit")
+			return
+		}
+		writeError(w, http.StatusBadRequest, "could not read body")
+		return
+	}
+
+	verifyReq := &signature.Request{Method: r.Method, URL: src.publicURL(r), Header: r.Header, Body: raw}
+	if err := src.Verifier.Verify(r.Context(), verifyReq); err != nil {
+		if errors.Is(err, signature.ErrNoSecrets) {
+			log.ErrorContext(r.Context(), "inbox: no usable signing secret", "error", err)
+			writeError(w, http.StatusServiceUnavailable, "signature secrets unavailable; retry later")
+			return
+		}
+		log.InfoContext(r.Context(), "inbox: signature rejected", "error", err)
+		writeError(w, http.StatusUnauthorized, signatureMessage(err))
+		return
+	}
+
+	body := parseBody(raw)
+	if !body.json && !src.AllowNonJSON {
+		writeError(w, http.StatusBadRequest, "body is not valid JSON")
+		return
+	}
+	eventID, eventType, err := src.identify(r.Header, body)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	log = log.With("event_id", eventID, "event_type", eventType)
+
+	ctx, cancel := context.WithTimeout(r.Context(), ib.receiveTimeout)
+	defer cancel()
+	var res *Result
+	err = ib.txFunc(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = ib.Receive(ctx, tx, Incoming{
+			Source:      src.Name,
+			EventID:     eventID,
+			EventType:   eventType,
+			Header:      r.Header,
+			Body:        raw,
+			PayloadHash: src.payloadHash(body),
+		})
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrInvalidMessage):
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	case err != nil:
+		log.ErrorContext(r.Context(), "inbox: receive failed; answered 503", "error", err)
+		writeError(w, http.StatusServiceUnavailable, "storage unavailable; nothing was recorded, retry later")
+		return
+	}
+
+	log = log.With("message_id", res.MessageID)
+	if !res.Duplicate {
+		log.InfoContext(r.Context(), "inbox: message accepted", "job_id", res.JobID)
+		writeJSON(w, http.StatusOK, map[string]any{"status": "accepted", "event_id": eventID})
+		return
+	}
+	if res.PayloadMismatch {
+		log.WarnContext(r.Context(), "inbox: event id reused with a different payload; second payload ignored",
+			"first_received_at", res.ReceivedAt)
+		if src.OnMismatch == MismatchConflict {
+			writeJSON(w, http.StatusConflict, map[string]any{
+				"error":       "event id already received with a different payload",
+				"event_id":    eventID,
+				"received_at": res.ReceivedAt,
+			})
+			return
+		}
+	} else {
+		log.InfoContext(r.Context(), "inbox: duplicate delivery", "first_received_at", res.ReceivedAt)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "duplicate", "event_id": eventID, "received_at": res.ReceivedAt})
+}
+
+// signatureMessage turns a verification error into the 401 body: the
+// package's own errors name the failed check (and never a secret); anything
+// else from a custom verifier is summarised.
+func signatureMessage(err error) string {
+	for _, known := range []error{signature.ErrMissingHeader, signature.ErrMalformedHeader, signature.ErrStaleTimestamp, signature.ErrNoMatch} {
+		if errors.Is(err, known) {
+			return err.Error()
+		}
+	}
+	return "invalid signature"
+}
+
+// publicURL is the URL the sender signed, for verifiers that sign it.
+func (s *Source) publicURL(r *http.Request) string {
+	if s.PublicURL != "" {
+		if r.URL.RawQuery != "" && !strings.Contains(s.PublicURL, "?") {
+			return s.PublicURL + "?" + r.URL.RawQuery
+		}
+		return s.PublicURL
+	}
+	scheme := "http"
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + r.URL.RequestURI()
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,176 @@
+// Package inbox receives webhooks exactly once.
+//
+// Receiving a message is one transaction: the dedupe key (source, event id)
+// is claimed, the raw message stored and its River job inserted; only then is
+// the sender answered. A River worker later runs the application's Handler in
+// a transaction that also marks the message processed and completes the job,
+// so the handler's effect commits exactly once however often the sender
+// retries, the worker crashes or duplicates arrive concurrently.
+//
+// Use Handler for HTTP (signature verification, body limits, event-id
+// extraction and the response contract) or Receive to feed messages from any
+// other transport inside a transaction of your own.
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/wharfhq/wharf/internal/partition"
+)
+
+const (
+	// DefaultQueue is the River queue of inbox jobs unless Config.Queue says
+	// otherwise. The application's River client must work this queue.
+	DefaultQueue = "wharf_inbox"
+	// DefaultMaxAttempts is how many times a message's handler runs before
+	// the message is dead, unless Config.MaxAttempts says otherwise. With
+	// River's default backoff (attempt⁴ seconds, jittered) 20 attempts span
+	// about a week.
+	DefaultMaxAttempts = 20
+	// DefaultMaxBodyBytes is the body limit of a Source unless it sets one.
+	DefaultMaxBodyBytes = 1 << 20
+
+	messagesTable = "wharf_inbox_messages"
+)
+
+// Config configures an Inbox. A nil *Config means every default.
+type Config struct {
+	// Sources are the senders the HTTP handler accepts, by name. Receive
+	// accepts any source name. Defaults to none.
+	Sources []Source
+	// Queue is the River queue inbox jobs are inserted into. Defaults to
+	// DefaultQueue.
+	Queue string
+	// MaxAttempts is how many times a message's handler may run before the
+	// message is dead. Defaults to DefaultMaxAttempts.
+	MaxAttempts int
+	// Logger receives structured logs. Bodies and secrets are never logged.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+	// ReceiveTimeout bounds the database work of one HTTP delivery; past
+	// it the delivery is answered 503 and nothing is recorded. Defaults to
+	// DefaultReceiveTimeout.
+	ReceiveTimeout time.Duration
+	// Now returns the current time; tests inject a clock. Defaults to
+	// time.Now.
+	Now func() time.Time
+}
+
+// Inbox receives, stores and processes webhooks. Create one with New, add
+// its workers to the River client that will process its queue with
+// AddWorkers, and register handlers with Handle.
+type Inbox struct {
+	pool           *pgxpool.Pool
+	river          *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
+	partitions     *partition.Cache
+	queue          string
+	maxAttempts    int
+	receiveTimeout time.Duration
+	logger         *slog.Logger
+	now            func() time.Time
+	sources        map[string]*Source
+
+	mu       sync.RWMutex
+	handlers map[handlerKey]Handler
+}
+
+// New returns an Inbox storing messages through pool.
+func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
+	if pool == nil {
+		return nil, errors.New("inbox: nil pool")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	// A client without workers only inserts; it is never started.
+	insertClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: river client: %w", err)
+	}
+	ib := &Inbox{
+		pool:           pool,
+		river:          insertClient,
+		partitions:     partition.NewCache(pool),
+		queue:          cfg.Queue,
+		maxAttempts:    cfg.MaxAttempts,
+		receiveTimeout: cfg.ReceiveTimeout,
+		logger:         cfg.Logger,
+		now:            cfg.Now,
+		sources:        make(map[string]*Source, len(cfg.Sources)),
+		handlers:       make(map[handlerKey]Handler),
+	}
+	if ib.queue == "" {
+		ib.queue = DefaultQueue
+	}
+	if ib.maxAttempts == 0 {
+		ib.maxAttempts = DefaultMaxAttempts
+	}
+	if ib.receiveTimeout == 0 {
+		ib.receiveTimeout = DefaultReceiveTimeout
+	}
+	if ib.logger == nil {
+		ib.logger = slog.Default()
+	}
+	if ib.now == nil {
+		ib.now = time.Now
+	}
+	for i := range cfg.Sources {
+		src := cfg.Sources[i] // a copy: later edits of cfg change nothing
+		ib.sources[src.Name] = &src
+	}
+	return ib, nil
+}
+
+func (c *Config) validate() error {
+	if c.MaxAttempts < 0 {
+		return errors.New("inbox: MaxAttempts must not be negative")
+	}
+	if c.ReceiveTimeout < 0 {
+		return errors.New("inbox: ReceiveTimeout must not be negative")
+	}
+	seen := make(map[string]bool, len(c.Sources))
+	for i := range c.Sources {
+		src := &c.Sources[i]
+		if err := src.validate(); err != nil {
+			return err
+		}
+		if seen[src.Name] {
+			return fmt.Errorf("inbox: source %q configured twice", src.Name)
+		}
+		seen[src.Name] = true
+	}
+	return nil
+}
+
+// Queue returns the River queue inbox jobs go to.
+func (ib *Inbox) Queue() string { return ib.queue }
+
+// AddWorkers registers the inbox's River worker in workers, the Workers of
+// the River client that will process Queue().
+func (ib *Inbox) AddWorkers(workers *river.Workers) error {
+	return river.AddWorkerSafely(workers, &processWorker{ib: ib})
+}
+
+// clock returns the current time in UTC at Postgres's microsecond precision,
+// so a timestamp survives the round trip through job args unchanged.
+func (ib *Inbox) clock() time.Time {
+	return ib.now().UTC().Truncate(time.Microsecond)
+}
+
+// txFunc runs fn in a transaction on the inbox's pool.
+func (ib *Inbox) txFunc(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, ib.pool, fn)
+}

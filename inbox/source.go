@@ -1,0 +1,152 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/wharfhq/wharf/signature"
+)
+
+// MismatchPolicy says how the HTTP handler answers a delivery that reuses an
+// event id with a different payload. Either way the mismatch is counted on
+// the key and logged at warn, and the second payload is not processed.
+type MismatchPolicy int
+
+const (
+	// MismatchDuplicate answers 200 duplicate, so the sender stops retrying.
+	MismatchDuplicate MismatchPolicy = iota
+	// MismatchConflict answers 409, telling the sender its id was reused.
+	MismatchConflict
+)
+
+// Source describes one sender of webhooks: how its requests are verified and
+// where its event ids live. Sources are matched by name against the last
+// segment of the request path (or the {source} path value).
+type Source struct {
+	// Name identifies the source in URLs, dedupe keys and handlers: the same
+	// event id from two sources is two events. 1–128 characters. Required.
+	Name string
+	// Verifier checks each request's signature over the raw body before
+	// anything is parsed or stored. Required: an unsigned source must say so
+	// explicitly with a signature.VerifierFunc that returns nil.
+	Verifier signature.Verifier
+	// IDHeader is the header holding the sender's event id. Defaults to the
+	// verifier's EventLocation().IDHeader when it implements
+	// signature.EventLocator; X-Event-ID is always tried after it.
+	IDHeader string
+	// IDFields are JSON body fields (dotted paths reach into objects) tried
+	// in order for the event id after the headers. Defaults to the
+	// verifier's EventLocation().IDField, then "id", "event_id", "messageId".
+	// When none is present the id is "sha256:" + the hex SHA-256 of the
+	// body's canonical JSON (keys sorted, HashExcludeFields removed).
+	IDFields []string
+	// TypeHeader is the header holding the event type. Defaults to the
+	// verifier's EventLocation().TypeHeader.
+	TypeHeader string
+	// TypeFields are JSON body fields tried in order for the event type.
+	// Defaults to the verifier's EventLocation().TypeField, then "type",
+	// "event_type".
+	TypeFields []string
+	// HashExcludeFields are volatile body fields (delivery timestamps, retry
+	// counters; dotted paths allowed) left out of the canonical JSON hashed
+	// for the payload fingerprint and for a derived event id. Defaults to
+	// none.
+	HashExcludeFields []string
+	// MaxBodyBytes limits the request body; a larger one is answered 413.
+	// Defaults to DefaultMaxBodyBytes (1 MiB).
+	MaxBodyBytes int64
+	// AllowNonJSON accepts bodies that are not JSON (form posts, say); the
+	// event id must then come from a header or is the SHA-256 of the raw
+	// body. Defaults to false: a body that is not valid JSON gets 400.
+	AllowNonJSON bool
+	// OnMismatch is the answer to an event id reused with a different
+	// payload. Defaults to MismatchDuplicate.
+	OnMismatch MismatchPolicy
+	// PublicURL is the URL the sender posts to, as the sender sees it, for
+	// verifiers that sign the URL (Twilio). Behind a proxy that rewrites
+	// hosts or paths, set it. Defaults to the URL rebuilt from the request
+	// (scheme from TLS or X-Forwarded-Proto, Host header, path and query).
+	PublicURL string
+}
+
+func (s *Source) validate() error {
+	if n := len([]rune(s.Name)); n < 1 || n > 128 {
+		return fmt.Errorf("inbox: source name %q must be 1–128 characters", s.Name)
+	}
+	if s.Verifier == nil {
+		return fmt.Errorf("inbox: source %q has no Verifier", s.Name)
+	}
+	if s.MaxBodyBytes < 0 {
+		return fmt.Errorf("inbox: source %q: MaxBodyBytes must not be negative", s.Name)
+	}
+	if s.OnMismatch != MismatchDuplicate && s.OnMismatch != MismatchConflict {
+		return errors.New("inbox: unknown MismatchPolicy")
+	}
+	return nil
+}
+
+func (s *Source) maxBodyBytes() int64 {
+	if s.MaxBodyBytes == 0 {
+		return DefaultMaxBodyBytes
+	}
+	return s.MaxBodyBytes
+}
+
+// location returns what the verifier knows of where ids and types live.
+func (s *Source) location() signature.EventLocation {
+	if loc, ok := s.Verifier.(signature.EventLocator); ok {
+		return loc.EventLocation()
+	}
+	return signature.EventLocation{}
+}
+
+// idHeaders lists the headers tried for the event id, in order.
+func (s *Source) idHeaders() []string {
+	first := s.IDHeader
+	if first == "" {
+		first = s.location().IDHeader
+	}
+	return nonEmpty(first, HeaderEventID)
+}
+
+// idFields lists the body fields tried for the event id, in order.
+func (s *Source) idFields() []string {
+	if len(s.IDFields) > 0 {
+		return s.IDFields
+	}
+	return nonEmpty(s.location().IDField, "id", "event_id", "messageId")
+}
+
+// typeHeader returns the header holding the event type, "" when none.
+func (s *Source) typeHeader() string {
+	if s.TypeHeader != "" {
+		return s.TypeHeader
+	}
+	return s.location().TypeHeader
+}
+
+// typeFields lists the body fields tried for the event type, in order.
+func (s *Source) typeFields() []string {
+	if len(s.TypeFields) > 0 {
+		return s.TypeFields
+	}
+	return nonEmpty(s.location().TypeField, "type", "event_type")
+}
+
+// nonEmpty returns its non-empty arguments without repeats, in order.
+func nonEmpty(values ...string) []string {
+	out := make([]string, 0, len(values))
+	for _, v := range values {
+		if v == "" {
+			continue
+		}
+		dup := false
+		for _, o := range out {
+			dup = dup || o == v
+		}
+		if !dup {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,252 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+)
+
+// Status is where a message is in its life.
+type Status string
+
+const (
+	// StatusReceived: stored, waiting for (or in) its first processing.
+	StatusReceived Status = "received"
+	// StatusProcessed: the handler's transaction committed.
+	StatusProcessed Status = "processed"
+	// StatusFailed: the last attempt failed; River will retry.
+	StatusFailed Status = "failed"
+	// StatusDead: attempts are exhausted or the handler failed it
+	// permanently. Replay re-enqueues it.
+	StatusDead Status = "dead"
+)
+
+// Message is a stored webhook as a Handler sees it.
+type Message struct {
+	// ID is Wharf's id for the message (a UUIDv7).
+	ID uuid.UUID
+	// Source names the sender.
+	Source string
+	// EventID is the sender's event id (or the derived "sha256:…").
+	EventID string
+	// EventType is the event's type, possibly empty.
+	EventType string
+	// Header holds the request headers as received, minus credentials.
+	Header http.Header
+	// Body is the raw body, byte for byte.
+	Body []byte
+	// ReceivedAt is when the message was first received.
+	ReceivedAt time.Time
+	// Status is the message's status when it was loaded.
+	Status Status
+	// Attempts counts completed processing attempts before this one.
+	Attempts int
+	// LastError is the error of the latest failed attempt.
+	LastError string
+	// ProcessedAt is when processing committed; nil until then.
+	ProcessedAt *time.Time
+}
+
+// Handler applies a message's effect. It runs inside tx, the transaction
+// that also marks the message processed and completes its River job: write
+// through tx and the effect commits exactly once. Return an error to roll
+// everything back and have River retry with backoff; wrap it with Permanent
+// to fail the message without retries. A Handler must not commit or roll
+// back tx.
+type Handler func(ctx context.Context, tx pgx.Tx, msg *Message) error
+
+// ErrNoHandler is the error recorded for a message for which no handler is
+// registered. The message is retried, so a handler deployed later still
+// gets it.
+var ErrNoHandler = errors.New("inbox: no handler registered")
+
+// Permanent marks err as permanent: the message is dead at once, without
+// retries, with err as its last error. It can still be replayed.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Wildcard matches any source or any event type in Handle.
+const Wildcard = "*"
+
+type handlerKey struct{ source, eventType string }
+
+// Handle registers h for messages of source with eventType. Either may be
+// Wildcard: the most specific registration wins, in the order (source,
+// type), (source, *), (*, type), (*, *). Registering the same pair again
+// replaces the handler.
+func (ib *Inbox) Handle(source, eventType string, h Handler) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ib.handlers[handlerKey{source, eventType}] = h
+}
+
+func (ib *Inbox) handlerFor(source, eventType string) Handler {
+	ib.mu.RLock()
+	defer ib.mu.RUnlock()
+	for _, k := range []handlerKey{{source, eventType}, {source, Wildcard}, {Wildcard, eventType}, {Wildcard, Wildcard}} {
+		if h, ok := ib.handlers[k]; ok {
+			return h
+		}
+	}
+	return nil
+}
+
+type processWorker struct {
+	river.WorkerDefaults[processArgs]
+	ib *Inbox
+}
+
+// Work runs the message's handler in one transaction with the message's
+// status change and the job's completion.
+func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) error {
+	ib := w.ib
+	log := ib.logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)
+
+	var msg *Message
+	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
+		row, err := dbsqlc.New(tx).InboxMessageGetForUpdate(ctx, dbsqlc.InboxMessageGetForUpdateParams{
+			ReceivedAt: job.Args.ReceivedAt,
+			ID:         job.Args.MessageID,
+		})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return river.JobCancel(fmt.Errorf("inbox: message %s no longer exists", job.Args.MessageID))
+		}
+		if err != nil {
+			return fmt.Errorf("inbox: load message: %w", err)
+		}
+		msg = messageFromRow(&row)
+		if msg.Status == StatusProcessed {
+			// A replayed or duplicated job: the effect already committed.
+			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+			return err
+		}
+		h := ib.handlerFor(msg.Source, msg.EventType)
+		if h == nil {
+			return fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
+		}
+		if err := runHandler(ctx, h, tx, msg); err != nil {
+			return err
+		}
+		if err := dbsqlc.New(tx).InboxMessageMarkProcessed(ctx, dbsqlc.InboxMessageMarkProcessedParams{
+			Now:        ib.clock(),
+			ReceivedAt: job.Args.ReceivedAt,
+			ID:         job.Args.MessageID,
+		}); err != nil {
+			return fmt.Errorf("inbox: mark processed: %w", err)
+		}
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err == nil {
+		if msg != nil && msg.Status != StatusProcessed {
+			log.InfoContext(ctx, "inbox: message processed", "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
+		}
+		return nil
+	}
+	if msg == nil { // not loaded: nothing to record on the message
+		return err
+	}
+	return w.recordFailure(ctx, job, msg, err, log)
+}
+
+// recordFailure stores a failed attempt on the message (its transaction has
+// rolled back) and returns what River should do with the job.
+func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[processArgs], msg *Message, cause error, log *slog.Logger) error {
+	var perm *permanentError
+	permanent := errors.As(cause, &perm)
+	status := StatusFailed
+	if permanent || job.Attempt >= job.MaxAttempts {
+		status = StatusDead
+	}
+	// Record even when the job's context is done (a timeout is a failure
+	// worth recording), but not forever.
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	lastError := truncateError(cause.Error())
+	if err := dbsqlc.New(w.ib.pool).InboxMessageMarkFailed(recordCtx, dbsqlc.InboxMessageMarkFailedParams{
+		Status:     string(status),
+		LastError:  lastError,
+		Now:        w.ib.clock(),
+		ReceivedAt: job.Args.ReceivedAt,
+		ID:         job.Args.MessageID,
+	}); err != nil {
+		log.ErrorContext(ctx, "inbox: recording failure", "error", err)
+	}
+	attrs := []any{"source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType, "status", status, "error", cause}
+	if status == StatusDead {
+		log.ErrorContext(ctx, "inbox: message dead", attrs...)
+	} else {
+		log.WarnContext(ctx, "inbox: message failed, will retry", attrs...)
+	}
+	if permanent {
+		return river.JobCancel(cause)
+	}
+	return cause
+}
+
+// runHandler calls h, turning a panic into an error so that the attempt is
+// recorded like any other failure.
+func runHandler(ctx context.Context, h Handler, tx pgx.Tx, msg *Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("inbox: handler panicked: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return h(ctx, tx, msg)
+}
+
+// maxErrorLength bounds the last_error stored on a message.
+const maxErrorLength = 4096
+
+func truncateError(s string) string {
+	if len(s) <= maxErrorLength {
+		return s
+	}
+	cut := maxErrorLength
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
+	m := &Message{
+		ID:          row.ID,
+		Source:      row.Source,
+		EventID:     row.EventID,
+		EventType:   row.EventType,
+		Body:        row.Body,
+		ReceivedAt:  row.ReceivedAt,
+		Status:      Status(row.Status),
+		Attempts:    int(row.Attempts),
+		ProcessedAt: row.ProcessedAt,
+	}
+	if row.LastError != nil {
+		m.LastError = *row.LastError
+	}
+	_ = json.Unmarshal(row.Headers, &m.Header) // written by Receive from an http.Header
+	return m
+}
