@@ -99,4 +99,3 @@ func (p *Proxy) close() {
 	p.SetDown(true)
 	p.wg.Wait()
 }
-
