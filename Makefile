@@ -51,7 +51,11 @@ fuzz: ## Run every fuzz target for FUZZTIME each
 
 .PHONY: demo
 demo: ## Run the example app end to end and print a report
-	@url=$$($(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) run ./example/demo
+	@url=$$(WHARF_DB_NAME=wharf_demo $(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) run ./example/demo
+
+.PHONY: example
+example: ## Run the example app in the foreground (Ctrl-C stops it)
+	@url=$$(WHARF_DB_NAME=wharf_demo $(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) run ./example
 
 .PHONY: tidy
 tidy: ## go mod tidy for the library and the tools module

@@ -9,6 +9,10 @@
 #   4. the Debian postgresql package, installed when no server binaries exist;
 #   5. a throwaway cluster from the server binaries under $WHARF_PG_DIR
 #      (default /tmp/wharf-pg) on port $WHARF_PG_PORT (default 54329).
+#
+# With WHARF_DB_NAME set, a server this script found or started (not a
+# DATABASE_URL you gave it) gets that database, created when missing, and the
+# printed URL points at it.
 set -euo pipefail
 
 say() { printf 'ensure-postgres: %s\n' "$*" >&2; }
@@ -34,6 +38,20 @@ wait_reachable() {
 
 local_url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
+# use_url prints a URL of a server we found or started, switched to
+# $WHARF_DB_NAME when that is set.
+use_url() {
+	local url=$1 db=${WHARF_DB_NAME:-}
+	if [ -n "$db" ]; then
+		if [ "$(psql "$url" -Atqc "SELECT 1 FROM pg_database WHERE datname = '$db'")" != 1 ]; then
+			say "creating database $db"
+			psql "$url" -qc "CREATE DATABASE \"$db\"" >&2
+		fi
+		url=$(printf '%s' "$url" | sed -E "s#^(postgres(ql)?://[^/]*)/[^?]*#\1/$db#")
+	fi
+	echo "$url"
+}
+
 if [ -n "${DATABASE_URL:-}" ]; then
 	if reachable "$DATABASE_URL"; then
 		say "using DATABASE_URL from the environment"
@@ -45,7 +63,7 @@ fi
 
 if reachable "$local_url"; then
 	say "using the local server on 127.0.0.1:5432"
-	echo "$local_url"
+	use_url "$local_url"
 	exit 0
 fi
 
@@ -64,7 +82,7 @@ if command -v pg_lsclusters >/dev/null 2>&1; then
 		# shellcheck disable=SC2086
 		pg_ctlcluster --skip-systemctl-redirect $cluster start >&2 || true
 		if wait_reachable "$local_url"; then
-			echo "$local_url"
+			use_url "$local_url"
 			exit 0
 		fi
 		say "cluster $cluster did not become reachable"
@@ -96,7 +114,7 @@ if [ -z "$bindir" ]; then
 				pg_ctlcluster --skip-systemctl-redirect $cluster reload >&2
 			fi
 			if wait_reachable "$local_url"; then
-				echo "$local_url"
+				use_url "$local_url"
 				exit 0
 			fi
 		fi
@@ -108,7 +126,7 @@ port=${WHARF_PG_PORT:-54329}
 url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 if reachable "$url"; then
 	say "using the throwaway cluster in $dir on port $port"
-	echo "$url"
+	use_url "$url"
 	exit 0
 fi
 if [ ! -f "$dir/PG_VERSION" ]; then
@@ -121,7 +139,7 @@ say "starting the throwaway cluster on 127.0.0.1:$port (stop it with: $bindir/pg
 as_postgres "$bindir/pg_ctl" -D "$dir" -l "$dir/server.log" -w \
 	-o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off" start >&2
 if wait_reachable "$url"; then
-	echo "$url"
+	use_url "$url"
 	exit 0
 fi
 say "could not start PostgreSQL; see $dir/server.log"

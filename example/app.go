@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/wharfhq/wharf"
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/signature"
+)
+
+// riverConfig is the River configuration the example runs with.
+//
+// Jobs of a process killed mid-work stay "running" until River's rescuer
+// (run every 30 s by the leader) finds them older than RescueStuckJobsAfter
+// and schedules a retry. Inbox handlers are short, so the example trades a
+// 20 s JobTimeout for a 30 s rescue window: after a crash, interrupted
+// messages are processed again within about a minute. An app whose handlers
+// may legitimately run longer must raise JobTimeout, and RescueStuckJobsAfter
+// with it, or a slow handler is rescued (and run twice — harmlessly, since
+// only one run can commit) while still working. FetchCooldown is lowered
+// from River's 100 ms so a queue with many workers is not capped at
+// MaxWorkers jobs per 100 ms.
+func riverConfig(workers *river.Workers, logger *slog.Logger) *river.Config {
+	return &river.Config{
+		Queues: map[string]river.QueueConfig{
+			inbox.DefaultQueue: {MaxWorkers: 50},
+		},
+		Workers:              workers,
+		FetchCooldown:        10 * time.Millisecond,
+		JobTimeout:           20 * time.Second,
+		RescueStuckJobsAfter: 30 * time.Second,
+		Logger:               logger,
+	}
+}
+
+// run serves the example on ln until ctx is done, then shuts down
+// gracefully: the HTTP server stops taking requests, in-flight River jobs
+// finish, and the pool closes.
+func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) error {
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer pool.Close()
+	if err := wharf.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if err := createTables(ctx, pool); err != nil {
+		return err
+	}
+
+	ib, err := inbox.New(pool, &inbox.Config{
+		Sources: []inbox.Source{
+			{Name: "payments", Verifier: signature.NewStandardWebhooks(signature.Secrets{cfg.Secret}, nil)},
+		},
+		Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	ib.Handle("payments", "payment.succeeded", applyPayment)
+	ib.Handle(inbox.Wildcard, inbox.Wildcard, ignore)
+
+	workers := river.NewWorkers()
+	if err := ib.AddWorkers(workers); err != nil {
+		return err
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(workers, logger))
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/webhooks/{source}", ib.Handler())
+	mux.HandleFunc("GET /balances/{account}", balanceHandler(pool))
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- server.Serve(ln) }()
+	logger.Info("example: listening", "addr", ln.Addr().String())
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	logger.Info("example: shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	shutdownErr := server.Shutdown(shutdownCtx)
+	stopErr := client.Stop(shutdownCtx) // waits for in-flight jobs
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return errors.Join(err, shutdownErr, stopErr)
+}
+
+// createTables creates the example's own table. A real app would manage it
+// with its own migrations.
+func createTables(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS example_balances (
+		account text PRIMARY KEY,
+		balance bigint NOT NULL DEFAULT 0
+	)`)
+	return err
+}
+
+type paymentEvent struct {
+	Type string `json:"type"`
+	Data struct {
+		Account string       `json:"account"`
+		Amount  *json.Number `json:"amount"`
+	} `json:"data"`
+}
+
+// applyPayment adds a payment to its account's balance inside the inbox
+// transaction, so the addition commits exactly once.
+func applyPayment(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+	var ev paymentEvent
+	if err := json.Unmarshal(msg.Body, &ev); err != nil {
+		return inbox.Permanent(fmt.Errorf("decode payment: %w", err))
+	}
+	if ev.Data.Account == "" || ev.Data.Amount == nil {
+		return inbox.Permanent(errors.New("payment needs data.account and data.amount"))
+	}
+	amount, err := ev.Data.Amount.Int64()
+	if err != nil {
+		return inbox.Permanent(fmt.Errorf("amount %q is not an integer", ev.Data.Amount.String()))
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO example_balances (account, balance) VALUES ($1, $2)
+		ON CONFLICT (account) DO UPDATE SET balance = example_balances.balance + excluded.balance`,
+		ev.Data.Account, amount)
+	return err
+}
+
+// ignore accepts events the example has no use for.
+func ignore(context.Context, pgx.Tx, *inbox.Message) error { return nil }
+
+func balanceHandler(pool *pgxpool.Pool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		account := r.PathValue("account")
+		var balance int64
+		err := pool.QueryRow(r.Context(), "SELECT balance FROM example_balances WHERE account = $1", account).Scan(&balance)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "database unavailable"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"account": account, "balance": balance})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

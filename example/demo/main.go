@@ -1,0 +1,313 @@
+// Command demo drives the example app the way a webhook provider would and
+// prints a report. `make demo` runs it with a DATABASE_URL.
+//
+// It builds and starts ./example on a free port, sends signed payment
+// events, repeats some deliveries, sends one event concurrently many times,
+// sends a few forged, stale and malformed requests, waits for the balances
+// to reach the expected sums, and stops the app with SIGTERM. It exits
+// non-zero when any answer or balance is not what the contract promises.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/wharfhq/wharf/signature"
+)
+
+const devSecret = "whsec_ZGV2LXNlY3JldC1mb3Itd2hhcmYtZXhhbXBsZS1wYXltZW50cw==" // example.DevSecret
+
+var accounts = []string{"acct_1", "acct_2", "acct_3"}
+
+func main() {
+	if err := demo(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo: FAILED:", err)
+		os.Exit(1)
+	}
+}
+
+type tally struct {
+	mu                                              sync.Mutex
+	sent, accepted, duplicates, rejected, unexpected int
+	problems                                        []string
+}
+
+func (t *tally) record(want string, status int, body map[string]any) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sent++
+	got := fmt.Sprint(status)
+	if status == http.StatusOK {
+		got = fmt.Sprint(body["status"])
+	}
+	switch got {
+	case "accepted":
+		t.accepted++
+	case "duplicate":
+		t.duplicates++
+	default:
+		if status >= 400 && status < 500 {
+			t.rejected++
+		}
+	}
+	if got != want {
+		t.unexpected++
+		t.problems = append(t.problems, fmt.Sprintf("wanted %s, got %s %v", want, got, body))
+	}
+}
+
+func demo() error {
+	if os.Getenv("DATABASE_URL") == "" {
+		return errors.New("DATABASE_URL is not set (run `make demo`)")
+	}
+	app, base, err := startApp()
+	if err != nil {
+		return err
+	}
+	defer app.stop()
+
+	initial := map[string]int64{}
+	for _, a := range accounts {
+		if initial[a], err = balance(base, a); err != nil {
+			return err
+		}
+	}
+
+	run := fmt.Sprintf("%d", time.Now().UnixNano())
+	expected := map[string]int64{}
+	t := &tally{}
+	var events [][2]string // id, body
+
+	// 1. Thirty distinct payments, one delivery each.
+	for i := range 30 {
+		account := accounts[i%len(accounts)]
+		amount := int64(1 + rand.IntN(500))
+		expected[account] += amount
+		body := fmt.Sprintf(`{"type":"payment.succeeded","data":{"account":%q,"amount":%d}}`, account, amount)
+		id := fmt.Sprintf("msg_demo_%s_%d", run, i)
+		events = append(events, [2]string{id, body})
+		status, answer := send(base, devSecret, id, body, time.Now())
+		t.record("accepted", status, answer)
+	}
+	// 2. The provider retries ten of them (a lost response, say).
+	for _, ev := range events[:10] {
+		status, answer := send(base, devSecret, ev[0], ev[1], time.Now())
+		t.record("duplicate", status, answer)
+	}
+	// 3. One new payment delivered 20 times at once.
+	concurrentID := fmt.Sprintf("msg_demo_%s_concurrent", run)
+	concurrentBody := `{"type":"payment.succeeded","data":{"account":"acct_1","amount":1000}}`
+	expected["acct_1"] += 1000
+	var wg sync.WaitGroup
+	results := make(chan string, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, answer := send(base, devSecret, concurrentID, concurrentBody, time.Now())
+			t.mu.Lock()
+			t.sent++
+			t.mu.Unlock()
+			results <- fmt.Sprintf("%d %v", status, answer["status"])
+		}()
+	}
+	wg.Wait()
+	close(results)
+	concurrentAccepted := 0
+	for r := range results {
+		switch r {
+		case "200 accepted":
+			concurrentAccepted++
+			t.accepted++
+		case "200 duplicate":
+			t.duplicates++
+		default:
+			t.unexpected++
+			t.problems = append(t.problems, "concurrent delivery answered "+r)
+		}
+	}
+	if concurrentAccepted != 1 {
+		t.problems = append(t.problems, fmt.Sprintf("concurrent deliveries: %d accepted, want 1", concurrentAccepted))
+	}
+	// 4. An event type the app ignores.
+	status, answer := send(base, devSecret, "msg_demo_"+run+"_refund", `{"type":"refund.created","data":{"account":"acct_2","amount":99}}`, time.Now())
+	t.record("accepted", status, answer)
+	// 5. Forged, stale and malformed requests: rejected, nothing recorded.
+	forged := "whsec_" + "Zm9yZ2VkLXNlY3JldC1mb3ItYW4tYXR0YWNrZXI=" // base64("forged-secret-for-an-attacker")
+	for i := range 3 {
+		status, answer = send(base, forged, fmt.Sprintf("msg_demo_%s_forged_%d", run, i),
+			`{"type":"payment.succeeded","data":{"account":"acct_3","amount":1000000}}`, time.Now())
+		t.record("401", status, answer)
+	}
+	status, answer = send(base, devSecret, "msg_demo_"+run+"_stale",
+		`{"type":"payment.succeeded","data":{"account":"acct_3","amount":1000000}}`, time.Now().Add(-time.Hour))
+	t.record("401", status, answer)
+	status, answer = send(base, devSecret, "msg_demo_"+run+"_malformed", `{"type":"payment.succeeded",`, time.Now())
+	t.record("400", status, answer)
+
+	// Wait for the workers to apply everything.
+	final := map[string]int64{}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		converged := true
+		for _, a := range accounts {
+			if final[a], err = balance(base, a); err != nil {
+				return err
+			}
+			converged = converged && final[a] == initial[a]+expected[a]
+		}
+		if converged || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling the app's public API; there is nothing to subscribe to
+	}
+
+	fmt.Println("== Wharf demo: inbox ==")
+	fmt.Printf("sent %d, accepted %d, duplicates %d, rejected %d, unexpected answers %d\n",
+		t.sent, t.accepted, t.duplicates, t.rejected, t.unexpected)
+	ok := t.unexpected == 0 && len(t.problems) == 0
+	for _, a := range accounts {
+		want := initial[a] + expected[a]
+		mark := "ok"
+		if final[a] != want {
+			mark, ok = "MISMATCH", false
+		}
+		fmt.Printf("balance %s: %d (was %d, +%d expected) %s\n", a, final[a], initial[a], expected[a], mark)
+	}
+	for _, p := range t.problems {
+		fmt.Println("problem:", p)
+	}
+	if !ok {
+		return errors.New("the app did not keep the contract")
+	}
+	fmt.Println("every payment applied exactly once; every bad request rejected")
+	return nil
+}
+
+func send(base, secret, id, body string, ts time.Time) (int, map[string]any) {
+	req, err := http.NewRequest(http.MethodPost, base+"/webhooks/payments", strings.NewReader(body))
+	if err != nil {
+		return 0, map[string]any{"error": err.Error()}
+	}
+	h, err := signature.SignStandardWebhooks([]string{secret}, id, ts, []byte(body))
+	if err != nil {
+		return 0, map[string]any{"error": err.Error()}
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return doJSON(req)
+}
+
+func balance(base, account string) (int64, error) {
+	req, err := http.NewRequest(http.MethodGet, base+"/balances/"+account, nil)
+	if err != nil {
+		return 0, err
+	}
+	status, body := doJSON(req)
+	if status != http.StatusOK {
+		return 0, fmt.Errorf("GET /balances/%s: %d %v", account, status, body)
+	}
+	n, ok := body["balance"].(float64)
+	if !ok {
+		return 0, fmt.Errorf("GET /balances/%s: no balance in %v", account, body)
+	}
+	return int64(n), nil
+}
+
+func doJSON(req *http.Request) (int, map[string]any) {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, map[string]any{"error": err.Error()}
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var body map[string]any
+	if err := json.Unmarshal(raw, &body); err != nil {
+		body = map[string]any{"raw": string(raw)}
+	}
+	return resp.StatusCode, body
+}
+
+type app struct {
+	cmd  *exec.Cmd
+	done chan error
+	log  *bytes.Buffer
+}
+
+// startApp builds ./example, starts it on a free port and waits until it
+// answers.
+func startApp() (*app, string, error) {
+	dir, err := os.MkdirTemp("", "wharf-demo")
+	if err != nil {
+		return nil, "", err
+	}
+	bin := filepath.Join(dir, "example")
+	build := exec.Command("go", "build", "-o", bin, "./example")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, "", fmt.Errorf("build example: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+
+	a := &app{cmd: exec.Command(bin), done: make(chan error, 1), log: &bytes.Buffer{}}
+	a.cmd.Env = append(os.Environ(), "WHARF_EXAMPLE_ADDR="+addr)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	go func() { a.done <- a.cmd.Wait() }()
+	base := "http://" + addr
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for {
+		if _, err := balance(base, "acct_1"); err == nil {
+			fmt.Printf("demo: example app running at %s (pid %d)\n", base, a.cmd.Process.Pid)
+			return a, base, nil
+		}
+		select {
+		case err := <-a.done:
+			return nil, "", fmt.Errorf("example exited early: %v\n%s", err, a.log)
+		case <-ctx.Done():
+			a.stop()
+			return nil, "", fmt.Errorf("example did not answer within 60s\n%s", a.log)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// stop sends SIGTERM and waits for a graceful exit.
+func (a *app) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.done:
+		if err != nil {
+			fmt.Printf("demo: example exited with %v\n%s", err, a.log)
+		} else {
+			fmt.Println("demo: example shut down gracefully")
+		}
+	case <-time.After(40 * time.Second):
+		_ = a.cmd.Process.Kill()
+		fmt.Println("demo: example did not stop within 40s; killed")
+	}
+}
