@@ -41,9 +41,9 @@ func main() {
 }
 
 type tally struct {
-	mu                                              sync.Mutex
+	mu                                               sync.Mutex
 	sent, accepted, duplicates, rejected, unexpected int
-	problems                                        []string
+	problems                                         []string
 }
 
 func (t *tally) record(want string, status int, body map[string]any) {
