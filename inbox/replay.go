@@ -89,3 +89,48 @@ func translate(err error) error {
 	}
 	return err
 }
+
+// ListParams filters List. The zero value lists the newest messages.
+type ListParams struct {
+	// Source keeps only messages from this source. Defaults to all.
+	Source string
+	// Status keeps only messages in this status. Defaults to all.
+	Status Status
+	// Limit caps the number of messages. Defaults to 100; at most 10000.
+	Limit int
+}
+
+// List returns stored messages, newest first.
+func (ib *Inbox) List(ctx context.Context, params *ListParams) ([]*Message, error) {
+	if params == nil {
+		params = &ListParams{}
+	}
+	limit := params.Limit
+	switch {
+	case limit <= 0:
+		limit = 100
+	case limit > 10000:
+		return nil, fmt.Errorf("inbox: list limit %d is over 10000", limit)
+	}
+	var source, status *string
+	if params.Source != "" {
+		source = &params.Source
+	}
+	if params.Status != "" {
+		s := string(params.Status)
+		status = &s
+	}
+	rows, err := dbsqlc.New(ib.pool).InboxMessageList(ctx, dbsqlc.InboxMessageListParams{
+		Source:  source,
+		Status:  status,
+		MaxRows: int32(limit),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Message, len(rows))
+	for i := range rows {
+		out[i] = messageFromRow(&rows[i])
+	}
+	return out, nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/wharfhq/wharf/inbox"
+)
+
+func runInbox(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return usageError{"want list, show or replay"}
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "list":
+		fs := flag.NewFlagSet("inbox list", flag.ContinueOnError)
+		fs.SetOutput(e.errOut)
+		source := fs.String("source", "", "only this source")
+		status := fs.String("status", "", "only this status: received, processed, failed or dead")
+		limit := fs.Int("limit", 50, "at most this many messages, newest first")
+		if err := fs.Parse(args); err != nil {
+			return usageError{err.Error()}
+		}
+		switch inbox.Status(*status) {
+		case "", inbox.StatusReceived, inbox.StatusProcessed, inbox.StatusFailed, inbox.StatusDead:
+		default:
+			return usageError{fmt.Sprintf("unknown status %q", *status)}
+		}
+		ib, err := e.inbox(ctx)
+		if err != nil {
+			return err
+		}
+		msgs, err := ib.List(ctx, &inbox.ListParams{Source: *source, Status: inbox.Status(*status), Limit: *limit})
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tEVENT ID\tTYPE\tSTATUS\tATTEMPTS\tLAST ERROR")
+		for _, m := range msgs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.ID, m.ReceivedAt.Format(time.RFC3339),
+				m.Source, m.EventID, m.EventType, m.Status, m.Attempts, oneLine(m.LastError, 60))
+		}
+		return tw.Flush()
+	case "show", "replay":
+		if len(args) != 1 {
+			return usageError{fmt.Sprintf("inbox %s takes one message id", sub)}
+		}
+		id, err := uuid.Parse(args[0])
+		if err != nil {
+			return usageError{fmt.Sprintf("%q is not a message id (a UUID)", args[0])}
+		}
+		ib, err := e.inbox(ctx)
+		if err != nil {
+			return err
+		}
+		if sub == "replay" {
+			if err := ib.Replay(ctx, id); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "message %s re-enqueued\n", id)
+			return nil
+		}
+		m, err := ib.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "id:          %s\nsource:      %s\nevent id:    %s\ntype:        %s\nstatus:      %s\nattempts:    %d\nreceived at: %s\n",
+			m.ID, m.Source, m.EventID, m.EventType, m.Status, m.Attempts, m.ReceivedAt.Format(time.RFC3339Nano))
+		if m.ProcessedAt != nil {
+			fmt.Fprintf(e.out, "processed:   %s\n", m.ProcessedAt.Format(time.RFC3339Nano))
+		}
+		if m.LastError != "" {
+			fmt.Fprintf(e.out, "last error:  %s\n", m.LastError)
+		}
+		fmt.Fprintf(e.out, "body:        %d bytes\n%s\n", len(m.Body), m.Body)
+		return nil
+	default:
+		return usageError{fmt.Sprintf("unknown inbox command %q: want list, show or replay", sub)}
+	}
+}
+
+func (e *env) inbox(ctx context.Context) (*inbox.Inbox, error) {
+	pool, err := e.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return inbox.New(pool, nil)
+}
+
+// oneLine shortens s to one line of at most n runes for a table cell.
+func oneLine(s string, n int) string {
+	r := []rune(s)
+	for i, c := range r {
+		if c == '\n' || c == '\r' {
+			r = r[:i]
+			break
+		}
+	}
+	if len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return string(r)
+}

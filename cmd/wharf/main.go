@@ -1,0 +1,124 @@
+// Command wharf is Wharf's operator CLI.
+//
+//	wharf migrate up|down|status   manage River's and Wharf's schema
+//	wharf inbox list|show|replay   inspect and replay inbox messages
+//
+// Every command reads the database URL from DATABASE_URL, or from
+// -database-url.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// command is one `wharf <name>` subcommand.
+type command struct {
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+var commands = map[string]command{
+	"migrate": {"migrate up|down|status: manage River's and Wharf's schema", runMigrate},
+	"inbox":   {"inbox list|show|replay: inspect and replay inbox messages", runInbox},
+}
+
+// env is what commands share: output and a lazily opened pool.
+type env struct {
+	out, errOut io.Writer
+	databaseURL string
+	pool        *pgxpool.Pool
+}
+
+func (e *env) connect(ctx context.Context) (*pgxpool.Pool, error) {
+	if e.pool != nil {
+		return e.pool, nil
+	}
+	if e.databaseURL == "" {
+		return nil, errors.New("no database: set DATABASE_URL or pass -database-url")
+	}
+	pool, err := pgxpool.New(ctx, e.databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	e.pool = pool
+	return pool, nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runCLI(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// runCLI runs one command line and returns the exit code.
+func runCLI(ctx context.Context, args []string, out, errOut io.Writer) int {
+	global := flag.NewFlagSet("wharf", flag.ContinueOnError)
+	global.SetOutput(errOut)
+	databaseURL := global.String("database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
+	global.Usage = func() { usage(errOut, global) }
+	if err := global.Parse(args); err != nil {
+		return 2
+	}
+	if global.NArg() == 0 {
+		usage(errOut, global)
+		return 2
+	}
+	name := global.Arg(0)
+	cmd, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(errOut, "wharf: unknown command %q\n", name)
+		usage(errOut, global)
+		return 2
+	}
+	e := &env{out: out, errOut: errOut, databaseURL: *databaseURL}
+	defer func() {
+		if e.pool != nil {
+			e.pool.Close()
+		}
+	}()
+	if err := cmd.run(ctx, e, global.Args()[1:]); err != nil {
+		var u usageError
+		if errors.As(err, &u) {
+			fmt.Fprintf(errOut, "wharf %s: %v\n", name, err)
+			return 2
+		}
+		fmt.Fprintf(errOut, "wharf %s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// usageError is a mistake in the command line (exit code 2).
+type usageError struct{ msg string }
+
+func (u usageError) Error() string { return u.msg }
+
+func usage(w io.Writer, global *flag.FlagSet) {
+	fmt.Fprintln(w, "usage: wharf [-database-url URL] <command> [arguments]")
+	fmt.Fprintln(w, "\ncommands:")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %s\n", commands[name].summary)
+	}
+	fmt.Fprintln(w, "\nflags:")
+	global.PrintDefaults()
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/signature"
+)
+
+func cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = runCLI(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+
+	code, out, _ := cli(t, "-database-url", url, "migrate", "status")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "up to date")
+
+	code, out, _ = cli(t, "-database-url", url, "migrate", "down")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "wharf schema: version 0 of")
+	require.Contains(t, out, "not up to date")
+
+	code, out, _ = cli(t, "-database-url", url, "migrate", "up")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "up to date")
+
+	code, _, errOut := cli(t, "-database-url", url, "migrate", "sideways")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown migrate command "sideways"`)
+}
+
+func TestNoDatabase(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := cli(t, "-database-url", "", "migrate", "status")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "set DATABASE_URL")
+}
+
+func TestInboxCommands(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	ib, err := inbox.New(pool, &inbox.Config{Sources: []inbox.Source{{Name: "s", Verifier: signature.VerifierFunc(nil)}}})
+	require.NoError(t, err)
+	var res *inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		res, err = ib.Receive(ctx, tx, inbox.Incoming{Source: "s", EventID: "evt_cli", EventType: "t", Body: []byte(`{"k":"v"}`)})
+		return err
+	}))
+
+	code, out, _ := cli(t, "-database-url", url, "inbox", "list")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, res.MessageID.String())
+	require.Contains(t, out, "evt_cli")
+
+	code, out, _ = cli(t, "-database-url", url, "inbox", "show", res.MessageID.String())
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `{"k":"v"}`)
+
+	code, _, errOut := cli(t, "-database-url", url, "inbox", "replay", res.MessageID.String())
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "only failed or dead messages can be replayed")
+
+	code, _, errOut = cli(t, "-database-url", url, "inbox", "show", "not-a-uuid")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "is not a message id")
+
+	code, _, errOut = cli(t, "-database-url", url, "inbox", "list", "-status", "weird")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown status "weird"`)
+}

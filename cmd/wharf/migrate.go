@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/wharfhq/wharf"
+)
+
+func runMigrate(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return usageError{"want up, down or status"}
+	}
+	switch args[0] {
+	case "up":
+		pool, err := e.connect(ctx)
+		if err != nil {
+			return err
+		}
+		if err := wharf.Migrate(ctx, pool); err != nil {
+			return err
+		}
+		return printStatus(ctx, e)
+	case "down":
+		fs := flag.NewFlagSet("migrate down", flag.ContinueOnError)
+		fs.SetOutput(e.errOut)
+		steps := fs.Int("steps", 0, "Wharf migrations to revert (0: all)")
+		river := fs.Bool("river", false, "also remove River's tables (destroys every River job, the application's too)")
+		if err := fs.Parse(args[1:]); err != nil {
+			return usageError{err.Error()}
+		}
+		pool, err := e.connect(ctx)
+		if err != nil {
+			return err
+		}
+		if err := wharf.MigrateDown(ctx, pool, *steps); err != nil {
+			return err
+		}
+		if *river {
+			if err := wharf.MigrateRiverDown(ctx, pool); err != nil {
+				return err
+			}
+		}
+		return printStatus(ctx, e)
+	case "status":
+		return printStatus(ctx, e)
+	default:
+		return usageError{fmt.Sprintf("unknown migrate command %q: want up, down or status", args[0])}
+	}
+}
+
+func printStatus(ctx context.Context, e *env) error {
+	pool, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	s, err := wharf.Status(ctx, pool)
+	if err != nil {
+		return err
+	}
+	dirty := ""
+	if s.WharfDirty {
+		dirty = " (DIRTY: a migration failed half-way; see README, Operations)"
+	}
+	fmt.Fprintf(e.out, "wharf schema: version %d of %d%s\n", s.WharfVersion, s.WharfLatest, dirty)
+	fmt.Fprintf(e.out, "river schema: version %d of %d\n", s.RiverVersion, s.RiverLatest)
+	if s.UpToDate() {
+		fmt.Fprintln(e.out, "up to date")
+	} else {
+		fmt.Fprintln(e.out, "not up to date: run `wharf migrate up`")
+	}
+	return nil
+}
