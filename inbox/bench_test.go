@@ -1,0 +1,201 @@
+package inbox_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/signature"
+)
+
+// BenchmarkIngest measures HTTP ingest of signed 1 KB events from 32
+// concurrent senders, and in the same run the raw Postgres rate of the same
+// writes (one transaction inserting the key, message and job rows, no HTTP,
+// no verification). It reports both rates, their ratio (target ≥ 0.5) and
+// ingest latency percentiles (target p99 ≤ 10 ms).
+//
+// WHARF_BENCH_REQUESTS sets the requests per phase (default 4000),
+// WHARF_BENCH_SENDERS the concurrency (default 32).
+func BenchmarkIngest(b *testing.B) {
+	senders, requests := 32, 4000
+	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_REQUESTS")); err == nil && v > 0 {
+		requests = v
+	}
+	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_SENDERS")); err == nil && v > 0 {
+		senders = v
+	}
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testdb.NewURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = int32(senders)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+
+	ib, err := inbox.New(pool, &inbox.Config{
+		Sources: []inbox.Source{{Name: "bench", Verifier: signature.NewStandardWebhooks(signature.Secrets{testSecret}, nil)}},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	server := httptest.NewServer(ib.SourceHandler("bench"))
+	b.Cleanup(server.Close)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}}
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	body := func(i int, run string) []byte {
+		prefix := fmt.Sprintf(`{"type":"payment.succeeded","id":"%s_%d","data":{"pad":"`, run, i)
+		return []byte(prefix + strings.Repeat("x", 1024-len(prefix)-3) + `"}}`)
+	}
+
+	raw := func(run string, n int) ([]time.Duration, time.Duration) {
+		return hammer(b, senders, n, func(i int) error {
+			data := body(i, run)
+			sum := sha256.Sum256(data)
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			id, _ := uuid.NewV7()
+			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				q := dbsqlc.New(tx)
+				if _, err := q.InboxKeyClaim(ctx, dbsqlc.InboxKeyClaimParams{
+					Source: "raw", EventID: fmt.Sprintf("%s_%d", run, i), PayloadHash: sum[:], MessageID: id, ReceivedAt: now,
+				}); err != nil {
+					return err
+				}
+				job, err := riverClient.InsertTx(ctx, tx, rawArgs{ID: id, ReceivedAt: now}, &river.InsertOpts{Queue: "bench_raw"})
+				if err != nil {
+					return err
+				}
+				return q.InboxMessageInsert(ctx, dbsqlc.InboxMessageInsertParams{
+					ID: id, ReceivedAt: now, Source: "raw", EventID: fmt.Sprintf("%s_%d", run, i), EventType: "payment.succeeded",
+					Headers: []byte(`{}`), Body: data, PayloadHash: sum[:], JobID: &job.Job.ID,
+				})
+			})
+		})
+	}
+	ingest := func(run string, n int) ([]time.Duration, time.Duration) {
+		reqs := make([]*http.Request, n)
+		for i := range reqs {
+			data := body(i, run)
+			h, err := signature.SignStandardWebhooks([]string{testSecret}, fmt.Sprintf("msg_%s_%d", run, i), time.Now(), data)
+			if err != nil {
+				b.Fatal(err)
+			}
+			req, _ := http.NewRequest(http.MethodPost, server.URL, bytes.NewReader(data))
+			req.Header = h
+			req.Header.Set("Content-Type", "application/json")
+			reqs[i] = req
+		}
+		return hammer(b, senders, n, func(i int) error {
+			resp, err := client.Do(reqs[i])
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("status %d", resp.StatusCode)
+			}
+			return nil
+		})
+	}
+
+	for b.Loop() {
+		// Warm both paths (connections, partitions, caches), then measure.
+		raw("warm", 200)
+		ingest("warm", 200)
+		rawLat, rawWall := raw("run", requests)
+		httpLat, httpWall := ingest("run", requests)
+
+		rawRate := float64(requests) / rawWall.Seconds()
+		httpRate := float64(requests) / httpWall.Seconds()
+		b.ReportMetric(rawRate, "raw_req/s")
+		b.ReportMetric(httpRate, "ingest_req/s")
+		b.ReportMetric(httpRate/rawRate, "ratio")
+		b.ReportMetric(ms(percentile(httpLat, 50)), "ingest_p50_ms")
+		b.ReportMetric(ms(percentile(httpLat, 99)), "ingest_p99_ms")
+		b.ReportMetric(ms(percentile(rawLat, 99)), "raw_p99_ms")
+		b.Logf("%d requests, %d senders: raw %.0f/s (p50 %.2f ms, p99 %.2f ms); ingest %.0f/s (p50 %.2f ms, p99 %.2f ms); ratio %.2f",
+			requests, senders, rawRate, ms(percentile(rawLat, 50)), ms(percentile(rawLat, 99)),
+			httpRate, ms(percentile(httpLat, 50)), ms(percentile(httpLat, 99)), httpRate/rawRate)
+	}
+}
+
+type rawArgs struct {
+	ID         uuid.UUID `json:"message_id"`
+	ReceivedAt time.Time `json:"received_at"`
+}
+
+func (rawArgs) Kind() string { return "bench_raw" }
+
+// hammer runs op for i in [0, n) from the given number of goroutines and
+// returns each call's latency and the wall time.
+func hammer(b *testing.B, workers, n int, op func(i int) error) ([]time.Duration, time.Duration) {
+	b.Helper()
+	latencies := make([]time.Duration, n)
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				if err := op(i); err != nil {
+					failed.Store(err)
+					return
+				}
+				latencies[i] = time.Since(t0)
+			}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	if err, ok := failed.Load().(error); ok {
+		b.Fatal(err)
+	}
+	return latencies, wall
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p/100))]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
