@@ -1,0 +1,145 @@
+package inbox_test
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testdb"
+)
+
+const (
+	chaosURLEnv     = "WHARF_CHAOS_DATABASE_URL"
+	chaosJobTimeout = 500 * time.Millisecond
+	chaosRescue     = time.Second
+	chaosInHandler  = "IN_HANDLER"
+)
+
+// TestWorkerKilledMidHandler kills -9 a worker process while its handler is
+// inside the transaction (the effect written, not committed), then starts a
+// fresh worker: River's rescuer must hand the job over and the effect must
+// be applied exactly once.
+func TestWorkerKilledMidHandler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	createEffects(t, pool)
+	b := setup(t, &setupOpts{pool: pool})
+	do(t, b.signed(t, "payments", "msg_chaos", []byte(`{"type":"payment.succeeded"}`), time.Now()))
+
+	// A worker process that blocks inside the handler.
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosWorkerProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), chaosURLEnv+"="+url)
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	cmd.Stderr = os.Stderr
+	require.NoError(t, cmd.Start())
+	inHandler := make(chan struct{})
+	go func() {
+		scanner := bufio.NewScanner(stdout)
+		for scanner.Scan() {
+			if strings.Contains(scanner.Text(), chaosInHandler) {
+				close(inHandler)
+			}
+		}
+	}()
+	select {
+	case <-inHandler:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("worker process never reached the handler")
+	}
+	require.NoError(t, cmd.Process.Kill()) // SIGKILL: no cleanup, no rollback from the client
+	_ = cmd.Wait()
+
+	// The killed transaction left nothing; the job is stuck in running.
+	require.Zero(t, effectCount(t, pool, "msg_chaos"))
+	var state string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT state FROM river_job WHERE kind = 'wharf_inbox_process'").Scan(&state))
+	require.Equal(t, "running", state)
+
+	// Once the job is older than the rescue window, a new worker's rescuer
+	// (its first run is at start) retries it.
+	require.Eventually(t, func() bool {
+		var stuck bool
+		err := pool.QueryRow(ctx, "SELECT attempted_at < now() - $1::interval FROM river_job WHERE kind = 'wharf_inbox_process'",
+			chaosRescue.String()).Scan(&stuck)
+		return err == nil && stuck
+	}, 10*time.Second, 20*time.Millisecond)
+	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
+	events := startChaosClient(t, pool, b.inbox, false)
+	awaitJob(t, events, river.EventKindJobCompleted)
+
+	require.Equal(t, 1, effectCount(t, pool, "msg_chaos"))
+	msg := onlyMessage(t, b)
+	require.Equal(t, inbox.StatusProcessed, msg.Status)
+}
+
+// TestChaosWorkerProcess is the worker process of TestWorkerKilledMidHandler;
+// it does nothing unless started by it.
+func TestChaosWorkerProcess(t *testing.T) {
+	url := os.Getenv(chaosURLEnv)
+	if url == "" {
+		return // not a subprocess: nothing to do, nothing to assert
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	ib, err := inbox.New(pool, &inbox.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	ib.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if err := applyEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		os.Stdout.WriteString(chaosInHandler + "\n")
+		select {} // wait to be killed
+	})
+	startChaosClient(t, pool, ib, true)
+	select {}
+}
+
+func startChaosClient(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, subprocess bool) <-chan *river.Event {
+	t.Helper()
+	workers := river.NewWorkers()
+	require.NoError(t, ib.AddWorkers(workers))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:               map[string]river.QueueConfig{ib.Queue(): {MaxWorkers: 2}},
+		Workers:              workers,
+		FetchCooldown:        5 * time.Millisecond,
+		FetchPollInterval:    20 * time.Millisecond,
+		JobTimeout:           chaosJobTimeout,
+		RescueStuckJobsAfter: chaosRescue,
+		RetryPolicy:          fastRetry{},
+		// The doomed process must not hold leadership: its lease would
+		// outlive it and delay the rescuer of the next one.
+		LeaderElectionDisabled: subprocess,
+		Logger:                 slog.New(slog.NewTextHandler(io.Discard, nil)),
+		TestOnly:               true,
+	})
+	require.NoError(t, err)
+	events, cancel := client.Subscribe(river.EventKindJobCompleted)
+	require.NoError(t, client.Start(context.Background()))
+	if !subprocess {
+		t.Cleanup(func() {
+			cancel()
+			require.NoError(t, client.Stop(context.Background()))
+		})
+	}
+	return events
+}
