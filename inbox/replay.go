@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/partition"
 )
 
 var (
@@ -43,6 +44,14 @@ func (ib *Inbox) Replay(ctx context.Context, id uuid.UUID) error {
 // errors.Is(err, ErrNotFound) or errors.Is(err, ErrNotReplayable) is true when
 // the message is missing or in another status; nothing changes then.
 func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	// Revives an old row: keep retention from dropping its partition until
+	// this transaction ends.
+	if err := dbsqlc.New(tx).AdvisoryXactLockShared(ctx, dbsqlc.AdvisoryXactLockSharedParams{
+		Class: partition.LockClass(),
+		Key:   partition.RetentionLockKey(messagesTable),
+	}); err != nil {
+		return err
+	}
 	found, err := dbsqlc.New(tx).InboxMessageGet(ctx, id)
 	if err != nil {
 		return translate(err)

@@ -196,3 +196,11 @@ func (c *Cache) Ensure(ctx context.Context, parent string, t time.Time) error {
 func (c *Cache) Forget(parent string, day time.Time) {
 	c.known.Delete(Name(parent, day))
 }
+
+// RetentionLockKey is the advisory-lock key that guards parent's partitions
+// against being dropped while a writer revives an old row: retention holds it
+// exclusively from its unfinished-rows check through the detach; Replay and
+// other writers of old rows hold it shared for their transaction.
+func RetentionLockKey(parent string) int32 {
+	return LockKey("wharf.retention." + parent)
+}
