@@ -1,0 +1,166 @@
+// Package jobs keeps Wharf's tables small without losing work: River
+// periodic jobs create daily partitions ahead, drop whole expired partitions
+// (cheap, no vacuum bloat) and prune dedupe keys in bounded batches.
+//
+// Add PeriodicJobs(cfg) to your River client's PeriodicJobs and register the
+// workers with AddWorkers. River runs periodic jobs on the elected leader;
+// every run also takes an advisory lock, so overlapping runs (two nodes, a
+// manual run from the CLI) are safe and end in the same state.
+//
+// A partition is dropped only when every row in it is finished; a day that
+// still holds work (a message to process, a delivery to retry, a dead letter
+// younger than DeadLetterRetention) is kept and reported, and dropped by a
+// later run once its rows finish.
+package jobs
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/riverqueue/river"
+)
+
+// Retention bounds and defaults. Every retention setting must lie within
+// [MinRetention, MaxRetention].
+const (
+	MinRetention = 72 * time.Hour
+	MaxRetention = 90 * 24 * time.Hour
+
+	DefaultDedupeWindow        = 72 * time.Hour
+	DefaultInboxRetention      = 30 * 24 * time.Hour
+	DefaultOutboxRetention     = 30 * 24 * time.Hour
+	DefaultAttemptRetention    = 90 * 24 * time.Hour
+	DefaultDeadLetterRetention = 30 * 24 * time.Hour
+	DefaultPartitionDaysAhead  = 7
+	DefaultInterval            = time.Hour
+	DefaultBatchSize           = 1000
+)
+
+// Config configures partition upkeep and retention. A nil *Config means
+// every default.
+type Config struct {
+	// DedupeWindow is how long an inbox dedupe key is kept: a redelivery
+	// within it is a duplicate, one after it is accepted as a new event.
+	// It must cover the longest retry window of your senders (see
+	// SourceRetryWindows). Keys of unfinished messages are kept regardless.
+	// Defaults to DefaultDedupeWindow (72h).
+	DedupeWindow time.Duration
+	// InboxRetention is how long inbox messages are kept, by the day they
+	// were received. Defaults to DefaultInboxRetention (30 days).
+	InboxRetention time.Duration
+	// OutboxRetention is how long outbox events are kept, by the day they
+	// were published. Defaults to DefaultOutboxRetention (30 days).
+	OutboxRetention time.Duration
+	// AttemptRetention is how long outbox delivery attempt logs are kept.
+	// Defaults to DefaultAttemptRetention (90 days).
+	AttemptRetention time.Duration
+	// DeadLetterRetention is how long a dead message or delivery is kept
+	// after it died, so that it can be inspected and replayed; its day is
+	// not dropped before. Defaults to DefaultDeadLetterRetention (30 days).
+	DeadLetterRetention time.Duration
+	// ScrubAfter, when set, empties the bodies and headers of finished
+	// inbox messages older than this (metadata stays), ahead of row
+	// retention. It must be shorter than InboxRetention. Defaults to 0:
+	// bodies are kept for the row's life.
+	ScrubAfter time.Duration
+	// SourceRetryWindows declares, per inbox source, how long the sender
+	// keeps retrying (Stripe: 3 days). Validation rejects a DedupeWindow
+	// shorter than any of them. Defaults to none.
+	SourceRetryWindows map[string]time.Duration
+	// PartitionDaysAhead is how many days of partitions beyond today are
+	// kept ready. Defaults to DefaultPartitionDaysAhead (7).
+	PartitionDaysAhead int
+	// Interval is how often the periodic jobs run (they also run when the
+	// leader starts). Defaults to DefaultInterval (1h).
+	Interval time.Duration
+	// BatchSize bounds each DELETE or UPDATE of a pruning pass, keeping
+	// locks short. Defaults to DefaultBatchSize (1000).
+	BatchSize int
+	// Queue is the River queue of the periodic jobs. Defaults to
+	// river.QueueDefault.
+	Queue string
+	// Logger receives one line per run and per deferred partition.
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+	// Now returns the current time; tests inject a clock. Defaults to
+	// time.Now.
+	Now func() time.Time
+}
+
+// withDefaults returns a copy of c with every zero field defaulted.
+func (c *Config) withDefaults() *Config {
+	out := Config{}
+	if c != nil {
+		out = *c
+	}
+	setDefault(&out.DedupeWindow, DefaultDedupeWindow)
+	setDefault(&out.InboxRetention, DefaultInboxRetention)
+	setDefault(&out.OutboxRetention, DefaultOutboxRetention)
+	setDefault(&out.AttemptRetention, DefaultAttemptRetention)
+	setDefault(&out.DeadLetterRetention, DefaultDeadLetterRetention)
+	setDefault(&out.PartitionDaysAhead, DefaultPartitionDaysAhead)
+	setDefault(&out.Interval, DefaultInterval)
+	setDefault(&out.BatchSize, DefaultBatchSize)
+	setDefault(&out.Queue, river.QueueDefault)
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return &out
+}
+
+func setDefault[T comparable](field *T, value T) {
+	var zero T
+	if *field == zero {
+		*field = value
+	}
+}
+
+// Validate reports every problem with c, defaults applied.
+func (c *Config) Validate() error {
+	return c.withDefaults().validate()
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	for _, r := range []struct {
+		name  string
+		value time.Duration
+	}{
+		{"DedupeWindow", c.DedupeWindow},
+		{"InboxRetention", c.InboxRetention},
+		{"OutboxRetention", c.OutboxRetention},
+		{"AttemptRetention", c.AttemptRetention},
+		{"DeadLetterRetention", c.DeadLetterRetention},
+	} {
+		if r.value < MinRetention || r.value > MaxRetention {
+			errs = append(errs, fmt.Errorf("%s %s is outside [%s, %s]", r.name, r.value, MinRetention, MaxRetention))
+		}
+	}
+	for source, window := range c.SourceRetryWindows {
+		if window > c.DedupeWindow {
+			errs = append(errs, fmt.Errorf("DedupeWindow %s is shorter than source %q's retry window %s: a late retry would be processed twice",
+				c.DedupeWindow, source, window))
+		}
+	}
+	if c.ScrubAfter < 0 || (c.ScrubAfter > 0 && (c.ScrubAfter < time.Hour || c.ScrubAfter >= c.InboxRetention)) {
+		errs = append(errs, fmt.Errorf("ScrubAfter %s must be 0 or within [1h, InboxRetention)", c.ScrubAfter))
+	}
+	if c.PartitionDaysAhead < 1 || c.PartitionDaysAhead > 90 {
+		errs = append(errs, fmt.Errorf("PartitionDaysAhead %d is outside [1, 90]", c.PartitionDaysAhead))
+	}
+	if c.Interval < time.Minute {
+		errs = append(errs, fmt.Errorf("Interval %s is under a minute", c.Interval))
+	}
+	if c.BatchSize < 1 || c.BatchSize > 100_000 {
+		errs = append(errs, fmt.Errorf("BatchSize %d is outside [1, 100000]", c.BatchSize))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("jobs: invalid config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,374 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/jobs"
+)
+
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+type testBundle struct {
+	pool   *pgxpool.Pool
+	clock  *clock
+	inbox  *inbox.Inbox
+	maint  *jobs.Maintainer
+	events <-chan *river.Event
+}
+
+func setup(t *testing.T, cfg *jobs.Config) *testBundle {
+	t.Helper()
+	pool := testdb.New(t)
+	clk := &clock{now: time.Now()}
+	if cfg == nil {
+		cfg = &jobs.Config{}
+	}
+	cfg.Now, cfg.Logger = clk.Now, quiet
+	maint, err := jobs.NewMaintainer(pool, cfg)
+	require.NoError(t, err)
+	ib, err := inbox.New(pool, &inbox.Config{Now: clk.Now, Logger: quiet})
+	require.NoError(t, err)
+	return &testBundle{pool: pool, clock: clk, inbox: ib, maint: maint}
+}
+
+// startWorkers works the inbox queue; failed jobs retry only after an hour
+// of real time, i.e. not during the test unless replayed.
+func (b *testBundle) startWorkers(t *testing.T) {
+	t.Helper()
+	workers := river.NewWorkers()
+	require.NoError(t, b.inbox.AddWorkers(workers))
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{b.inbox.Queue(): {MaxWorkers: 4}},
+		Workers:           workers,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		RetryPolicy:       slowRetry{},
+		Logger:            quiet,
+		TestOnly:          true,
+	})
+	require.NoError(t, err)
+	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, client.Stop(context.Background()))
+	})
+	b.events = events
+}
+
+type slowRetry struct{}
+
+func (slowRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(time.Hour) }
+
+func (b *testBundle) receive(t *testing.T, source, eventID string) *inbox.Result {
+	t.Helper()
+	ctx := context.Background()
+	var res *inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		res, err = b.inbox.Receive(ctx, tx, inbox.Incoming{Source: source, EventID: eventID, EventType: "t", Body: []byte(`{}`)})
+		return err
+	}))
+	return res
+}
+
+func (b *testBundle) awaitJobs(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-b.events:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("job did not finish within 20s")
+		}
+	}
+}
+
+func (b *testBundle) count(t *testing.T, query string) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), query).Scan(&n))
+	return n
+}
+
+func (b *testBundle) partitionDays(t *testing.T, table string) []time.Time {
+	t.Helper()
+	parts, err := partition.List(context.Background(), b.pool, table)
+	require.NoError(t, err)
+	days := make([]time.Time, 0, len(parts))
+	for _, p := range parts {
+		days = append(days, p.Day)
+	}
+	return days
+}
+
+func days(first, last time.Time) []time.Time {
+	var out []time.Time
+	for d := first; !d.After(last); d = d.AddDate(0, 0, 1) {
+		out = append(out, d)
+	}
+	return out
+}
+
+// TestHundredDays simulates 100 days of traffic with an injected clock:
+// every day three messages arrive and are processed, upkeep and prune run.
+// Partitions must exist ahead, expired ones go, row counts follow the
+// retention settings — except for a message kept unfinished, whose day
+// survives until it is processed, and a dead letter, kept for its own
+// retention.
+func TestHundredDays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const perDay = 3
+	b := setup(t, &jobs.Config{DeadLetterRetention: 40 * 24 * time.Hour})
+	var released atomic.Bool
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(_ context.Context, _ pgx.Tx, msg *inbox.Message) error {
+		switch msg.Source {
+		case "stuck":
+			if !released.Load() {
+				return errors.New("not yet")
+			}
+		case "doomed":
+			return inbox.Permanent(errors.New("bad payload"))
+		}
+		return nil
+	})
+	b.startWorkers(t)
+
+	start := partition.Day(time.Now())
+	var stuckID, deadDay time.Time
+	var stuck *inbox.Result
+	for d := range 100 {
+		today := start.AddDate(0, 0, d)
+		b.clock.Set(today.Add(12 * time.Hour))
+		_, err := b.maint.Upkeep(ctx)
+		require.NoError(t, err)
+		for i := range perDay {
+			b.receive(t, "s", today.Format("20060102")+"-"+string(rune('a'+i)))
+		}
+		b.awaitJobs(t, perDay)
+		switch d {
+		case 5:
+			stuck = b.receive(t, "stuck", "stuck-1")
+			stuckID = today
+			b.awaitJobs(t, 1)
+		case 10:
+			b.receive(t, "doomed", "doomed-1")
+			deadDay = today
+			b.awaitJobs(t, 1)
+		}
+		res, err := b.maint.Prune(ctx, nil)
+		require.NoError(t, err)
+
+		// Partitions: the last 31 days (30 of retention plus today's), the
+		// days still holding work, and PartitionDaysAhead (7) ahead.
+		first := start.AddDate(0, 0, -1) // Migrate's "yesterday"
+		if oldest := today.AddDate(0, 0, -30); oldest.After(first) {
+			first = oldest
+		}
+		want := days(first, today.AddDate(0, 0, 7))
+		kept := 0
+		if d >= 36 { // the stuck day is expired from day 36 on
+			want = append([]time.Time{stuckID}, want...)
+			kept++
+			require.Contains(t, res.Deferred, jobs.DeferredPartition{Name: partition.Name("wharf_inbox_messages", stuckID), Unfinished: 1})
+		}
+		if d >= 41 && d < 50 { // the dead letter's day: expired, dead for under 40 days
+			want = append([]time.Time{stuckID, deadDay}, want[1:]...)
+			kept++
+		}
+		require.Equal(t, want, b.partitionDays(t, "wharf_inbox_messages"), "day %d", d)
+		require.Len(t, res.Deferred, kept, "day %d: %+v", d, res.Deferred)
+
+		// Rows: three per retained day, plus the stuck and the dead ones,
+		// plus the finished rows that share a kept day with them.
+		retainedDays := min(d, 30) + 1 + kept
+		extra := 0
+		if d >= 5 {
+			extra++
+		}
+		if d >= 10 && d < 50 {
+			extra++
+		}
+		require.Equal(t, perDay*retainedDays+extra, b.count(t, "SELECT count(*) FROM wharf_inbox_messages"), "day %d", d)
+
+		// Keys: those received within the last 72 hours (today and the
+		// three days before), plus the unfinished message's whatever its
+		// age; the dead letter's key is finished and ages out like others.
+		keys := perDay * (min(d, 3) + 1)
+		if d >= 5 {
+			keys++
+		}
+		if d >= 10 && d <= 13 {
+			keys++
+		}
+		require.Equal(t, keys, b.count(t, "SELECT count(*) FROM wharf_inbox_keys"), "day %d", d)
+	}
+
+	// The stuck message survived 94 days past its day's retention; it is
+	// still there to be processed.
+	released.Store(true)
+	require.NoError(t, b.inbox.Replay(ctx, stuck.MessageID))
+	b.awaitJobs(t, 1)
+	msg, err := b.inbox.Get(ctx, stuck.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusProcessed, msg.Status)
+
+	// Now finished, its day goes at the next prune.
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.Contains(t, res.Dropped, partition.Name("wharf_inbox_messages", stuckID))
+	require.Empty(t, res.Deferred)
+}
+
+// TestConcurrentPrunes runs two prunes (and two upkeeps) at once: both
+// succeed and the end state is the one a single run leaves.
+func TestConcurrentPrunes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error { return nil })
+	b.startWorkers(t)
+
+	// Forty days of one processed message each, created at their day.
+	start := partition.Day(time.Now())
+	for d := range 40 {
+		b.clock.Set(start.AddDate(0, 0, d).Add(time.Hour))
+		b.receive(t, "s", start.AddDate(0, 0, d).Format("20060102"))
+		b.awaitJobs(t, 1)
+	}
+	second, err := jobs.NewMaintainer(b.pool, &jobs.Config{Now: b.clock.Now, Logger: quiet})
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	results := make([]*jobs.PruneResult, 2)
+	errs := make([]error, 4)
+	for i, m := range []*jobs.Maintainer{b.maint, second} {
+		wg.Add(2)
+		go func() { defer wg.Done(); results[i], errs[i] = m.Prune(ctx, nil) }()
+		go func() { defer wg.Done(); _, errs[2+i] = m.Upkeep(ctx) }()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	// Every expired day was dropped exactly once between the two runs.
+	dropped := append(results[0].Dropped, results[1].Dropped...)
+	require.Len(t, dropped, 10, "days -1 … 8 are past 30 days of retention on day 39: %v", dropped)
+	seen := map[string]bool{}
+	for _, name := range dropped {
+		require.False(t, seen[name], "%s dropped twice", name)
+		seen[name] = true
+	}
+	today := start.AddDate(0, 0, 39)
+	require.Equal(t, days(today.AddDate(0, 0, -30), today.AddDate(0, 0, 7)), b.partitionDays(t, "wharf_inbox_messages"))
+	require.Equal(t, 31, b.count(t, "SELECT count(*) FROM wharf_inbox_messages"))
+
+	// A third run finds nothing left to do.
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, res.Dropped)
+	require.Zero(t, res.DedupeKeysDeleted)
+}
+
+// TestDedupeWindow: a redelivery inside the window is a duplicate; after
+// the keys are pruned the same event id is accepted as a new event — the
+// documented trade-off of a bounded window.
+func TestDedupeWindow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil) // DedupeWindow 72h
+	t0 := time.Now()
+	b.clock.Set(t0)
+	first := b.receive(t, "s", "evt_1")
+	require.False(t, first.Duplicate)
+
+	b.clock.Set(t0.Add(71 * time.Hour))
+	_, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.True(t, b.receive(t, "s", "evt_1").Duplicate, "inside the window")
+
+	// The message is still unfinished (no worker runs here): its key is
+	// kept even past the window.
+	b.clock.Set(t0.Add(73 * time.Hour))
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, res.DedupeKeysDeleted)
+	require.True(t, b.receive(t, "s", "evt_1").Duplicate, "unfinished message keeps its key")
+
+	// Processed, the key ages out, and a late redelivery is new.
+	_, err = b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed'")
+	require.NoError(t, err)
+	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, dry.DedupeKeysDeleted)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM wharf_inbox_keys"), "dry run deletes nothing")
+	res, err = b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.DedupeKeysDeleted)
+	late := b.receive(t, "s", "evt_1")
+	require.False(t, late.Duplicate, "after the window")
+	require.NotEqual(t, first.MessageID, late.MessageID)
+}
+
+func TestKeyPruningInBatches(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, &jobs.Config{BatchSize: 7})
+	t0 := time.Now()
+	b.clock.Set(t0)
+	for i := range 30 {
+		b.receive(t, "s", "evt_"+string(rune('A'+i)))
+	}
+	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed'")
+	require.NoError(t, err)
+	b.clock.Set(t0.Add(80 * time.Hour))
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 30, res.DedupeKeysDeleted)
+	require.Zero(t, b.count(t, "SELECT count(*) FROM wharf_inbox_keys"))
+}
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	require.NoError(t, (*jobs.Config)(nil).Validate())
+	for _, tt := range []struct {
+		cfg  jobs.Config
+		want string
+	}{
+		{jobs.Config{DedupeWindow: time.Hour}, "DedupeWindow 1h0m0s is outside"},
+		{jobs.Config{InboxRetention: 100 * 24 * time.Hour}, "InboxRetention 2400h0m0s is outside"},
+		{jobs.Config{SourceRetryWindows: map[string]time.Duration{"stripe": 96 * time.Hour}}, `shorter than source "stripe"'s retry window 96h0m0s`},
+		{jobs.Config{ScrubAfter: 40 * 24 * time.Hour}, "ScrubAfter"},
+		{jobs.Config{BatchSize: -1}, "BatchSize"},
+		{jobs.Config{Interval: time.Second}, "Interval"},
+	} {
+		require.ErrorContains(t, tt.cfg.Validate(), tt.want)
+	}
+	ok := jobs.Config{DedupeWindow: 96 * time.Hour, SourceRetryWindows: map[string]time.Duration{"stripe": 72 * time.Hour}}
+	require.NoError(t, ok.Validate())
+}

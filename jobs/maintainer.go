@@ -1,0 +1,256 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/partition"
+)
+
+// Maintainer runs partition upkeep and retention. The periodic jobs use
+// one; the CLI and tests call it directly.
+type Maintainer struct {
+	pool *pgxpool.Pool
+	cfg  *Config
+}
+
+// NewMaintainer returns a Maintainer over pool, or an error when cfg is
+// invalid.
+func NewMaintainer(pool *pgxpool.Pool, cfg *Config) (*Maintainer, error) {
+	if pool == nil {
+		return nil, errors.New("jobs: nil pool")
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Maintainer{pool: pool, cfg: c}, nil
+}
+
+// UpkeepResult says what a partition upkeep run did.
+type UpkeepResult struct {
+	// Created lists the partitions created.
+	Created []string `json:"created"`
+	// Finalized lists partitions whose interrupted detach was completed and
+	// that were then dropped.
+	Finalized []string `json:"finalized,omitempty"`
+}
+
+// Upkeep makes sure every Wharf partitioned table has partitions from
+// yesterday through PartitionDaysAhead days ahead. Existing partitions are
+// left alone; running it twice, or on two nodes at once, is a no-op.
+func (m *Maintainer) Upkeep(ctx context.Context) (*UpkeepResult, error) {
+	now := m.cfg.Now()
+	created, err := partition.EnsureAll(ctx, m.pool, now.AddDate(0, 0, -1), now.AddDate(0, 0, m.cfg.PartitionDaysAhead))
+	res := &UpkeepResult{Created: created}
+	if err != nil {
+		return res, fmt.Errorf("jobs: partition upkeep: %w", err)
+	}
+	if len(created) > 0 {
+		m.cfg.Logger.InfoContext(ctx, "wharf: partitions created", "partitions", created)
+	}
+	return res, nil
+}
+
+// PruneOpts tunes one Prune run.
+type PruneOpts struct {
+	// DryRun reports what would be dropped, deferred and deleted without
+	// changing anything.
+	DryRun bool
+}
+
+// PruneResult says what a retention run did (or, dry, would do).
+type PruneResult struct {
+	// DryRun is true when nothing was changed.
+	DryRun bool `json:"dry_run,omitempty"`
+	// Dropped lists the expired partitions dropped.
+	Dropped []string `json:"dropped"`
+	// Deferred lists expired partitions kept because they hold unfinished
+	// rows.
+	Deferred []DeferredPartition `json:"deferred"`
+	// DedupeKeysDeleted counts inbox dedupe keys pruned.
+	DedupeKeysDeleted int64 `json:"dedupe_keys_deleted"`
+}
+
+// DeferredPartition is an expired partition kept for its unfinished rows.
+type DeferredPartition struct {
+	Name       string `json:"name"`
+	Unfinished int64  `json:"unfinished"`
+}
+
+// tablePolicy is how retention treats one partitioned table.
+type tablePolicy struct {
+	table     string
+	retention func(*Config) time.Duration
+	// unfinished counts the rows of [dayStart, dayEnd) that must be kept;
+	// nil for logs, which are never unfinished.
+	unfinished func(ctx context.Context, q *dbsqlc.Queries, dayStart, dayEnd, deadCutoff time.Time) (int64, error)
+}
+
+var tablePolicies = []tablePolicy{
+	{
+		table:     "wharf_inbox_messages",
+		retention: func(c *Config) time.Duration { return c.InboxRetention },
+		unfinished: func(ctx context.Context, q *dbsqlc.Queries, dayStart, dayEnd, deadCutoff time.Time) (int64, error) {
+			return q.RetentionInboxUnfinishedCount(ctx, dbsqlc.RetentionInboxUnfinishedCountParams{
+				DayStart: dayStart, DayEnd: dayEnd, DeadCutoff: deadCutoff,
+			})
+		},
+	},
+}
+
+// Prune drops expired partitions whose rows are all finished, defers the
+// others, and deletes expired dedupe keys in batches. One run at a time
+// holds the prune lock; a second waits for it and then finds little to do.
+func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, error) {
+	if opts == nil {
+		opts = &PruneOpts{}
+	}
+	res := &PruneResult{DryRun: opts.DryRun, Dropped: []string{}, Deferred: []DeferredPartition{}}
+	err := m.withLock(ctx, partition.LockKey("wharf.jobs.prune"), func(context.Context) error {
+		now := m.cfg.Now()
+		for _, policy := range tablePolicies {
+			if err := m.pruneTable(ctx, policy, now, opts.DryRun, res); err != nil {
+				return err
+			}
+		}
+		n, err := m.pruneDedupeKeys(ctx, now.Add(-m.cfg.DedupeWindow), opts.DryRun)
+		res.DedupeKeysDeleted = n
+		return err
+	})
+	m.logPrune(ctx, res, err)
+	return res, err
+}
+
+func (m *Maintainer) pruneTable(ctx context.Context, policy tablePolicy, now time.Time, dryRun bool, res *PruneResult) error {
+	parts, err := partition.List(ctx, m.pool, policy.table)
+	if err != nil {
+		return fmt.Errorf("jobs: list partitions of %s: %w", policy.table, err)
+	}
+	// A day is expired when all of it lies before the retention cutoff.
+	cutoff := now.Add(-policy.retention(m.cfg))
+	for _, p := range parts {
+		if p.Day.IsZero() || p.Day.AddDate(0, 0, 1).After(cutoff) {
+			continue // not ours, or not expired
+		}
+		if p.DetachPending {
+			// A previous run was interrupted after deciding to drop it.
+			if !dryRun {
+				if err := partition.Finalize(ctx, m.pool, policy.table, p.Name); err != nil {
+					return err
+				}
+				if err := partition.Drop(ctx, m.pool, p.Name); err != nil {
+					return err
+				}
+			}
+			res.Dropped = append(res.Dropped, p.Name)
+			continue
+		}
+		dropped, unfinished, err := m.dropIfFinished(ctx, policy, p, now, dryRun)
+		if err != nil {
+			return err
+		}
+		if dropped {
+			res.Dropped = append(res.Dropped, p.Name)
+		} else {
+			res.Deferred = append(res.Deferred, DeferredPartition{Name: p.Name, Unfinished: unfinished})
+			m.cfg.Logger.WarnContext(ctx, "wharf: expired partition kept for unfinished rows",
+				"partition", p.Name, "unfinished", unfinished)
+		}
+	}
+	return nil
+}
+
+// dropIfFinished drops partition p unless it holds unfinished rows. The
+// retention lock, held exclusively from the check through the detach, keeps
+// replays (which hold it shared) from reviving a row in between.
+func (m *Maintainer) dropIfFinished(ctx context.Context, policy tablePolicy, p partition.Info, now time.Time, dryRun bool) (dropped bool, unfinished int64, err error) {
+	err = m.withLock(ctx, partition.RetentionLockKey(policy.table), func(ctx context.Context) error {
+		if policy.unfinished != nil {
+			unfinished, err = policy.unfinished(ctx, dbsqlc.New(m.pool), p.Day, p.Day.AddDate(0, 0, 1), now.Add(-m.cfg.DeadLetterRetention))
+			if err != nil {
+				return fmt.Errorf("jobs: count unfinished rows of %s: %w", p.Name, err)
+			}
+		}
+		if unfinished > 0 || dryRun {
+			return nil
+		}
+		return partition.Detach(ctx, m.pool, policy.table, p.Name)
+	})
+	if err != nil || unfinished > 0 {
+		return false, unfinished, err
+	}
+	if !dryRun {
+		if err := partition.Drop(ctx, m.pool, p.Name); err != nil {
+			return false, 0, err
+		}
+	}
+	return true, 0, nil
+}
+
+// pruneDedupeKeys deletes expired dedupe keys a batch at a time, so that
+// no statement holds its locks for long.
+func (m *Maintainer) pruneDedupeKeys(ctx context.Context, cutoff time.Time, dryRun bool) (int64, error) {
+	q := dbsqlc.New(m.pool)
+	if dryRun {
+		return q.RetentionInboxKeysExpiredCount(ctx, cutoff)
+	}
+	return deleteInBatches(ctx, m.cfg.BatchSize, func(ctx context.Context, batch int) (int64, error) {
+		return q.RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{Cutoff: cutoff, BatchSize: int32(batch)})
+	})
+}
+
+// deleteInBatches calls del until a batch comes back short, and returns
+// the total.
+func deleteInBatches(ctx context.Context, batch int, del func(context.Context, int) (int64, error)) (int64, error) {
+	var total int64
+	for {
+		n, err := del(ctx, batch)
+		total += n
+		if err != nil || n < int64(batch) {
+			return total, err
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}
+
+// withLock runs fn holding a session advisory lock on a connection of its
+// own, waiting for a concurrent holder to finish.
+func (m *Maintainer) withLock(ctx context.Context, key int32, fn func(context.Context) error) error {
+	conn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	q := dbsqlc.New(conn)
+	if err := q.AdvisoryLock(ctx, dbsqlc.AdvisoryLockParams{Class: partition.LockClass(), Key: key}); err != nil {
+		return err
+	}
+	defer func() {
+		// A fresh context: ctx may be why we are leaving. If unlocking
+		// fails the connection is unusable; closing it frees the lock.
+		unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := q.AdvisoryUnlock(unlockCtx, dbsqlc.AdvisoryUnlockParams{Class: partition.LockClass(), Key: key}); err != nil {
+			_ = conn.Conn().Close(unlockCtx)
+		}
+	}()
+	return fn(ctx)
+}
+
+func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) {
+	attrs := []any{"dry_run", res.DryRun, "dropped", res.Dropped, "deferred", len(res.Deferred),
+		"dedupe_keys_deleted", res.DedupeKeysDeleted}
+	if err != nil {
+		m.cfg.Logger.ErrorContext(ctx, "wharf: prune failed", append(attrs, "error", err)...)
+		return
+	}
+	m.cfg.Logger.InfoContext(ctx, "wharf: prune done", attrs...)
+}

@@ -1,0 +1,79 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+)
+
+// upkeepArgs are the args of the partition upkeep job.
+type upkeepArgs struct{}
+
+// Kind is the River job kind of partition upkeep.
+func (upkeepArgs) Kind() string { return "wharf_partition_upkeep" }
+
+// pruneArgs are the args of the retention job.
+type pruneArgs struct{}
+
+// Kind is the River job kind of retention.
+func (pruneArgs) Kind() string { return "wharf_prune" }
+
+// PeriodicJobs returns the periodic jobs to add to your River client's
+// Config.PeriodicJobs: partition upkeep and retention, each run when the
+// leader starts and every cfg.Interval after. cfg must be the Config given
+// to AddWorkers.
+func PeriodicJobs(cfg *Config) []*river.PeriodicJob {
+	c := cfg.withDefaults()
+	opts := &river.InsertOpts{Queue: c.Queue}
+	return []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(c.Interval),
+			func() (river.JobArgs, *river.InsertOpts) { return upkeepArgs{}, opts },
+			&river.PeriodicJobOpts{ID: upkeepArgs{}.Kind(), RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(c.Interval),
+			func() (river.JobArgs, *river.InsertOpts) { return pruneArgs{}, opts },
+			&river.PeriodicJobOpts{ID: pruneArgs{}.Kind(), RunOnStart: true}),
+	}
+}
+
+// AddWorkers registers the workers of the periodic jobs in workers. It
+// returns an error when cfg is invalid.
+func AddWorkers(workers *river.Workers, pool *pgxpool.Pool, cfg *Config) error {
+	m, err := NewMaintainer(pool, cfg)
+	if err != nil {
+		return err
+	}
+	return errors.Join(
+		river.AddWorkerSafely(workers, &upkeepWorker{m: m}),
+		river.AddWorkerSafely(workers, &pruneWorker{m: m}),
+	)
+}
+
+type upkeepWorker struct {
+	river.WorkerDefaults[upkeepArgs]
+	m *Maintainer
+}
+
+// Work creates the partitions ahead and records what it created.
+func (w *upkeepWorker) Work(ctx context.Context, _ *river.Job[upkeepArgs]) error {
+	res, err := w.m.Upkeep(ctx)
+	if err != nil {
+		return err
+	}
+	return river.RecordOutput(ctx, res)
+}
+
+type pruneWorker struct {
+	river.WorkerDefaults[pruneArgs]
+	m *Maintainer
+}
+
+// Work runs retention and records what it dropped, deferred and deleted.
+func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[pruneArgs]) error {
+	res, err := w.m.Prune(ctx, nil)
+	if err != nil {
+		return err
+	}
+	return river.RecordOutput(ctx, res)
+}
