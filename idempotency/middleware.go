@@ -32,6 +32,9 @@ type Middleware struct {
 	principal PrincipalFunc
 	conf      Config
 	methods   map[string]bool
+	// routeFromPath is set when Config.Route is the default, which may
+	// fall back on the client's path.
+	routeFromPath bool
 }
 
 // New returns a Middleware storing keys through pool, in the table created
@@ -53,7 +56,13 @@ func New(pool *pgxpool.Pool, principal PrincipalFunc, config *Config) (*Middlewa
 	for _, method := range conf.Methods {
 		methods[method] = true
 	}
-	return &Middleware{pool: pool, principal: principal, conf: conf, methods: methods}, nil
+	return &Middleware{
+		pool:          pool,
+		principal:     principal,
+		conf:          conf,
+		methods:       methods,
+		routeFromPath: config == nil || config.Route == nil,
+	}, nil
 }
 
 // Wrap returns a handler that applies the middleware before next.
@@ -109,6 +118,14 @@ func (m *Middleware) prepare(r *http.Request, key string) (*keyedRequest, int, s
 
 	route := m.conf.Route(r)
 	if err := checkScope(route); err != nil {
+		if m.routeFromPath && r.Pattern == "" {
+			// The client's path, not the application, is at fault.
+			status := http.StatusBadRequest
+			if len(route) > maxScopeLength {
+				status = http.StatusRequestURITooLong
+			}
+			return nil, status, "idempotency: the request path cannot scope an Idempotency-Key: " + err.Error()
+		}
 		m.conf.Logger.ErrorContext(r.Context(), "idempotency: bad route name", "error", err)
 		return nil, http.StatusInternalServerError, msgBadScope
 	}
