@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -157,14 +156,40 @@ func (b *testBundle) debit(r *http.Request) (payoutRequest, int64, error) {
 	return in, balance, err
 }
 
-// payout is the default handler: debit, then 201.
-func (b *testBundle) payout(w http.ResponseWriter, r *http.Request) {
+// debitOrFail debits as debit does and answers 500 when that fails; ok
+// says whether the handler should go on.
+func (b *testBundle) debitOrFail(w http.ResponseWriter, r *http.Request) (in payoutRequest, balance int64, ok bool) {
 	in, balance, err := b.debit(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		return in, 0, false
 	}
-	b.created(w, in.Account, balance)
+	return in, balance, true
+}
+
+// payout is the default handler: debit, then 201.
+func (b *testBundle) payout(w http.ResponseWriter, r *http.Request) {
+	if in, balance, ok := b.debitOrFail(w, r); ok {
+		b.created(w, in.Account, balance)
+	}
+}
+
+// holdingFirstRun returns a payout handler whose first run debits, opens
+// entered and waits for release before answering; later runs do not wait.
+func holdingFirstRun(entered, release *gate) func(b *testBundle) http.HandlerFunc {
+	return func(b *testBundle) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			in, balance, ok := b.debitOrFail(w, r)
+			if !ok {
+				return
+			}
+			if b.calls.Load() == 1 {
+				entered.open()
+				release.wait()
+			}
+			b.created(w, in.Account, balance)
+		}
+	}
 }
 
 // created answers 201 with a payout id unique to this handler run, a
@@ -236,6 +261,48 @@ func (b *testBundle) send(req request) (result, error) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	return result{status: resp.StatusCode, header: resp.Header, body: string(body)}, err
+}
+
+// sendAsync sends req in the background. The answer arrives on the channel;
+// a request that could not be made arrives with status 0 and the error as
+// its body.
+func (b *testBundle) sendAsync(req request) <-chan result {
+	done := make(chan result, 1)
+	go func() {
+		res, err := b.send(req)
+		if err != nil {
+			res.body = err.Error()
+		}
+		done <- res
+	}()
+	return done
+}
+
+// sendTogether sends n copies of req at once (released by one barrier) and
+// returns the answers, failing the test if any could not be made.
+func (b *testBundle) sendTogether(t *testing.T, n int, req request) []result {
+	t.Helper()
+	start := make(chan struct{})
+	type answer struct {
+		res result
+		err error
+	}
+	answers := make(chan answer, n)
+	for range n {
+		go func() {
+			<-start
+			res, err := b.send(req)
+			answers <- answer{res, err}
+		}()
+	}
+	close(start)
+	out := make([]result, 0, n)
+	for range n {
+		a := <-answers
+		require.NoError(t, a.err)
+		out = append(out, a.res)
+	}
+	return out
 }
 
 // do makes a request and fails the test if it cannot.
@@ -341,5 +408,3 @@ func modes(t *testing.T, f func(t *testing.T, transactional bool)) {
 		})
 	}
 }
-
-var errUpstream = errors.New("upstream failed")

@@ -16,7 +16,8 @@
 //     is empty, repeated, longer than MaxKeyLength or not visible ASCII: 400.
 //   - A key is scoped by route and principal (Config.Route, PrincipalFunc):
 //     the same key on another route or from another principal is another
-//     key. No principal: 401.
+//     key. No principal: 401. Without a ServeMux pattern the route is the
+//     escaped path; one longer than 512 bytes: 414.
 //   - First use of a key: the handler runs. Its response is stored (status,
 //     Config.ReplayHeaders, body up to Config.MaxStoredResponseBody) when
 //     its status is below 500, 4xx included, since those are deterministic.
@@ -62,11 +63,14 @@
 // price is a connection held for the handler's duration, which a handler
 // that writes in a transaction holds anyway.
 //
-// A rejected alternative: claim the key in a short transaction of its own,
-// then run the handler in a second one that marks it completed. Duplicates
-// then see the committed in_progress row, but a crash between the two leaves
-// a key that no one owns, recoverable only after a timeout, and needs a
-// second connection or a second round of bookkeeping per request.
+// The alternative considered, claiming the key in a short transaction of its
+// own and then running the handler in a second one that marks it completed,
+// also gives duplicates an immediate 409 (they see the committed in_progress
+// row), but a crash between the two leaves a key no one owns, recoverable
+// only after a timeout. The advisory lock gives the same immediate 409 with
+// nothing to recover. A hash collision between two keys in flight at the
+// same moment costs one of them a needless 409, never a duplicate run: the
+// key's row, not the lock, decides what runs.
 //
 // The handler's savepoint behaves as pgx's nested transactions do: Rollback
 // undoes the handler's writes (the key stays claimed, so a handler can undo

@@ -52,48 +52,15 @@ func TestConcurrentDuplicatesGet409WhileFirstRuns(t *testing.T) {
 		b := setup(t, testOptions{
 			config: idempotency.Config{Transactional: transactional},
 			gates:  []*gate{entered, release},
-			handler: func(b *testBundle) http.HandlerFunc {
-				return func(w http.ResponseWriter, r *http.Request) {
-					// Write first: in transactional mode the duplicates must
-					// not wait for this uncommitted work.
-					in, balance, err := b.debit(r)
-					if err != nil {
-						http.Error(w, err.Error(), http.StatusInternalServerError)
-						return
-					}
-					entered.open()
-					release.wait()
-					b.created(w, in.Account, balance)
-				}
-			},
+			// The first run writes before it waits: in transactional mode the
+			// duplicates must not wait for this uncommitted work.
+			handler: holdingFirstRun(entered, release),
 		})
 
-		firstDone := make(chan result, 1)
-		go func() {
-			res, err := b.send(payoutOf("key-1"))
-			if err != nil {
-				res.body = err.Error()
-			}
-			firstDone <- res
-		}()
+		firstDone := b.sendAsync(payoutOf("key-1"))
 		entered.wait()
 
-		const duplicates = 6
-		start := make(chan struct{})
-		answers := make(chan result, duplicates)
-		errs := make(chan error, duplicates)
-		for range duplicates {
-			go func() {
-				<-start
-				res, err := b.send(payoutOf("key-1"))
-				answers <- res
-				errs <- err
-			}()
-		}
-		close(start)
-		for range duplicates {
-			require.NoError(t, <-errs)
-			res := <-answers
+		for _, res := range b.sendTogether(t, 6, payoutOf("key-1")) {
 			require.Equal(t, http.StatusConflict, res.status, res.body)
 			require.Equal(t, "1", res.header.Get("Retry-After"))
 			require.Contains(t, res.errorMessage(t), "still in progress")
@@ -118,24 +85,9 @@ func TestConcurrentBurstRunsHandlerOnce(t *testing.T) {
 		b := setup(t, testOptions{config: idempotency.Config{Transactional: transactional}})
 
 		const requests = 10
-		start := make(chan struct{})
-		answers := make(chan result, requests)
-		errs := make(chan error, requests)
-		for range requests {
-			go func() {
-				<-start
-				res, err := b.send(payoutOf("burst"))
-				answers <- res
-				errs <- err
-			}()
-		}
-		close(start)
-
 		var original string
 		var replays, conflicts int
-		for range requests {
-			require.NoError(t, <-errs)
-			res := <-answers
+		for _, res := range b.sendTogether(t, requests, payoutOf("burst")) {
 			switch {
 			case res.status == http.StatusConflict:
 				conflicts++
@@ -186,44 +138,60 @@ func TestChangedRequestIs422(t *testing.T) {
 	})
 }
 
-func TestServerErrorReleasesKey(t *testing.T) {
+func TestFailedRunReleasesKey(t *testing.T) {
 	t.Parallel()
-	modes(t, func(t *testing.T, transactional bool) {
-		var failed atomic.Bool
-		b := setup(t, testOptions{
-			config: idempotency.Config{Transactional: transactional},
-			handler: func(b *testBundle) http.HandlerFunc {
-				return func(w http.ResponseWriter, r *http.Request) {
-					in, balance, err := b.debit(r)
-					if err == nil && failed.CompareAndSwap(false, true) {
-						err = errUpstream
-					}
-					if err != nil {
-						http.Error(w, err.Error(), http.StatusInternalServerError)
-						return
-					}
-					b.created(w, in.Account, balance)
+	failures := []struct {
+		name string
+		fail func(w http.ResponseWriter)
+	}{
+		{"ServerError", func(w http.ResponseWriter) { http.Error(w, "upstream failed", http.StatusBadGateway) }},
+		{"Panic", func(http.ResponseWriter) { panic("handler bug after its write") }},
+	}
+	for _, failure := range failures {
+		t.Run(failure.name, func(t *testing.T) {
+			t.Parallel()
+			modes(t, func(t *testing.T, transactional bool) {
+				var failed atomic.Bool
+				b := setup(t, testOptions{
+					config: idempotency.Config{Transactional: transactional},
+					handler: func(b *testBundle) http.HandlerFunc {
+						return func(w http.ResponseWriter, r *http.Request) {
+							in, balance, ok := b.debitOrFail(w, r)
+							if ok && failed.CompareAndSwap(false, true) {
+								failure.fail(w) // after the write
+								return
+							}
+							if ok {
+								b.created(w, in.Account, balance)
+							}
+						}
+					},
+				})
+
+				res, err := b.send(payoutOf("key-1"))
+				if failure.name == "Panic" {
+					require.Error(t, err, "net/http drops the connection of a panicking handler")
+				} else {
+					require.NoError(t, err)
+					require.Equal(t, http.StatusBadGateway, res.status, "the handler's own 5xx is sent")
+					require.False(t, res.replayed())
 				}
-			},
+				require.Empty(t, b.keyStatus(t, "key-1"), "the failed run must release the key")
+
+				res = b.do(t, payoutOf("key-1"))
+				require.Equal(t, http.StatusCreated, res.status, res.body)
+				require.False(t, res.replayed(), "the retry must run the handler")
+				require.EqualValues(t, 2, b.calls.Load())
+				if transactional {
+					require.EqualValues(t, 90, b.balance(t, "acct_1"), "the failed run's debit must roll back")
+				} else {
+					// Nothing undoes a non-transactional handler's own writes:
+					// the reason transactional mode exists.
+					require.EqualValues(t, 80, b.balance(t, "acct_1"))
+				}
+			})
 		})
-
-		res := b.do(t, payoutOf("key-1"))
-		require.Equal(t, http.StatusInternalServerError, res.status)
-		require.False(t, res.replayed())
-		require.Empty(t, b.keyStatus(t, "key-1"), "a 5xx must release the key")
-
-		res = b.do(t, payoutOf("key-1"))
-		require.Equal(t, http.StatusCreated, res.status, res.body)
-		require.False(t, res.replayed(), "the retry must run the handler")
-		require.EqualValues(t, 2, b.calls.Load())
-		if transactional {
-			require.EqualValues(t, 90, b.balance(t, "acct_1"), "the failed run's debit must roll back")
-		} else {
-			// Nothing undoes a non-transactional handler's own writes: the
-			// reason transactional mode exists.
-			require.EqualValues(t, 80, b.balance(t, "acct_1"))
-		}
-	})
+	}
 }
 
 func TestClientErrorIsStored(t *testing.T) {
@@ -246,43 +214,6 @@ func TestClientErrorIsStored(t *testing.T) {
 		require.Equal(t, first.body, again.body)
 		require.True(t, again.replayed())
 		require.EqualValues(t, 1, b.calls.Load())
-	})
-}
-
-func TestPanicReleasesKey(t *testing.T) {
-	t.Parallel()
-	modes(t, func(t *testing.T, transactional bool) {
-		var panicked atomic.Bool
-		b := setup(t, testOptions{
-			config: idempotency.Config{Transactional: transactional},
-			handler: func(b *testBundle) http.HandlerFunc {
-				return func(w http.ResponseWriter, r *http.Request) {
-					in, balance, err := b.debit(r)
-					if err == nil && panicked.CompareAndSwap(false, true) {
-						panic("handler bug after its write")
-					}
-					if err != nil {
-						http.Error(w, err.Error(), http.StatusInternalServerError)
-						return
-					}
-					b.created(w, in.Account, balance)
-				}
-			},
-		})
-
-		_, err := b.send(payoutOf("key-1"))
-		require.Error(t, err, "net/http drops the connection of a panicking handler")
-		require.Empty(t, b.keyStatus(t, "key-1"))
-
-		res := b.do(t, payoutOf("key-1"))
-		require.Equal(t, http.StatusCreated, res.status, res.body)
-		require.False(t, res.replayed())
-		require.EqualValues(t, 2, b.calls.Load())
-		if transactional {
-			require.EqualValues(t, 90, b.balance(t, "acct_1"))
-		} else {
-			require.EqualValues(t, 80, b.balance(t, "acct_1"))
-		}
 	})
 }
 
@@ -455,28 +386,11 @@ func TestStuckKeyIsTakenOverAfterTimeout(t *testing.T) {
 	// handler. The late first request must not overwrite the new outcome.
 	entered, release := newGate(), newGate()
 	b := setup(t, testOptions{
-		config: idempotency.Config{InProgressTimeout: time.Minute},
-		gates:  []*gate{entered, release},
-		handler: func(b *testBundle) http.HandlerFunc {
-			return func(w http.ResponseWriter, r *http.Request) {
-				in, balance, err := b.debit(r)
-				if err != nil {
-					http.Error(w, err.Error(), http.StatusInternalServerError)
-					return
-				}
-				if b.calls.Load() == 1 {
-					entered.open()
-					release.wait()
-				}
-				b.created(w, in.Account, balance)
-			}
-		},
+		config:  idempotency.Config{InProgressTimeout: time.Minute},
+		gates:   []*gate{entered, release},
+		handler: holdingFirstRun(entered, release),
 	})
-	firstDone := make(chan result, 1)
-	go func() {
-		res, _ := b.send(payoutOf("key-1"))
-		firstDone <- res
-	}()
+	firstDone := b.sendAsync(payoutOf("key-1"))
 	entered.wait()
 
 	b.clock.Advance(time.Minute - time.Second)

@@ -161,9 +161,8 @@ func TestTransactionalHandlerWritesAndKeyAreAtomic(t *testing.T) {
 			config: transactional,
 			handler: func(b *testBundle) http.HandlerFunc {
 				return func(w http.ResponseWriter, r *http.Request) {
-					in, balance, err := b.debit(r)
-					if err != nil {
-						http.Error(w, err.Error(), http.StatusInternalServerError)
+					in, balance, ok := b.debitOrFail(w, r)
+					if !ok {
 						return
 					}
 					// A failed statement whose error the handler ignores.
