@@ -11,6 +11,21 @@ import (
 	"github.com/google/uuid"
 )
 
+type WharfIdempotencyKey struct {
+	Route           string
+	Principal       string
+	IdempotencyKey  string
+	Fingerprint     []byte
+	Status          string
+	ClaimID         uuid.UUID
+	ClaimedAt       time.Time
+	ExpiresAt       time.Time
+	CompletedAt     *time.Time
+	ResponseStatus  *int32
+	ResponseHeaders []byte
+	ResponseBody    []byte
+}
+
 type WharfInboxKey struct {
 	Source         string
 	EventID        string
