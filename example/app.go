@@ -85,9 +85,14 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		return err
 	}
 
+	payouts, err := payoutsHandler(pool, logger)
+	if err != nil {
+		return err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/webhooks/{source}", ib.Handler())
 	mux.HandleFunc("GET /balances/{account}", balanceHandler(pool))
+	mux.Handle("POST /payouts", payouts)
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	serveErr := make(chan error, 1)

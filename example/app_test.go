@@ -82,4 +82,36 @@ func TestExampleContract(t *testing.T) {
 	require.NotEmpty(t, answer["error"])
 
 	require.Eventually(t, func() bool { return get("acct_1")["balance"] == float64(125) }, 20*time.Second, 20*time.Millisecond)
+
+	// Payouts need an Idempotency-Key and apply once per key.
+	payout := func(key, body string) (int, map[string]any, http.Header) {
+		req, err := http.NewRequest(http.MethodPost, base+"/payouts", strings.NewReader(body))
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var answer map[string]any
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&answer))
+		return resp.StatusCode, answer, resp.Header
+	}
+	status, answer, _ = payout("", `{"account":"acct_1","amount":10}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.NotEmpty(t, answer["error"])
+	status, first, _ := payout("key-1", `{"account":"acct_1","amount":10}`)
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, "acct_1", first["account"])
+	require.Equal(t, float64(115), first["balance"])
+	require.True(t, strings.HasPrefix(first["payout_id"].(string), "po_"))
+	status, again, header := payout("key-1", `{"account":"acct_1","amount":10}`)
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, first, again)
+	require.Equal(t, "true", header.Get("Idempotent-Replayed"))
+	status, _, _ = payout("key-1", `{"account":"acct_1","amount":20}`)
+	require.Equal(t, http.StatusUnprocessableEntity, status)
+	status, _, _ = payout("key-2", `{"account":"acct_1","amount":200}`)
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, float64(-85), get("acct_1")["balance"], "balances may go negative")
 }

@@ -13,6 +13,8 @@
 //
 //	POST /webhooks/payments   {"type":"payment.succeeded","data":{"account":"acct_1","amount":125}}
 //	GET  /balances/{account}  {"account":"acct_1","balance":125}
+//	POST /payouts             {"account":"acct_1","amount":10} with an Idempotency-Key header
+//	                          → 201 {"payout_id":"po_…","account":"acct_1","balance":115}
 package main
 
 import (

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/idempotency"
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/testdb"
@@ -371,4 +375,34 @@ func TestConfigValidation(t *testing.T) {
 	}
 	ok := jobs.Config{DedupeWindow: 96 * time.Hour, SourceRetryWindows: map[string]time.Duration{"stripe": 72 * time.Hour}}
 	require.NoError(t, ok.Validate())
+}
+
+func TestPrunesIdempotencyKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	t0 := time.Now()
+	mw, err := idempotency.New(b.pool, func(*http.Request) string { return "p" }, &idempotency.Config{Now: func() time.Time { return t0 }})
+	require.NoError(t, err)
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	for _, key := range []string{"k1", "k2", "k3"} {
+		req := httptest.NewRequest(http.MethodPost, "/payouts", strings.NewReader(`{}`))
+		req.Header.Set(idempotency.HeaderKey, key)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusCreated, rec.Code)
+	}
+	b.clock.Set(t0.Add(23 * time.Hour))
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, res.IdempotencyKeysDeleted)
+
+	b.clock.Set(t0.Add(25 * time.Hour))
+	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, dry.IdempotencyKeysDeleted)
+	res, err = b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, res.IdempotencyKeysDeleted)
+	require.Zero(t, b.count(t, "SELECT count(*) FROM wharf_idempotency_keys"))
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/wharfhq/wharf/idempotency"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
 )
@@ -75,6 +76,8 @@ type PruneResult struct {
 	Deferred []DeferredPartition `json:"deferred"`
 	// DedupeKeysDeleted counts inbox dedupe keys pruned.
 	DedupeKeysDeleted int64 `json:"dedupe_keys_deleted"`
+	// IdempotencyKeysDeleted counts expired Idempotency-Key records pruned.
+	IdempotencyKeysDeleted int64 `json:"idempotency_keys_deleted"`
 }
 
 // DeferredPartition is an expired partition kept for its unfinished rows.
@@ -121,6 +124,10 @@ func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, 
 		}
 		n, err := m.pruneDedupeKeys(ctx, now.Add(-m.cfg.DedupeWindow), opts.DryRun)
 		res.DedupeKeysDeleted = n
+		if err != nil {
+			return err
+		}
+		res.IdempotencyKeysDeleted, err = m.pruneIdempotencyKeys(ctx, now, opts.DryRun)
 		return err
 	})
 	m.logPrune(ctx, res, err)
@@ -205,6 +212,15 @@ func (m *Maintainer) pruneDedupeKeys(ctx context.Context, cutoff time.Time, dryR
 	})
 }
 
+// pruneIdempotencyKeys deletes expired Idempotency-Key records in batches.
+func (m *Maintainer) pruneIdempotencyKeys(ctx context.Context, now time.Time, dryRun bool) (int64, error) {
+	if dryRun {
+		return dbsqlc.New(m.pool).RetentionIdempotencyExpiredCount(ctx, now)
+	}
+	n, err := idempotency.DeleteExpired(ctx, m.pool, now, m.cfg.BatchSize)
+	return int64(n), err
+}
+
 // deleteInBatches calls del until a batch comes back short, and returns
 // the total.
 func deleteInBatches(ctx context.Context, batch int, del func(context.Context, int) (int64, error)) (int64, error) {
@@ -247,7 +263,7 @@ func (m *Maintainer) withLock(ctx context.Context, key int32, fn func(context.Co
 
 func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) {
 	attrs := []any{"dry_run", res.DryRun, "dropped", res.Dropped, "deferred", len(res.Deferred),
-		"dedupe_keys_deleted", res.DedupeKeysDeleted}
+		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted}
 	if err != nil {
 		m.cfg.Logger.ErrorContext(ctx, "wharf: prune failed", append(attrs, "error", err)...)
 		return

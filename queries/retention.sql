@@ -32,3 +32,6 @@ WHERE c.received_at < @cutoff::timestamptz
   AND NOT EXISTS (
       SELECT 1 FROM wharf_inbox_messages m
       WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'));
+
+-- name: RetentionIdempotencyExpiredCount :one
+SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= @now::timestamptz;

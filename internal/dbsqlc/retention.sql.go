@@ -10,6 +10,17 @@ import (
 	"time"
 )
 
+const retentionIdempotencyExpiredCount = `-- name: RetentionIdempotencyExpiredCount :one
+SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= $1::timestamptz
+`
+
+func (q *Queries) RetentionIdempotencyExpiredCount(ctx context.Context, now time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionIdempotencyExpiredCount, now)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const retentionInboxKeysDelete = `-- name: RetentionInboxKeysDelete :execrows
 DELETE FROM wharf_inbox_keys k
 WHERE (k.source, k.event_id) IN (
