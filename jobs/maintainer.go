@@ -93,6 +93,9 @@ type tablePolicy struct {
 	// unfinished counts the rows of [dayStart, dayEnd) that must be kept;
 	// nil for logs, which are never unfinished.
 	unfinished func(ctx context.Context, q *dbsqlc.Queries, dayStart, dayEnd, deadCutoff time.Time) (int64, error)
+	// oldestUnfinished returns the partition key of the oldest unfinished
+	// row, pgx.ErrNoRows when there is none; nil for logs.
+	oldestUnfinished func(ctx context.Context, q *dbsqlc.Queries) (time.Time, error)
 }
 
 var tablePolicies = []tablePolicy{
@@ -103,6 +106,9 @@ var tablePolicies = []tablePolicy{
 			return q.RetentionInboxUnfinishedCount(ctx, dbsqlc.RetentionInboxUnfinishedCountParams{
 				DayStart: dayStart, DayEnd: dayEnd, DeadCutoff: deadCutoff,
 			})
+		},
+		oldestUnfinished: func(ctx context.Context, q *dbsqlc.Queries) (time.Time, error) {
+			return q.RetentionInboxOldestUnfinished(ctx)
 		},
 	},
 }

@@ -2,6 +2,8 @@
 //
 //	wharf migrate up|down|status   manage River's and Wharf's schema
 //	wharf inbox list|show|replay   inspect and replay inbox messages
+//	wharf partitions               list partitions, rows, sizes, oldest unfinished row
+//	wharf prune [-dry-run]         run retention now (or show what it would do)
 //
 // Every command reads the database URL from DATABASE_URL, or from
 // -database-url.
@@ -28,8 +30,10 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"migrate": {"migrate up|down|status: manage River's and Wharf's schema", runMigrate},
-	"inbox":   {"inbox list|show|replay: inspect and replay inbox messages", runInbox},
+	"migrate":    {"migrate up|down|status: manage River's and Wharf's schema", runMigrate},
+	"inbox":      {"inbox list|show|replay: inspect and replay inbox messages", runInbox},
+	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
+	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},
 }
 
 // env is what commands share: output and a lazily opened pool.

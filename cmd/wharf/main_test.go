@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -85,4 +86,25 @@ func TestInboxCommands(t *testing.T) {
 	code, _, errOut = cli(t, "-database-url", url, "inbox", "list", "-status", "weird")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown status "weird"`)
+}
+
+func TestPartitionsAndPrune(t *testing.T) {
+	t.Parallel()
+	url := testdb.NewURL(t)
+	code, out, errOut := cli(t, "-database-url", url, "partitions", "-exact")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "wharf_inbox_messages (retention 720h0m0s, oldest unfinished row: none)")
+	require.Contains(t, out, "wharf_inbox_messages_p"+time.Now().UTC().Format("20060102"))
+
+	code, out, _ = cli(t, "-database-url", url, "partitions", "-json")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `"table": "wharf_inbox_messages"`)
+
+	code, out, errOut = cli(t, "-database-url", url, "prune", "-dry-run")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "would drop 0 partitions; kept 0 expired partitions; would delete 0 dedupe keys and 0 idempotency keys")
+
+	code, _, errOut = cli(t, "-database-url", url, "prune", "-dedupe-window", "1h")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "DedupeWindow 1h0m0s is outside")
 }
