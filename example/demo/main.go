@@ -159,6 +159,39 @@ func demo() error {
 	status, answer = send(base, devSecret, "msg_demo_"+run+"_malformed", `{"type":"payment.succeeded",`, time.Now())
 	t.record("400", status, answer)
 
+	// 6. Payouts with Idempotency-Keys: each sent, then retried (once
+	//    concurrently with itself) — applied once per key.
+	payoutsSent, payoutsReplayed := 0, 0
+	for i := range 5 {
+		key := fmt.Sprintf("demo-%s-payout-%d", run, i)
+		account := accounts[i%len(accounts)]
+		amount := int64(10 + i)
+		expected[account] -= amount
+		body := fmt.Sprintf(`{"account":%q,"amount":%d}`, account, amount)
+		var pw sync.WaitGroup
+		answers := make(chan int, 3)
+		for range 2 {
+			pw.Add(1)
+			go func() { defer pw.Done(); answers <- payout(base, key, body) }()
+		}
+		pw.Wait()
+		answers <- payout(base, key, body) // a later retry: replayed
+		close(answers)
+		for status := range answers {
+			payoutsSent++
+			switch status {
+			case http.StatusCreated:
+			case http.StatusConflict: // the concurrent twin was still running
+			default:
+				t.problems = append(t.problems, fmt.Sprintf("payout %s answered %d", key, status))
+			}
+		}
+		payoutsReplayed++
+	}
+	if status := payout(base, "", `{"account":"acct_1","amount":1}`); status != http.StatusBadRequest {
+		t.problems = append(t.problems, fmt.Sprintf("payout without a key answered %d, want 400", status))
+	}
+
 	// Wait for the workers to apply everything.
 	final := map[string]int64{}
 	deadline := time.Now().Add(60 * time.Second)
@@ -179,6 +212,7 @@ func demo() error {
 	fmt.Println("== Wharf demo: inbox ==")
 	fmt.Printf("sent %d, accepted %d, duplicates %d, rejected %d, unexpected answers %d\n",
 		t.sent, t.accepted, t.duplicates, t.rejected, t.unexpected)
+	fmt.Printf("payouts: %d requests for %d keys (concurrent twins and retries), each key applied once\n", payoutsSent, payoutsReplayed)
 	ok := t.unexpected == 0 && len(t.problems) == 0
 	for _, a := range accounts {
 		want := initial[a] + expected[a]
@@ -186,7 +220,7 @@ func demo() error {
 		if final[a] != want {
 			mark, ok = "MISMATCH", false
 		}
-		fmt.Printf("balance %s: %d (was %d, +%d expected) %s\n", a, final[a], initial[a], expected[a], mark)
+		fmt.Printf("balance %s: %d (was %d, %+d expected) %s\n", a, final[a], initial[a], expected[a], mark)
 	}
 	for _, p := range t.problems {
 		fmt.Println("problem:", p)
@@ -194,7 +228,7 @@ func demo() error {
 	if !ok {
 		return errors.New("the app did not keep the contract")
 	}
-	fmt.Println("every payment applied exactly once; every bad request rejected")
+	fmt.Println("every payment and payout applied exactly once; every bad request rejected")
 	return nil
 }
 
@@ -212,6 +246,19 @@ func send(base, secret, id, body string, ts time.Time) (int, map[string]any) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return doJSON(req)
+}
+
+// payout posts a payout with an Idempotency-Key and returns the status.
+func payout(base, key, body string) int {
+	req, err := http.NewRequest(http.MethodPost, base+"/payouts", strings.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	status, _ := doJSON(req)
+	return status
 }
 
 func balance(base, account string) (int64, error) {
