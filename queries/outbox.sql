@@ -1,0 +1,254 @@
+-- name: OutboxEndpointInsert :one
+INSERT INTO wharf_outbox_endpoints (
+    id, url, description, event_types, tenant, secret, max_in_flight, timeout_ms,
+    ordered, created_at, updated_at
+) VALUES (
+    @id::uuid, @url::text, @description::text, @event_types::text[], @tenant::text,
+    @secret::text, @max_in_flight::int, @timeout_ms::int, @ordered::boolean,
+    @now::timestamptz, @now::timestamptz
+)
+RETURNING *;
+
+-- name: OutboxEndpointGet :one
+SELECT * FROM wharf_outbox_endpoints WHERE id = @id::uuid;
+
+-- name: OutboxEndpointList :many
+-- Oldest first; tenant is optional.
+SELECT * FROM wharf_outbox_endpoints
+WHERE (sqlc.narg('tenant')::text IS NULL OR tenant = sqlc.narg('tenant')::text)
+ORDER BY created_at, id
+LIMIT @max_rows::int;
+
+-- name: OutboxEndpointUpdate :one
+-- NULL parameters leave their column unchanged.
+UPDATE wharf_outbox_endpoints
+SET url = COALESCE(sqlc.narg('url')::text, url),
+    description = COALESCE(sqlc.narg('description')::text, description),
+    event_types = COALESCE(sqlc.narg('event_types')::text[], event_types),
+    max_in_flight = COALESCE(sqlc.narg('max_in_flight')::int, max_in_flight),
+    timeout_ms = COALESCE(sqlc.narg('timeout_ms')::int, timeout_ms),
+    ordered = COALESCE(sqlc.narg('ordered')::boolean, ordered),
+    updated_at = @now::timestamptz
+WHERE id = @id::uuid
+RETURNING *;
+
+-- name: OutboxEndpointDisable :one
+-- Keeps the first reason and time when the endpoint is already disabled.
+UPDATE wharf_outbox_endpoints
+SET disabled_reason = CASE WHEN enabled THEN @reason::text ELSE disabled_reason END,
+    disabled_at = CASE WHEN enabled THEN @now::timestamptz ELSE disabled_at END,
+    enabled = false,
+    updated_at = @now::timestamptz
+WHERE id = @id::uuid
+RETURNING *;
+
+-- name: OutboxEndpointEnable :one
+-- Enabling forgets the failure streak, so the endpoint is not disabled again
+-- by its first failure.
+UPDATE wharf_outbox_endpoints
+SET enabled = true,
+    disabled_reason = '',
+    disabled_at = NULL,
+    consecutive_failures = 0,
+    failing_since = NULL,
+    updated_at = @now::timestamptz
+WHERE id = @id::uuid
+RETURNING *;
+
+-- name: OutboxEndpointDelete :execrows
+DELETE FROM wharf_outbox_endpoints WHERE id = @id::uuid;
+
+-- name: OutboxEndpointRotateSecret :one
+UPDATE wharf_outbox_endpoints
+SET previous_secret = secret,
+    previous_secret_expires_at = @previous_expires_at::timestamptz,
+    secret = @secret::text,
+    updated_at = @now::timestamptz
+WHERE id = @id::uuid
+RETURNING *;
+
+-- name: OutboxEndpointRecordSuccess :exec
+-- Skips the write while nothing would change but a last_success_at newer
+-- than stale_before, so that busy endpoints do not serialise on their row.
+UPDATE wharf_outbox_endpoints
+SET consecutive_failures = 0,
+    failing_since = NULL,
+    last_success_at = @now::timestamptz
+WHERE id = @id::uuid
+  AND (consecutive_failures > 0
+       OR last_success_at IS NULL
+       OR last_success_at < @stale_before::timestamptz);
+
+-- name: OutboxEndpointRecordFailure :one
+UPDATE wharf_outbox_endpoints
+SET consecutive_failures = consecutive_failures + 1,
+    failing_since = COALESCE(failing_since, @now::timestamptz),
+    last_failure_at = @now::timestamptz
+WHERE id = @id::uuid
+RETURNING enabled, failing_since;
+
+-- name: OutboxPublish :many
+-- Stores events and, for each, one pending delivery per enabled endpoint of
+-- the event's tenant whose filter matches its type. Returns the deliveries.
+WITH input AS (
+    SELECT i AS n,
+           (@ids::uuid[])[i] AS id,
+           (@types::text[])[i] AS type,
+           (@payloads::bytea[])[i] AS payload,
+           (@ordering_keys::text[])[i] AS ordering_key,
+           (@tenants::text[])[i] AS tenant
+    FROM generate_subscripts(@ids::uuid[], 1) AS i
+),
+events AS (
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant)
+    SELECT input.id, @created_at::timestamptz, input.type, input.payload, input.ordering_key, input.tenant
+    FROM input
+    RETURNING wharf_outbox_events.id
+)
+INSERT INTO wharf_outbox_deliveries (
+    id, event_id, event_created_at, endpoint_id, ordering_key, status, created_at, updated_at
+)
+SELECT gen_random_uuid(), input.id, @created_at::timestamptz, ep.id, input.ordering_key, 'pending',
+       @created_at::timestamptz, @created_at::timestamptz
+FROM input
+JOIN events ON events.id = input.id
+JOIN wharf_outbox_endpoints ep
+  ON ep.enabled
+ AND ep.tenant = input.tenant
+ AND (cardinality(ep.event_types) = 0
+      OR EXISTS (
+          SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
+          WHERE f.pattern = input.type
+             OR f.pattern = '*'
+             OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
+ORDER BY input.n, ep.id
+RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
+
+-- name: OutboxEventGet :one
+SELECT * FROM wharf_outbox_events WHERE id = @id::uuid;
+
+-- name: OutboxDeliveryGetForWork :one
+-- Everything a delivery attempt needs; payload is NULL when the event row is
+-- gone.
+SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
+       d.status, d.attempts,
+       ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
+       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
+       ev.payload
+FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
+LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
+WHERE d.id = @id::uuid;
+
+-- name: OutboxDeliveryEarlierPending :one
+-- The first unfinished delivery to the same endpoint with the same ordering
+-- key published before seq, if any.
+SELECT id, status, next_attempt_at
+FROM wharf_outbox_deliveries
+WHERE endpoint_id = @endpoint_id::uuid
+  AND ordering_key = @ordering_key::text
+  AND ordering_key <> ''
+  AND status IN ('pending', 'retrying')
+  AND seq < @seq::bigint
+ORDER BY seq
+LIMIT 1;
+
+-- name: OutboxLeaseAcquire :one
+-- Takes the lowest free slot of the endpoint's max_in_flight, or a slot whose
+-- lease expired (its holder crashed). No row means all slots are busy. Two
+-- workers racing for one free slot: the loser's INSERT waits for the winner,
+-- then finds the slot live and returns no row; the caller simply tries again.
+INSERT INTO wharf_outbox_leases AS l (endpoint_id, slot, delivery_id, expires_at)
+SELECT @endpoint_id::uuid, s.slot, @delivery_id::uuid, @expires_at::timestamptz
+FROM generate_series(0, @last_slot::int) AS s(slot)
+WHERE NOT EXISTS (
+    SELECT 1 FROM wharf_outbox_leases h
+    WHERE h.endpoint_id = @endpoint_id::uuid AND h.slot = s.slot AND h.expires_at > @now::timestamptz)
+ORDER BY s.slot
+LIMIT 1
+ON CONFLICT (endpoint_id, slot) DO UPDATE
+SET delivery_id = excluded.delivery_id, expires_at = excluded.expires_at
+WHERE l.expires_at <= @now::timestamptz
+RETURNING l.slot;
+
+-- name: OutboxLeaseRelease :exec
+DELETE FROM wharf_outbox_leases
+WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @delivery_id::uuid;
+
+-- name: OutboxLeaseCount :one
+SELECT count(*) FROM wharf_outbox_leases
+WHERE endpoint_id = @endpoint_id::uuid AND expires_at > @now::timestamptz;
+
+-- name: OutboxAttemptRecord :one
+-- Records one attempt and the delivery's new state in one statement, and
+-- releases the attempt's lease (slot -1 when it held none).
+WITH attempt AS (
+    INSERT INTO wharf_outbox_attempts (
+        id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
+        status_code, response_body, response_truncated, error, duration_us
+    )
+    SELECT @attempt_id::uuid, @attempted_at::timestamptz, d.id, d.endpoint_id, d.event_id,
+           d.attempts + 1, @attempt_status::text, sqlc.narg('status_code')::int,
+           @response_body::bytea, @response_truncated::boolean, @error::text, @duration_us::bigint
+    FROM wharf_outbox_deliveries d
+    WHERE d.id = @delivery_id::uuid
+),
+lease AS (
+    DELETE FROM wharf_outbox_leases
+    WHERE endpoint_id = @endpoint_id::uuid AND slot = @lease_slot::int AND delivery_id = @delivery_id::uuid
+)
+UPDATE wharf_outbox_deliveries
+SET status = @delivery_status::text,
+    attempts = attempts + 1,
+    last_status_code = sqlc.narg('status_code')::int,
+    last_error = @error::text,
+    next_attempt_at = sqlc.narg('next_attempt_at')::timestamptz,
+    succeeded_at = CASE WHEN @delivery_status::text = 'succeeded' THEN @now::timestamptz ELSE succeeded_at END,
+    updated_at = @now::timestamptz
+WHERE id = @delivery_id::uuid
+RETURNING attempts;
+
+-- name: OutboxDeliveryMarkDead :exec
+-- Dead-letters an unfinished delivery without an attempt (its endpoint was
+-- disabled, or its event is gone).
+UPDATE wharf_outbox_deliveries
+SET status = 'dead', last_error = @reason::text, next_attempt_at = NULL, updated_at = @now::timestamptz
+WHERE id = @id::uuid AND status IN ('pending', 'retrying');
+
+-- name: OutboxDeliveryGet :one
+SELECT * FROM wharf_outbox_deliveries WHERE id = @id::uuid;
+
+-- name: OutboxDeliveryList :many
+-- Newest first; filters are optional.
+SELECT * FROM wharf_outbox_deliveries
+WHERE (sqlc.narg('endpoint_id')::uuid IS NULL OR endpoint_id = sqlc.narg('endpoint_id')::uuid)
+  AND (sqlc.narg('event_id')::uuid IS NULL OR event_id = sqlc.narg('event_id')::uuid)
+  AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
+ORDER BY seq DESC
+LIMIT @max_rows::int;
+
+-- name: OutboxDeliveryRequeue :one
+-- Moves a finished delivery of an enabled endpoint back to pending, for replay.
+UPDATE wharf_outbox_deliveries d
+SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz
+FROM wharf_outbox_endpoints ep
+WHERE d.id = @id::uuid
+  AND ep.id = d.endpoint_id
+  AND ep.enabled
+  AND d.status IN ('succeeded', 'dead')
+RETURNING d.id;
+
+-- name: OutboxDeliveryRequeueDead :many
+-- Moves an endpoint's dead deliveries published at or after since back to
+-- pending, for replay.
+UPDATE wharf_outbox_deliveries
+SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz
+WHERE endpoint_id = @endpoint_id::uuid
+  AND status = 'dead'
+  AND created_at >= @since::timestamptz
+RETURNING id;
+
+-- name: OutboxAttemptList :many
+SELECT * FROM wharf_outbox_attempts
+WHERE delivery_id = @delivery_id::uuid
+ORDER BY attempted_at, attempt;
