@@ -184,21 +184,30 @@ func (o *Outbox) encodeEvent(event *Event, now time.Time) ([]byte, error) {
 	if len(event.Tenant) > maxTenantLen {
 		return nil, fmt.Errorf("%w: tenant longer than %d bytes", ErrInvalidEvent, maxTenantLen)
 	}
-	data, err := json.Marshal(event.Data)
+	data, err := marshalJSON(event.Data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: data of %q is not JSON: %w", ErrInvalidEvent, event.Type, err)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(envelope{Type: event.Type, Timestamp: now, Data: data}); err != nil {
+	body, err := marshalJSON(envelope{Type: event.Type, Timestamp: now, Data: data})
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
-	body := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	if len(body) > o.config.MaxPayloadBytes {
 		return nil, fmt.Errorf("%w: event %q is %d bytes, the limit is %d", ErrPayloadTooLarge, event.Type, len(body), o.config.MaxPayloadBytes)
 	}
 	return body, nil
+}
+
+// marshalJSON is json.Marshal without HTML escaping: the body is for
+// machines, and receivers see the characters the application published.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func checkEventType(t string) error {
