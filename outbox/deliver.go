@@ -145,68 +145,26 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 
-	var (
-		status        = StatusSucceeded
-		attemptStatus = attemptSucceeded
-		wait          time.Duration
-		nextAttemptAt *time.Time
-	)
+	rec := &attemptRecord{row: row, slot: slot, attemptedAt: attemptedAt, out: out, status: StatusSucceeded}
 	final := job.Attempt >= o.retries.attempts() || out.gone()
+	var wait time.Duration
 	if !out.succeeded() {
-		attemptStatus = attemptFailed
-		status = StatusRetrying
+		rec.status = StatusRetrying
 		if final {
-			status = StatusDead
+			rec.status = StatusDead
 		} else {
 			wait = o.retries.wait(job.Attempt, out)
 			next := attemptedAt.Add(out.duration + wait)
-			nextAttemptAt = &next
+			rec.nextAttemptAt = &next
 		}
 	}
-
-	if err := o.partitions.Ensure(ctx, attemptsTable, attemptedAt); err != nil {
-		return err
-	}
-	attemptID, err := uuid.NewV7()
-	if err != nil {
-		return err
-	}
-	var statusCode *int32
-	if out.statusCode != 0 {
-		code := int32(out.statusCode)
-		statusCode = &code
-	}
-	now := o.config.now()
-	var disabledReason string
-	err = o.inTx(ctx, func(tx pgx.Tx) error {
-		q := o.queries.WithTx(tx)
-		_, err := q.OutboxAttemptRecord(ctx, dbsqlc.OutboxAttemptRecordParams{
-			DeliveryStatus:    status,
-			StatusCode:        statusCode,
-			Error:             truncate(out.errorText(), 2048),
-			NextAttemptAt:     nextAttemptAt,
-			Now:               now,
-			DeliveryID:        row.ID,
-			AttemptID:         attemptID,
-			AttemptedAt:       attemptedAt,
-			AttemptStatus:     attemptStatus,
-			ResponseBody:      out.body,
-			ResponseTruncated: out.truncated,
-			DurationUs:        out.duration.Microseconds(),
-			EndpointID:        row.EndpointID,
-			LeaseSlot:         slot,
-		})
-		if err != nil {
-			return fmt.Errorf("record attempt: %w", err)
-		}
-		disabledReason, err = o.recordHealth(ctx, q, row.EndpointID, out, now)
-		return err
-	})
+	disabledReason, err := o.recordAttempt(ctx, rec)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The endpoint and its deliveries were deleted during the attempt.
 		return nil
 	}
 	if err != nil {
+		o.releaseLease(ctx, row.EndpointID, row.ID, slot)
 		return fmt.Errorf("outbox: delivery %s: %w", row.ID, err)
 	}
 
@@ -226,35 +184,6 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 		o.retries.decide(job.ID, time.Now().Add(wait))
 		return fmt.Errorf("outbox: attempt %d failed: %s", job.Attempt, out.errorText())
 	}
-}
-
-// recordHealth updates the endpoint's health after an attempt and disables
-// it when it answered 410 Gone or has failed for Config.DisableAfter. It
-// returns the reason when it disabled the endpoint.
-func (o *Outbox) recordHealth(ctx context.Context, q *dbsqlc.Queries, endpointID uuid.UUID, out *sendOutcome, now time.Time) (string, error) {
-	if out.succeeded() {
-		return "", q.OutboxEndpointRecordSuccess(ctx, dbsqlc.OutboxEndpointRecordSuccessParams{
-			ID: endpointID, Now: now, StaleBefore: now.Add(-time.Second),
-		})
-	}
-	health, err := q.OutboxEndpointRecordFailure(ctx, dbsqlc.OutboxEndpointRecordFailureParams{ID: endpointID, Now: now})
-	if err != nil {
-		return "", err
-	}
-	if !health.Enabled {
-		return "", nil
-	}
-	var reason string
-	switch {
-	case out.gone():
-		reason = "endpoint answered 410 Gone"
-	case o.config.DisableAfter > 0 && health.FailingSince != nil && now.Sub(*health.FailingSince) >= o.config.DisableAfter:
-		reason = fmt.Sprintf("every attempt failed since %s", health.FailingSince.Format(time.RFC3339))
-	default:
-		return "", nil
-	}
-	_, err = q.OutboxEndpointDisable(ctx, dbsqlc.OutboxEndpointDisableParams{ID: endpointID, Reason: reason, Now: now})
-	return reason, err
 }
 
 // deadWithoutAttempt dead-letters a delivery that cannot be attempted and
