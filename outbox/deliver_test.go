@@ -279,7 +279,7 @@ func TestDelivery(t *testing.T) {
 		got, err := bundle.outbox.EndpointGet(ctx, ep.ID)
 		require.NoError(t, err)
 		require.False(t, got.Enabled)
-		require.Contains(t, got.DisabledReason, "every attempt failed since")
+		require.Contains(t, got.DisabledReason, "every attempt failed for longer")
 		require.Equal(t, 2, got.ConsecutiveFailures)
 
 		enabled, err := bundle.outbox.EndpointEnable(ctx, ep.ID)

@@ -67,26 +67,6 @@ SET previous_secret = secret,
 WHERE id = @id::uuid
 RETURNING *;
 
--- name: OutboxEndpointRecordSuccess :exec
--- Skips the write while nothing would change but a last_success_at newer
--- than stale_before, so that busy endpoints do not serialise on their row.
-UPDATE wharf_outbox_endpoints
-SET consecutive_failures = 0,
-    failing_since = NULL,
-    last_success_at = @now::timestamptz
-WHERE id = @id::uuid
-  AND (consecutive_failures > 0
-       OR last_success_at IS NULL
-       OR last_success_at < @stale_before::timestamptz);
-
--- name: OutboxEndpointRecordFailure :one
-UPDATE wharf_outbox_endpoints
-SET consecutive_failures = consecutive_failures + 1,
-    failing_since = COALESCE(failing_since, @now::timestamptz),
-    last_failure_at = @now::timestamptz
-WHERE id = @id::uuid
-RETURNING enabled, failing_since;
-
 -- name: OutboxPublish :many
 -- Stores events and, for each, one pending delivery per enabled endpoint of
 -- the event's tenant whose filter matches its type. Returns the deliveries.
@@ -180,33 +160,71 @@ SELECT count(*) FROM wharf_outbox_leases
 WHERE endpoint_id = @endpoint_id::uuid AND expires_at > @now::timestamptz;
 
 -- name: OutboxAttemptRecord :one
--- Records one attempt and the delivery's new state in one statement, and
--- releases the attempt's lease (slot -1 when it held none).
+-- Records one attempt in one statement: the attempt row, the delivery's new
+-- state, the release of the attempt's lease (slot -1 when it held none) and
+-- the endpoint's health. A failure disables the endpoint when gone (410) or
+-- when it has been failing since before disable_before (NULL: never). A
+-- success skips the endpoint write while nothing would change but a
+-- last_success_at newer than stale_before, so that busy endpoints do not
+-- serialise on their row. No row means the delivery no longer exists.
 WITH attempt AS (
     INSERT INTO wharf_outbox_attempts (
         id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
         status_code, response_body, response_truncated, error, duration_us
     )
     SELECT @attempt_id::uuid, @attempted_at::timestamptz, d.id, d.endpoint_id, d.event_id,
-           d.attempts + 1, @attempt_status::text, sqlc.narg('status_code')::int,
-           @response_body::bytea, @response_truncated::boolean, @error::text, @duration_us::bigint
+           d.attempts + 1, CASE WHEN @succeeded::boolean THEN 'succeeded' ELSE 'failed' END,
+           sqlc.narg('status_code')::int, @response_body::bytea, @response_truncated::boolean,
+           @error::text, @duration_us::bigint
     FROM wharf_outbox_deliveries d
     WHERE d.id = @delivery_id::uuid
 ),
 lease AS (
     DELETE FROM wharf_outbox_leases
     WHERE endpoint_id = @endpoint_id::uuid AND slot = @lease_slot::int AND delivery_id = @delivery_id::uuid
+),
+health AS (
+    UPDATE wharf_outbox_endpoints ep
+    SET consecutive_failures = CASE WHEN @succeeded::boolean THEN 0 ELSE ep.consecutive_failures + 1 END,
+        failing_since = CASE WHEN @succeeded::boolean THEN NULL ELSE COALESCE(ep.failing_since, @now::timestamptz) END,
+        last_success_at = CASE WHEN @succeeded::boolean THEN @now::timestamptz ELSE ep.last_success_at END,
+        last_failure_at = CASE WHEN @succeeded::boolean THEN ep.last_failure_at ELSE @now::timestamptz END,
+        enabled = ep.enabled AND NOT (@gone::boolean
+            OR (NOT @succeeded::boolean AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE),
+        disabled_reason = CASE
+            WHEN NOT ep.enabled THEN ep.disabled_reason
+            WHEN @gone::boolean THEN @gone_reason::text
+            WHEN (NOT @succeeded::boolean AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE
+                THEN @failing_reason::text
+            ELSE ep.disabled_reason END,
+        disabled_at = CASE
+            WHEN ep.enabled AND (@gone::boolean
+                OR (NOT @succeeded::boolean AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE)
+                THEN @now::timestamptz
+            ELSE ep.disabled_at END
+    WHERE ep.id = @endpoint_id::uuid
+      AND (NOT @succeeded::boolean
+           OR ep.consecutive_failures > 0
+           OR ep.last_success_at IS NULL
+           OR ep.last_success_at < @stale_before::timestamptz)
+    RETURNING ep.enabled, ep.disabled_at, ep.disabled_reason
+),
+delivery AS (
+    UPDATE wharf_outbox_deliveries
+    SET status = @delivery_status::text,
+        attempts = attempts + 1,
+        last_status_code = sqlc.narg('status_code')::int,
+        last_error = @error::text,
+        next_attempt_at = sqlc.narg('next_attempt_at')::timestamptz,
+        succeeded_at = CASE WHEN @succeeded::boolean THEN @now::timestamptz ELSE succeeded_at END,
+        updated_at = @now::timestamptz
+    WHERE id = @delivery_id::uuid
+    RETURNING attempts
 )
-UPDATE wharf_outbox_deliveries
-SET status = @delivery_status::text,
-    attempts = attempts + 1,
-    last_status_code = sqlc.narg('status_code')::int,
-    last_error = @error::text,
-    next_attempt_at = sqlc.narg('next_attempt_at')::timestamptz,
-    succeeded_at = CASE WHEN @delivery_status::text = 'succeeded' THEN @now::timestamptz ELSE succeeded_at END,
-    updated_at = @now::timestamptz
-WHERE id = @delivery_id::uuid
-RETURNING attempts;
+SELECT delivery.attempts,
+       COALESCE((SELECT NOT h.enabled AND h.disabled_at = @now::timestamptz FROM health h), false)::boolean AS disabled_now,
+       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
+FROM delivery;
 
 -- name: OutboxDeliveryMarkDead :exec
 -- Dead-letters an unfinished delivery without an attempt (its endpoint was

@@ -57,67 +57,121 @@ WITH attempt AS (
         id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
         status_code, response_body, response_truncated, error, duration_us
     )
-    SELECT $7::uuid, $8::timestamptz, d.id, d.endpoint_id, d.event_id,
-           d.attempts + 1, $9::text, $2::int,
-           $10::bytea, $11::boolean, $3::text, $12::bigint
+    SELECT $2::uuid, $3::timestamptz, d.id, d.endpoint_id, d.event_id,
+           d.attempts + 1, CASE WHEN $4::boolean THEN 'succeeded' ELSE 'failed' END,
+           $5::int, $6::bytea, $7::boolean,
+           $8::text, $9::bigint
     FROM wharf_outbox_deliveries d
-    WHERE d.id = $6::uuid
+    WHERE d.id = $10::uuid
 ),
 lease AS (
     DELETE FROM wharf_outbox_leases
-    WHERE endpoint_id = $13::uuid AND slot = $14::int AND delivery_id = $6::uuid
+    WHERE endpoint_id = $11::uuid AND slot = $12::int AND delivery_id = $10::uuid
+),
+health AS (
+    UPDATE wharf_outbox_endpoints ep
+    SET consecutive_failures = CASE WHEN $4::boolean THEN 0 ELSE ep.consecutive_failures + 1 END,
+        failing_since = CASE WHEN $4::boolean THEN NULL ELSE COALESCE(ep.failing_since, $1::timestamptz) END,
+        last_success_at = CASE WHEN $4::boolean THEN $1::timestamptz ELSE ep.last_success_at END,
+        last_failure_at = CASE WHEN $4::boolean THEN ep.last_failure_at ELSE $1::timestamptz END,
+        enabled = ep.enabled AND NOT ($13::boolean
+            OR (NOT $4::boolean AND COALESCE(ep.failing_since, $1::timestamptz) <= $14::timestamptz) IS TRUE),
+        disabled_reason = CASE
+            WHEN NOT ep.enabled THEN ep.disabled_reason
+            WHEN $13::boolean THEN $15::text
+            WHEN (NOT $4::boolean AND COALESCE(ep.failing_since, $1::timestamptz) <= $14::timestamptz) IS TRUE
+                THEN $16::text
+            ELSE ep.disabled_reason END,
+        disabled_at = CASE
+            WHEN ep.enabled AND ($13::boolean
+                OR (NOT $4::boolean AND COALESCE(ep.failing_since, $1::timestamptz) <= $14::timestamptz) IS TRUE)
+                THEN $1::timestamptz
+            ELSE ep.disabled_at END
+    WHERE ep.id = $11::uuid
+      AND (NOT $4::boolean
+           OR ep.consecutive_failures > 0
+           OR ep.last_success_at IS NULL
+           OR ep.last_success_at < $17::timestamptz)
+    RETURNING ep.enabled, ep.disabled_at, ep.disabled_reason
+),
+delivery AS (
+    UPDATE wharf_outbox_deliveries
+    SET status = $18::text,
+        attempts = attempts + 1,
+        last_status_code = $5::int,
+        last_error = $8::text,
+        next_attempt_at = $19::timestamptz,
+        succeeded_at = CASE WHEN $4::boolean THEN $1::timestamptz ELSE succeeded_at END,
+        updated_at = $1::timestamptz
+    WHERE id = $10::uuid
+    RETURNING attempts
 )
-UPDATE wharf_outbox_deliveries
-SET status = $1::text,
-    attempts = attempts + 1,
-    last_status_code = $2::int,
-    last_error = $3::text,
-    next_attempt_at = $4::timestamptz,
-    succeeded_at = CASE WHEN $1::text = 'succeeded' THEN $5::timestamptz ELSE succeeded_at END,
-    updated_at = $5::timestamptz
-WHERE id = $6::uuid
-RETURNING attempts
+SELECT delivery.attempts,
+       COALESCE((SELECT NOT h.enabled AND h.disabled_at = $1::timestamptz FROM health h), false)::boolean AS disabled_now,
+       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
+FROM delivery
 `
 
 type OutboxAttemptRecordParams struct {
-	DeliveryStatus    string
-	StatusCode        *int32
-	Error             string
-	NextAttemptAt     *time.Time
 	Now               time.Time
-	DeliveryID        uuid.UUID
 	AttemptID         uuid.UUID
 	AttemptedAt       time.Time
-	AttemptStatus     string
+	Succeeded         bool
+	StatusCode        *int32
 	ResponseBody      []byte
 	ResponseTruncated bool
+	Error             string
 	DurationUs        int64
+	DeliveryID        uuid.UUID
 	EndpointID        uuid.UUID
 	LeaseSlot         int32
+	Gone              bool
+	DisableBefore     *time.Time
+	GoneReason        string
+	FailingReason     string
+	StaleBefore       time.Time
+	DeliveryStatus    string
+	NextAttemptAt     *time.Time
 }
 
-// Records one attempt and the delivery's new state in one statement, and
-// releases the attempt's lease (slot -1 when it held none).
-func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptRecordParams) (int32, error) {
+type OutboxAttemptRecordRow struct {
+	Attempts       int32
+	DisabledNow    bool
+	DisabledReason string
+}
+
+// Records one attempt in one statement: the attempt row, the delivery's new
+// state, the release of the attempt's lease (slot -1 when it held none) and
+// the endpoint's health. A failure disables the endpoint when gone (410) or
+// when it has been failing since before disable_before (NULL: never). A
+// success skips the endpoint write while nothing would change but a
+// last_success_at newer than stale_before, so that busy endpoints do not
+// serialise on their row. No row means the delivery no longer exists.
+func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptRecordParams) (OutboxAttemptRecordRow, error) {
 	row := q.db.QueryRow(ctx, outboxAttemptRecord,
-		arg.DeliveryStatus,
-		arg.StatusCode,
-		arg.Error,
-		arg.NextAttemptAt,
 		arg.Now,
-		arg.DeliveryID,
 		arg.AttemptID,
 		arg.AttemptedAt,
-		arg.AttemptStatus,
+		arg.Succeeded,
+		arg.StatusCode,
 		arg.ResponseBody,
 		arg.ResponseTruncated,
+		arg.Error,
 		arg.DurationUs,
+		arg.DeliveryID,
 		arg.EndpointID,
 		arg.LeaseSlot,
+		arg.Gone,
+		arg.DisableBefore,
+		arg.GoneReason,
+		arg.FailingReason,
+		arg.StaleBefore,
+		arg.DeliveryStatus,
+		arg.NextAttemptAt,
 	)
-	var attempts int32
-	err := row.Scan(&attempts)
-	return attempts, err
+	var i OutboxAttemptRecordRow
+	err := row.Scan(&i.Attempts, &i.DisabledNow, &i.DisabledReason)
+	return i, err
 }
 
 const outboxDeliveryEarlierPending = `-- name: OutboxDeliveryEarlierPending :one
@@ -627,56 +681,6 @@ func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointList
 		return nil, err
 	}
 	return items, nil
-}
-
-const outboxEndpointRecordFailure = `-- name: OutboxEndpointRecordFailure :one
-UPDATE wharf_outbox_endpoints
-SET consecutive_failures = consecutive_failures + 1,
-    failing_since = COALESCE(failing_since, $1::timestamptz),
-    last_failure_at = $1::timestamptz
-WHERE id = $2::uuid
-RETURNING enabled, failing_since
-`
-
-type OutboxEndpointRecordFailureParams struct {
-	Now time.Time
-	ID  uuid.UUID
-}
-
-type OutboxEndpointRecordFailureRow struct {
-	Enabled      bool
-	FailingSince *time.Time
-}
-
-func (q *Queries) OutboxEndpointRecordFailure(ctx context.Context, arg OutboxEndpointRecordFailureParams) (OutboxEndpointRecordFailureRow, error) {
-	row := q.db.QueryRow(ctx, outboxEndpointRecordFailure, arg.Now, arg.ID)
-	var i OutboxEndpointRecordFailureRow
-	err := row.Scan(&i.Enabled, &i.FailingSince)
-	return i, err
-}
-
-const outboxEndpointRecordSuccess = `-- name: OutboxEndpointRecordSuccess :exec
-UPDATE wharf_outbox_endpoints
-SET consecutive_failures = 0,
-    failing_since = NULL,
-    last_success_at = $1::timestamptz
-WHERE id = $2::uuid
-  AND (consecutive_failures > 0
-       OR last_success_at IS NULL
-       OR last_success_at < $3::timestamptz)
-`
-
-type OutboxEndpointRecordSuccessParams struct {
-	Now         time.Time
-	ID          uuid.UUID
-	StaleBefore time.Time
-}
-
-// Skips the write while nothing would change but a last_success_at newer
-// than stale_before, so that busy endpoints do not serialise on their row.
-func (q *Queries) OutboxEndpointRecordSuccess(ctx context.Context, arg OutboxEndpointRecordSuccessParams) error {
-	_, err := q.db.Exec(ctx, outboxEndpointRecordSuccess, arg.Now, arg.ID, arg.StaleBefore)
-	return err
 }
 
 const outboxEndpointRotateSecret = `-- name: OutboxEndpointRotateSecret :one
