@@ -62,7 +62,6 @@ func benchPool(b *testing.B) *pgxpool.Pool {
 	poolCfg, err := pgxpool.ParseConfig(testdb.NewURL(b))
 	require.NoError(b, err)
 	poolCfg.MaxConns = benchPoolConns
-	poolCfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pool, err := pgxpool.NewWithConfig(context.Background(), poolCfg)
 	require.NoError(b, err)
 	b.Cleanup(pool.Close)

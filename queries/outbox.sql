@@ -167,7 +167,17 @@ WHERE endpoint_id = @endpoint_id::uuid AND expires_at > @now::timestamptz;
 -- success skips the endpoint write while nothing would change but a
 -- last_success_at newer than stale_before, so that busy endpoints do not
 -- serialise on their row. No row means the delivery no longer exists.
-WITH attempt AS (
+--
+-- The statement commits without waiting for its WAL flush
+-- (synchronous_commit off for this transaction only): River records the
+-- job's outcome afterwards with a synchronous commit, which flushes this
+-- commit too, as WAL is flushed in order. If Postgres crashes before that,
+-- River's record is lost as well and the job is retried: at least once,
+-- as after a worker crash.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+attempt AS (
     INSERT INTO wharf_outbox_attempts (
         id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
         status_code, response_body, response_truncated, error, duration_us
@@ -224,7 +234,7 @@ delivery AS (
 SELECT delivery.attempts,
        COALESCE((SELECT NOT h.enabled AND h.disabled_at = @now::timestamptz FROM health h), false)::boolean AS disabled_now,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
-FROM delivery;
+FROM delivery, async_commit;
 
 -- name: OutboxDeliveryMarkDead :exec
 -- Dead-letters an unfinished delivery without an attempt (its endpoint was

@@ -52,7 +52,10 @@ func (q *Queries) OutboxAttemptList(ctx context.Context, deliveryID uuid.UUID) (
 }
 
 const outboxAttemptRecord = `-- name: OutboxAttemptRecord :one
-WITH attempt AS (
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+attempt AS (
     INSERT INTO wharf_outbox_attempts (
         id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
         status_code, response_body, response_truncated, error, duration_us
@@ -109,7 +112,7 @@ delivery AS (
 SELECT delivery.attempts,
        COALESCE((SELECT NOT h.enabled AND h.disabled_at = $1::timestamptz FROM health h), false)::boolean AS disabled_now,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
-FROM delivery
+FROM delivery, async_commit
 `
 
 type OutboxAttemptRecordParams struct {
@@ -147,6 +150,13 @@ type OutboxAttemptRecordRow struct {
 // success skips the endpoint write while nothing would change but a
 // last_success_at newer than stale_before, so that busy endpoints do not
 // serialise on their row. No row means the delivery no longer exists.
+//
+// The statement commits without waiting for its WAL flush
+// (synchronous_commit off for this transaction only): River records the
+// job's outcome afterwards with a synchronous commit, which flushes this
+// commit too, as WAL is flushed in order. If Postgres crashes before that,
+// River's record is lost as well and the job is retried: at least once,
+// as after a worker crash.
 func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptRecordParams) (OutboxAttemptRecordRow, error) {
 	row := q.db.QueryRow(ctx, outboxAttemptRecord,
 		arg.Now,
