@@ -107,7 +107,7 @@ func BenchmarkDelivery(b *testing.B) {
 	ob, err := outbox.New(pool, cfg)
 	require.NoError(b, err)
 	receiver := newSink(b, status(http.StatusNoContent))
-	_, err = ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: receiver.URL(), MaxInFlight: -1})
+	_, err = ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: receiver.URL(), MaxInFlight: benchWorkers})
 	require.NoError(b, err)
 	data := json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))
 

@@ -19,26 +19,29 @@ const leaseGrace = 5 * time.Second
 // noLease is the slot of an attempt that holds no lease (uncapped endpoint).
 const noLease = -1
 
-// acquireTries bounds how often acquireLease retries after losing a race
-// for a free slot to another worker.
+// acquireTries bounds how often acquireLease looks again when free slots
+// were all being taken by other workers at that moment, or had to be
+// created.
 const acquireTries = 3
 
 // acquireLease takes one of the endpoint's maxInFlight slots for a delivery,
 // for as long as its attempt may take. It reports false when every slot is
 // held by a live lease.
 //
-// The cap holds across processes because slots are rows keyed by
-// (endpoint, slot number): a second holder of a slot is impossible. Leases
-// expire instead of relying on their holder to release them, so a crashed
-// worker's slot frees itself; no lock is held while the request is in flight.
+// The cap holds across processes because a slot is a row that one worker at
+// a time can take (FOR UPDATE SKIP LOCKED: workers never queue behind one
+// another). Leases expire instead of relying on their holder to release
+// them, so a crashed worker's slot frees itself; no lock or transaction is
+// held while the request is in flight.
 func (o *Outbox) acquireLease(ctx context.Context, endpointID, deliveryID uuid.UUID, maxInFlight int32, timeout time.Duration) (int32, bool, error) {
+	lastSlot := maxInFlight - 1
 	for range acquireTries {
 		now := o.config.now()
 		slot, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
 			EndpointID: endpointID,
 			DeliveryID: deliveryID,
 			ExpiresAt:  now.Add(timeout + leaseGrace),
-			LastSlot:   maxInFlight - 1,
+			LastSlot:   lastSlot,
 			Now:        now,
 		})
 		if err == nil {
@@ -47,14 +50,20 @@ func (o *Outbox) acquireLease(ctx context.Context, endpointID, deliveryID uuid.U
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return noLease, false, err
 		}
-		held, err := o.queries.OutboxLeaseCount(ctx, dbsqlc.OutboxLeaseCountParams{EndpointID: endpointID, Now: now})
+		count, err := o.queries.OutboxLeaseCount(ctx, dbsqlc.OutboxLeaseCountParams{EndpointID: endpointID, LastSlot: lastSlot, Now: now})
 		if err != nil {
 			return noLease, false, err
 		}
-		if held >= int64(maxInFlight) {
+		switch {
+		case count.Slots < int64(maxInFlight):
+			// First use of the endpoint, or its cap was raised.
+			err := o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: endpointID, LastSlot: lastSlot})
+			if err != nil {
+				return noLease, false, err
+			}
+		case count.Held >= int64(maxInFlight):
 			return noLease, false, nil
 		}
-		// A slot looked free but another worker took it first: try again.
 	}
 	return noLease, false, nil
 }

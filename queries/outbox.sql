@@ -134,30 +134,43 @@ ORDER BY seq
 LIMIT 1;
 
 -- name: OutboxLeaseAcquire :one
--- Takes the lowest free slot of the endpoint's max_in_flight, or a slot whose
--- lease expired (its holder crashed). No row means all slots are busy. Two
--- workers racing for one free slot: the loser's INSERT waits for the winner,
--- then finds the slot live and returns no row; the caller simply tries again.
-INSERT INTO wharf_outbox_leases AS l (endpoint_id, slot, delivery_id, expires_at)
-SELECT @endpoint_id::uuid, s.slot, @delivery_id::uuid, @expires_at::timestamptz
-FROM generate_series(0, @last_slot::int) AS s(slot)
-WHERE NOT EXISTS (
-    SELECT 1 FROM wharf_outbox_leases h
-    WHERE h.endpoint_id = @endpoint_id::uuid AND h.slot = s.slot AND h.expires_at > @now::timestamptz)
-ORDER BY s.slot
-LIMIT 1
-ON CONFLICT (endpoint_id, slot) DO UPDATE
-SET delivery_id = excluded.delivery_id, expires_at = excluded.expires_at
-WHERE l.expires_at <= @now::timestamptz
+-- Takes the lowest free slot below last_slot that no other worker is taking
+-- at this moment. No row means every slot is held, locked by another worker,
+-- or not created yet. It commits without waiting for its WAL flush: a lease
+-- lost to a Postgres crash only lets one more request in flight for a while.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = @delivery_id::uuid, expires_at = @expires_at::timestamptz
+FROM async_commit
+WHERE l.ctid = (
+    SELECT f.ctid
+    FROM wharf_outbox_leases f
+    WHERE f.endpoint_id = @endpoint_id::uuid
+      AND f.slot <= @last_slot::int
+      AND f.expires_at <= @now::timestamptz
+    ORDER BY f.slot
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
 RETURNING l.slot;
 
--- name: OutboxLeaseRelease :exec
-DELETE FROM wharf_outbox_leases
-WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @delivery_id::uuid;
+-- name: OutboxLeaseSlotsCreate :exec
+INSERT INTO wharf_outbox_leases (endpoint_id, slot)
+SELECT @endpoint_id::uuid, s.slot FROM generate_series(0, @last_slot::int) AS s(slot)
+ON CONFLICT (endpoint_id, slot) DO NOTHING;
 
 -- name: OutboxLeaseCount :one
-SELECT count(*) FROM wharf_outbox_leases
-WHERE endpoint_id = @endpoint_id::uuid AND expires_at > @now::timestamptz;
+-- The endpoint's slots below last_slot, and how many of them are held.
+SELECT count(*) AS slots,
+       count(*) FILTER (WHERE expires_at > @now::timestamptz) AS held
+FROM wharf_outbox_leases
+WHERE endpoint_id = @endpoint_id::uuid AND slot <= @last_slot::int;
+
+-- name: OutboxLeaseRelease :exec
+UPDATE wharf_outbox_leases
+SET delivery_id = NULL, expires_at = '-infinity'
+WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @delivery_id::uuid;
 
 -- name: OutboxAttemptRecord :one
 -- Records one attempt in one statement: the attempt row, the delivery's new
@@ -190,7 +203,8 @@ attempt AS (
     WHERE d.id = @delivery_id::uuid
 ),
 lease AS (
-    DELETE FROM wharf_outbox_leases
+    UPDATE wharf_outbox_leases
+    SET delivery_id = NULL, expires_at = '-infinity'
     WHERE endpoint_id = @endpoint_id::uuid AND slot = @lease_slot::int AND delivery_id = @delivery_id::uuid
 ),
 health AS (

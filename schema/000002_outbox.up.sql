@@ -98,14 +98,16 @@ CREATE TABLE wharf_outbox_attempts (
 
 CREATE INDEX wharf_outbox_attempts_delivery_idx ON wharf_outbox_attempts (delivery_id, attempted_at);
 
--- Per-endpoint concurrency cap: a delivery holds one of an endpoint's
--- max_in_flight numbered slots while its request is in flight. The primary
--- key makes more holders than slots impossible; expires_at lets a slot held
--- by a crashed worker be taken over.
+-- Per-endpoint concurrency cap: an endpoint has one row per slot (created
+-- on first use, slots 0 … max_in_flight-1), and a delivery holds a slot
+-- while its request is in flight. Workers take a free slot with FOR UPDATE
+-- SKIP LOCKED, so they never wait for one another, and two can never hold
+-- one slot. A slot is free when its lease expired: a slot held by a crashed
+-- worker frees itself.
 CREATE TABLE wharf_outbox_leases (
     endpoint_id uuid        NOT NULL REFERENCES wharf_outbox_endpoints (id) ON DELETE CASCADE,
     slot        integer     NOT NULL,
-    delivery_id uuid        NOT NULL,
-    expires_at  timestamptz NOT NULL,
+    delivery_id uuid,
+    expires_at  timestamptz NOT NULL DEFAULT '-infinity',
     PRIMARY KEY (endpoint_id, slot)
 );

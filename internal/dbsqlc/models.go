@@ -105,6 +105,6 @@ type WharfOutboxEvent struct {
 type WharfOutboxLease struct {
 	EndpointID uuid.UUID
 	Slot       int32
-	DeliveryID uuid.UUID
+	DeliveryID *uuid.UUID
 	ExpiresAt  time.Time
 }

@@ -68,7 +68,8 @@ attempt AS (
     WHERE d.id = $10::uuid
 ),
 lease AS (
-    DELETE FROM wharf_outbox_leases
+    UPDATE wharf_outbox_leases
+    SET delivery_id = NULL, expires_at = '-infinity'
     WHERE endpoint_id = $11::uuid AND slot = $12::int AND delivery_id = $10::uuid
 ),
 health AS (
@@ -824,37 +825,41 @@ func (q *Queries) OutboxEventGet(ctx context.Context, id uuid.UUID) (WharfOutbox
 }
 
 const outboxLeaseAcquire = `-- name: OutboxLeaseAcquire :one
-INSERT INTO wharf_outbox_leases AS l (endpoint_id, slot, delivery_id, expires_at)
-SELECT $1::uuid, s.slot, $2::uuid, $3::timestamptz
-FROM generate_series(0, $4::int) AS s(slot)
-WHERE NOT EXISTS (
-    SELECT 1 FROM wharf_outbox_leases h
-    WHERE h.endpoint_id = $1::uuid AND h.slot = s.slot AND h.expires_at > $5::timestamptz)
-ORDER BY s.slot
-LIMIT 1
-ON CONFLICT (endpoint_id, slot) DO UPDATE
-SET delivery_id = excluded.delivery_id, expires_at = excluded.expires_at
-WHERE l.expires_at <= $5::timestamptz
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = $1::uuid, expires_at = $2::timestamptz
+FROM async_commit
+WHERE l.ctid = (
+    SELECT f.ctid
+    FROM wharf_outbox_leases f
+    WHERE f.endpoint_id = $3::uuid
+      AND f.slot <= $4::int
+      AND f.expires_at <= $5::timestamptz
+    ORDER BY f.slot
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED)
 RETURNING l.slot
 `
 
 type OutboxLeaseAcquireParams struct {
-	EndpointID uuid.UUID
 	DeliveryID uuid.UUID
 	ExpiresAt  time.Time
+	EndpointID uuid.UUID
 	LastSlot   int32
 	Now        time.Time
 }
 
-// Takes the lowest free slot of the endpoint's max_in_flight, or a slot whose
-// lease expired (its holder crashed). No row means all slots are busy. Two
-// workers racing for one free slot: the loser's INSERT waits for the winner,
-// then finds the slot live and returns no row; the caller simply tries again.
+// Takes the lowest free slot below last_slot that no other worker is taking
+// at this moment. No row means every slot is held, locked by another worker,
+// or not created yet. It commits without waiting for its WAL flush: a lease
+// lost to a Postgres crash only lets one more request in flight for a while.
 func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquireParams) (int32, error) {
 	row := q.db.QueryRow(ctx, outboxLeaseAcquire,
-		arg.EndpointID,
 		arg.DeliveryID,
 		arg.ExpiresAt,
+		arg.EndpointID,
 		arg.LastSlot,
 		arg.Now,
 	)
@@ -864,24 +869,34 @@ func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquire
 }
 
 const outboxLeaseCount = `-- name: OutboxLeaseCount :one
-SELECT count(*) FROM wharf_outbox_leases
-WHERE endpoint_id = $1::uuid AND expires_at > $2::timestamptz
+SELECT count(*) AS slots,
+       count(*) FILTER (WHERE expires_at > $1::timestamptz) AS held
+FROM wharf_outbox_leases
+WHERE endpoint_id = $2::uuid AND slot <= $3::int
 `
 
 type OutboxLeaseCountParams struct {
-	EndpointID uuid.UUID
 	Now        time.Time
+	EndpointID uuid.UUID
+	LastSlot   int32
 }
 
-func (q *Queries) OutboxLeaseCount(ctx context.Context, arg OutboxLeaseCountParams) (int64, error) {
-	row := q.db.QueryRow(ctx, outboxLeaseCount, arg.EndpointID, arg.Now)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
+type OutboxLeaseCountRow struct {
+	Slots int64
+	Held  int64
+}
+
+// The endpoint's slots below last_slot, and how many of them are held.
+func (q *Queries) OutboxLeaseCount(ctx context.Context, arg OutboxLeaseCountParams) (OutboxLeaseCountRow, error) {
+	row := q.db.QueryRow(ctx, outboxLeaseCount, arg.Now, arg.EndpointID, arg.LastSlot)
+	var i OutboxLeaseCountRow
+	err := row.Scan(&i.Slots, &i.Held)
+	return i, err
 }
 
 const outboxLeaseRelease = `-- name: OutboxLeaseRelease :exec
-DELETE FROM wharf_outbox_leases
+UPDATE wharf_outbox_leases
+SET delivery_id = NULL, expires_at = '-infinity'
 WHERE endpoint_id = $1::uuid AND slot = $2::int AND delivery_id = $3::uuid
 `
 
@@ -893,6 +908,22 @@ type OutboxLeaseReleaseParams struct {
 
 func (q *Queries) OutboxLeaseRelease(ctx context.Context, arg OutboxLeaseReleaseParams) error {
 	_, err := q.db.Exec(ctx, outboxLeaseRelease, arg.EndpointID, arg.Slot, arg.DeliveryID)
+	return err
+}
+
+const outboxLeaseSlotsCreate = `-- name: OutboxLeaseSlotsCreate :exec
+INSERT INTO wharf_outbox_leases (endpoint_id, slot)
+SELECT $1::uuid, s.slot FROM generate_series(0, $2::int) AS s(slot)
+ON CONFLICT (endpoint_id, slot) DO NOTHING
+`
+
+type OutboxLeaseSlotsCreateParams struct {
+	EndpointID uuid.UUID
+	LastSlot   int32
+}
+
+func (q *Queries) OutboxLeaseSlotsCreate(ctx context.Context, arg OutboxLeaseSlotsCreateParams) error {
+	_, err := q.db.Exec(ctx, outboxLeaseSlotsCreate, arg.EndpointID, arg.LastSlot)
 	return err
 }
 
