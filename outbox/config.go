@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -169,43 +170,21 @@ func (c *Config) withDefaults() (*Config, error) {
 	if c != nil {
 		out = *c
 	}
-	if out.Queue == "" {
-		out.Queue = DefaultQueue
-	}
+	out.Queue = cmp.Or(out.Queue, DefaultQueue)
 	if out.RetrySchedule == nil {
 		out.RetrySchedule = DefaultRetrySchedule
 	}
 	out.RetrySchedule = slices.Clone(out.RetrySchedule)
-	if out.RetryJitter == 0 {
-		out.RetryJitter = DefaultRetryJitter
-	}
-	if out.ThrottledRetryMin == 0 {
-		out.ThrottledRetryMin = DefaultThrottledRetryMin
-	}
-	if out.RetryAfterMax == 0 {
-		out.RetryAfterMax = DefaultRetryAfterMax
-	}
-	if out.BusyRetryDelay == 0 {
-		out.BusyRetryDelay = DefaultBusyRetryDelay
-	}
-	if out.MaxPayloadBytes == 0 {
-		out.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
-	if out.ResponseBodyLimit == 0 {
-		out.ResponseBodyLimit = DefaultResponseBodyLimit
-	}
-	if out.EndpointTimeout == 0 {
-		out.EndpointTimeout = DefaultEndpointTimeout
-	}
-	if out.MaxInFlight == 0 {
-		out.MaxInFlight = DefaultMaxInFlight
-	}
-	if out.SecretRotationOverlap == 0 {
-		out.SecretRotationOverlap = DefaultSecretRotationOverlap
-	}
-	if out.DisableAfter == 0 {
-		out.DisableAfter = DefaultDisableAfter
-	}
+	out.RetryJitter = cmp.Or(out.RetryJitter, DefaultRetryJitter)
+	out.ThrottledRetryMin = cmp.Or(out.ThrottledRetryMin, DefaultThrottledRetryMin)
+	out.RetryAfterMax = cmp.Or(out.RetryAfterMax, DefaultRetryAfterMax)
+	out.BusyRetryDelay = cmp.Or(out.BusyRetryDelay, DefaultBusyRetryDelay)
+	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	out.ResponseBodyLimit = cmp.Or(out.ResponseBodyLimit, DefaultResponseBodyLimit)
+	out.EndpointTimeout = cmp.Or(out.EndpointTimeout, DefaultEndpointTimeout)
+	out.MaxInFlight = cmp.Or(out.MaxInFlight, DefaultMaxInFlight)
+	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
+	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
 	out.AllowedNetworks = slices.Clone(out.AllowedNetworks)
 	if out.Dialer == nil {
 		out.Dialer = &net.Dialer{Timeout: 10 * time.Second}

@@ -150,8 +150,8 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 	if err := checkURL(params.URL); err != nil {
 		return nil, err
 	}
-	if len(params.Description) > maxDescriptionLen {
-		return nil, fmt.Errorf("%w: description longer than %d bytes", ErrInvalidEndpoint, maxDescriptionLen)
+	if err := checkDescription(params.Description); err != nil {
+		return nil, err
 	}
 	eventTypes, err := checkEventTypes(params.EventTypes)
 	if err != nil {
@@ -255,8 +255,10 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 			return nil, err
 		}
 	}
-	if params.Description != nil && len(*params.Description) > maxDescriptionLen {
-		return nil, fmt.Errorf("%w: description longer than %d bytes", ErrInvalidEndpoint, maxDescriptionLen)
+	if params.Description != nil {
+		if err := checkDescription(*params.Description); err != nil {
+			return nil, err
+		}
 	}
 	if params.EventTypes != nil {
 		eventTypes, err := checkEventTypes(params.EventTypes)
@@ -468,6 +470,13 @@ func checkURL(raw string) error {
 	}
 	if u.Fragment != "" || strings.ContainsAny(raw, " \t\r\n") {
 		return fmt.Errorf("%w: URL has a fragment or white space", ErrInvalidEndpoint)
+	}
+	return nil
+}
+
+func checkDescription(d string) error {
+	if len(d) > maxDescriptionLen {
+		return fmt.Errorf("%w: description longer than %d bytes", ErrInvalidEndpoint, maxDescriptionLen)
 	}
 	return nil
 }

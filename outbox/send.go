@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/wharfhq/wharf/signature"
@@ -57,13 +58,19 @@ func (s *sendOutcome) succeeded() bool {
 // gone reports a 410 answer: the receiver asks never to be sent again.
 func (s *sendOutcome) gone() bool { return s.err == nil && s.statusCode == http.StatusGone }
 
-// errorText describes a failed attempt without secrets or the body.
+// errorText describes a failed attempt without secrets, the URL (its query
+// may hold a token) or the body.
 func (s *sendOutcome) errorText() string {
+	err := s.err
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		err = urlErr.Err
+	}
 	switch {
-	case s.err != nil && s.timedOut:
-		return "timed out: " + s.err.Error()
-	case s.err != nil:
-		return s.err.Error()
+	case err != nil && s.timedOut:
+		return "timed out: " + err.Error()
+	case err != nil:
+		return err.Error()
 	case s.statusCode >= 300 && s.statusCode < 400:
 		return fmt.Sprintf("answered %d (redirects are not followed)", s.statusCode)
 	case !s.succeeded():

@@ -77,23 +77,13 @@ func ssrfTargets(t *testing.T) (map[string]string, []*sink) {
 
 func TestSSRF(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 
 	t.Run("RefusedWithoutConnecting", func(t *testing.T) {
 		t.Parallel()
 		hook := &dialHook{}
 		cfg := testConfig()
 		cfg.AllowPrivateNetworks = false
-		cfg.Dialer = &net.Dialer{Control: hook.control}
-		bundle := setup(t, cfg)
-		targets, sinks := ssrfTargets(t)
-		endpoints := map[string]*outbox.EndpointWithSecret{}
-		for name, url := range targets {
-			endpoints[name] = bundle.endpoint(t, url, nil)
-		}
-		startRiver(t, bundle.pool, bundle.outbox)
-
-		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		bundle, endpoints, sinks, res := ssrfSetup(t, cfg, hook)
 		for name, ep := range endpoints {
 			d := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
 			require.Contains(t, d.LastError, "refused to connect", name)
@@ -120,16 +110,7 @@ func TestSSRF(t *testing.T) {
 			netip.MustParsePrefix("10.0.0.0/8"),
 			netip.MustParsePrefix("169.254.169.254/32"),
 		}
-		cfg.Dialer = &net.Dialer{Control: hook.control}
-		bundle := setup(t, cfg)
-		targets, sinks := ssrfTargets(t)
-		endpoints := map[string]*outbox.EndpointWithSecret{}
-		for name, url := range targets {
-			endpoints[name] = bundle.endpoint(t, url, nil)
-		}
-		startRiver(t, bundle.pool, bundle.outbox)
-
-		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		bundle, endpoints, sinks, res := ssrfSetup(t, cfg, hook)
 		for name, ep := range endpoints {
 			want := outbox.StatusSucceeded
 			if !strings.Contains(name, "loopback") && name != "hostname" {
@@ -163,8 +144,21 @@ func TestSSRF(t *testing.T) {
 		require.Contains(t, d.LastError, "cloud metadata")
 		require.NotContains(t, hook.addresses(), "169.254.169.254:80")
 	})
+}
 
-	_ = ctx
+// ssrfSetup starts an outbox dialing through hook, with an endpoint per
+// ssrfTargets URL, and publishes one event to them.
+func ssrfSetup(t *testing.T, cfg *outbox.Config, hook *dialHook) (*testBundle, map[string]*outbox.EndpointWithSecret, []*sink, []outbox.PublishResult) {
+	t.Helper()
+	cfg.Dialer = &net.Dialer{Control: hook.control}
+	bundle := setup(t, cfg)
+	targets, sinks := ssrfTargets(t)
+	endpoints := map[string]*outbox.EndpointWithSecret{}
+	for name, url := range targets {
+		endpoints[name] = bundle.endpoint(t, url, nil)
+	}
+	startRiver(t, bundle.pool, bundle.outbox)
+	return bundle, endpoints, sinks, bundle.publish(t, &outbox.Event{Type: "x"})
 }
 
 func deliveryError(t *testing.T, b *testBundle, ep *outbox.EndpointWithSecret) string {
