@@ -104,9 +104,6 @@ JOIN wharf_outbox_endpoints ep
 ORDER BY input.n, ep.id
 RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
 
--- name: OutboxEventGet :one
-SELECT * FROM wharf_outbox_events WHERE id = @id::uuid;
-
 -- name: OutboxDeliveryGetForWork :one
 -- Everything a delivery attempt needs; payload is NULL when the event row is
 -- gone.

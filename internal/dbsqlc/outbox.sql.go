@@ -806,24 +806,6 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 	return i, err
 }
 
-const outboxEventGet = `-- name: OutboxEventGet :one
-SELECT id, created_at, type, payload, ordering_key, tenant FROM wharf_outbox_events WHERE id = $1::uuid
-`
-
-func (q *Queries) OutboxEventGet(ctx context.Context, id uuid.UUID) (WharfOutboxEvent, error) {
-	row := q.db.QueryRow(ctx, outboxEventGet, id)
-	var i WharfOutboxEvent
-	err := row.Scan(
-		&i.ID,
-		&i.CreatedAt,
-		&i.Type,
-		&i.Payload,
-		&i.OrderingKey,
-		&i.Tenant,
-	)
-	return i, err
-}
-
 const outboxLeaseAcquire = `-- name: OutboxLeaseAcquire :one
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
