@@ -52,3 +52,74 @@ type WharfInboxMessage struct {
 	ProcessedAt *time.Time
 	UpdatedAt   time.Time
 }
+
+type WharfOutboxAttempt struct {
+	ID                uuid.UUID
+	AttemptedAt       time.Time
+	DeliveryID        uuid.UUID
+	EndpointID        uuid.UUID
+	EventID           uuid.UUID
+	Attempt           int32
+	Status            string
+	StatusCode        *int32
+	ResponseBody      []byte
+	ResponseTruncated bool
+	Error             string
+	DurationUs        int64
+}
+
+type WharfOutboxDelivery struct {
+	ID             uuid.UUID
+	Seq            int64
+	EventID        uuid.UUID
+	EventCreatedAt time.Time
+	EndpointID     uuid.UUID
+	OrderingKey    string
+	Status         string
+	Attempts       int32
+	LastStatusCode *int32
+	LastError      string
+	NextAttemptAt  *time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	SucceededAt    *time.Time
+}
+
+type WharfOutboxEndpoint struct {
+	ID                      uuid.UUID
+	Url                     string
+	Description             string
+	EventTypes              []string
+	Tenant                  string
+	Secret                  string
+	PreviousSecret          *string
+	PreviousSecretExpiresAt *time.Time
+	MaxInFlight             int32
+	TimeoutMs               int32
+	Ordered                 bool
+	Enabled                 bool
+	DisabledReason          string
+	DisabledAt              *time.Time
+	ConsecutiveFailures     int32
+	FailingSince            *time.Time
+	LastSuccessAt           *time.Time
+	LastFailureAt           *time.Time
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+}
+
+type WharfOutboxEvent struct {
+	ID          uuid.UUID
+	CreatedAt   time.Time
+	Type        string
+	Payload     []byte
+	OrderingKey string
+	Tenant      string
+}
+
+type WharfOutboxLease struct {
+	EndpointID uuid.UUID
+	Slot       int32
+	DeliveryID *uuid.UUID
+	ExpiresAt  time.Time
+}

@@ -1,0 +1,188 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/outbox"
+)
+
+// Benchmark sizes: each iteration delivers benchDeliveries events and works
+// as many no-op jobs, so `-benchtime 1x` (make bench) gives usable numbers.
+const (
+	benchDeliveries = 2000
+	benchWorkers    = 100
+	benchTxs        = 300
+)
+
+// noopArgs is a River job that does nothing: River's own throughput.
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "wharf_bench_noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+}
+
+func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+// benchRiverConfig is the River config of both halves of BenchmarkDelivery:
+// 100 workers on the outbox queue, fetch cooldown 2 ms (River's default of
+// 100 ms caps a queue at MaxWorkers/100ms, see DESIGN.md), poll 20 ms.
+func benchRiverConfig(ob *outbox.Outbox) *river.Config {
+	workers := river.NewWorkers()
+	river.AddWorker(workers, noopWorker{})
+	if err := ob.AddWorkers(workers); err != nil {
+		panic(err)
+	}
+	cfg := riverConfig(ob, workers, benchWorkers)
+	cfg.CompletedJobRetentionPeriod = time.Hour
+	return cfg
+}
+
+// benchPoolConns is the pool size of the benchmarks. pgxpool's default
+// (the larger of 4 and the CPU count) would make 100 workers queue for 4
+// connections.
+const benchPoolConns = 40
+
+func benchPool(b *testing.B) *pgxpool.Pool {
+	b.Helper()
+	poolCfg, err := pgxpool.ParseConfig(testdb.NewURL(b))
+	require.NoError(b, err)
+	poolCfg.MaxConns = benchPoolConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), poolCfg)
+	require.NoError(b, err)
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// workAll starts a River client, waits until n jobs completed and returns
+// how long that took.
+func workAll(b *testing.B, pool *pgxpool.Pool, cfg *river.Config, n int) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(b, err)
+	completed, cancel := client.SubscribeConfig(&river.SubscribeConfig{
+		Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n + 100,
+	})
+	defer cancel()
+	start := time.Now()
+	require.NoError(b, client.Start(ctx))
+	for range n {
+		select {
+		case <-completed:
+		case <-time.After(time.Minute):
+			b.Fatalf("jobs stopped completing")
+		}
+	}
+	elapsed := time.Since(start)
+	stopCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	require.NoError(b, client.Stop(stopCtx))
+	return elapsed
+}
+
+// BenchmarkDelivery compares the outbox's delivery throughput (1 KB events
+// to a loopback sink answering 204, one endpoint with a cap of 100 in
+// flight) with River's throughput for no-op jobs under the same River
+// config, in the same run. Reported: deliveries/s, noop_jobs/s and their
+// ratio.
+func BenchmarkDelivery(b *testing.B) {
+	ctx := context.Background()
+	pool := benchPool(b)
+	cfg := testConfig()
+	ob, err := outbox.New(pool, cfg)
+	require.NoError(b, err)
+	receiver := newSink(b, status(http.StatusNoContent))
+	_, err = ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: receiver.URL(), MaxInFlight: benchWorkers})
+	require.NoError(b, err)
+	data := json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))
+
+	var deliveryTime, noopTime time.Duration
+	for b.Loop() {
+		noops := make([]river.InsertManyParams, benchDeliveries)
+		for i := range noops {
+			noops[i] = river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Queue: ob.Queue()}}
+		}
+		riverCfg := benchRiverConfig(ob)
+		inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+		require.NoError(b, err)
+		_, err = inserter.InsertManyFast(ctx, noops)
+		require.NoError(b, err)
+		noopTime += workAll(b, pool, riverCfg, benchDeliveries)
+
+		events := make([]*outbox.Event, benchDeliveries)
+		for i := range events {
+			events[i] = &outbox.Event{Type: "bench.event", Data: data}
+		}
+		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ob.PublishMany(ctx, tx, events)
+			return err
+		}))
+		deliveryTime += workAll(b, pool, benchRiverConfig(ob), benchDeliveries)
+	}
+	deliveriesPerSec := float64(b.N*benchDeliveries) / deliveryTime.Seconds()
+	noopsPerSec := float64(b.N*benchDeliveries) / noopTime.Seconds()
+	b.ReportMetric(deliveriesPerSec, "deliveries/s")
+	b.ReportMetric(noopsPerSec, "noop_jobs/s")
+	b.ReportMetric(deliveriesPerSec/noopsPerSec, "ratio")
+	b.ReportMetric(0, "ns/op")
+	require.GreaterOrEqual(b, len(receiver.all()), b.N*benchDeliveries)
+}
+
+// BenchmarkPublishOverhead measures what Publish adds to an application
+// transaction: a transaction inserting one row, against the same
+// transaction also publishing one 1 KB event to one endpoint. Reported: the
+// microseconds of each and the difference.
+func BenchmarkPublishOverhead(b *testing.B) {
+	ctx := context.Background()
+	pool := benchPool(b)
+	ob, err := outbox.New(pool, testConfig())
+	require.NoError(b, err)
+	_, err = ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: "https://example.com/hook"})
+	require.NoError(b, err)
+	_, err = pool.Exec(ctx, `CREATE TABLE bench_accounts (id bigserial PRIMARY KEY, balance bigint NOT NULL)`)
+	require.NoError(b, err)
+	event := &outbox.Event{Type: "balance.updated", Data: json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))}
+
+	appTx := func(publish bool) time.Duration {
+		start := time.Now()
+		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO bench_accounts (balance) VALUES (42)`); err != nil {
+				return err
+			}
+			if publish {
+				_, err := ob.Publish(ctx, tx, event)
+				return err
+			}
+			return nil
+		}))
+		return time.Since(start)
+	}
+	appTx(true) // warm the partition cache and statement caches
+	var plain, withPublish time.Duration
+	for b.Loop() {
+		for range benchTxs {
+			plain += appTx(false)
+			withPublish += appTx(true)
+		}
+	}
+	n := float64(b.N * benchTxs)
+	b.ReportMetric(float64(plain.Microseconds())/n, "µs/tx")
+	b.ReportMetric(float64(withPublish.Microseconds())/n, "µs/tx+publish")
+	b.ReportMetric(float64((withPublish-plain).Microseconds())/n, "µs_overhead")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,276 @@
+package outbox
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// DefaultQueue is the River queue delivery jobs go to unless Config.Queue
+// says otherwise.
+const DefaultQueue = "wharf_outbox"
+
+// DefaultRetrySchedule is the wait before each delivery attempt: the first
+// is immediate, the eighth comes about 28 hours after the first. After the
+// last attempt fails the delivery is dead-lettered.
+var DefaultRetrySchedule = []time.Duration{
+	0,
+	5 * time.Second,
+	5 * time.Minute,
+	30 * time.Minute,
+	2 * time.Hour,
+	5 * time.Hour,
+	10 * time.Hour,
+	10 * time.Hour,
+}
+
+// Defaults of the Config fields that have one.
+const (
+	DefaultMaxPayloadBytes       = 256 << 10
+	DefaultResponseBodyLimit     = 16 << 10
+	DefaultEndpointTimeout       = 15 * time.Second
+	DefaultMaxInFlight           = 10
+	DefaultBusyRetryDelay        = time.Second
+	DefaultRetryJitter           = 0.2
+	DefaultThrottledRetryMin     = time.Minute
+	DefaultRetryAfterMax         = time.Hour
+	DefaultSecretRotationOverlap = 24 * time.Hour
+	DefaultDisableAfter          = 5 * 24 * time.Hour
+)
+
+// maxRetryScheduleLen bounds the schedule, so a typo cannot make a delivery
+// retry for ever.
+const maxRetryScheduleLen = 100
+
+// maxEndpointTimeout bounds an endpoint's timeout: a delivery holds a River
+// worker and a concurrency slot for that long.
+const maxEndpointTimeout = 5 * time.Minute
+
+// ErrInvalidConfig is returned by New for a Config it cannot use.
+var ErrInvalidConfig = errors.New("outbox: invalid config")
+
+// Config configures an Outbox. A nil *Config means every default.
+type Config struct {
+	// Queue is the River queue delivery jobs are inserted into. The River
+	// client that works them must list it in its Queues.
+	//
+	// Defaults to DefaultQueue ("wharf_outbox").
+	Queue string
+
+	// RetrySchedule is the wait before each attempt: its length is the
+	// number of attempts, its first entry is normally 0 (deliver at once).
+	// After the last attempt fails the delivery is dead.
+	//
+	// Defaults to DefaultRetrySchedule (0, 5s, 5m, 30m, 2h, 5h, 10h, 10h).
+	RetrySchedule []time.Duration
+
+	// RetryJitter spreads each retry wait by up to this fraction either way,
+	// so failures that happened together do not retry together.
+	//
+	// Defaults to DefaultRetryJitter (0.2, ±20%). -1 disables jitter.
+	RetryJitter float64
+
+	// ThrottledRetryMin is the least wait after an attempt that timed out or
+	// was answered 429 Too Many Requests, whatever the schedule says.
+	//
+	// Defaults to DefaultThrottledRetryMin (1 minute). -1 disables it.
+	ThrottledRetryMin time.Duration
+
+	// RetryAfterMax caps how long a Retry-After header (honoured on 429,
+	// 502, 503 and 504) can make a retry wait.
+	//
+	// Defaults to DefaultRetryAfterMax (1 hour). -1 ignores Retry-After.
+	RetryAfterMax time.Duration
+
+	// BusyRetryDelay is how long a delivery waits (snoozed, without using an
+	// attempt) when its endpoint already has MaxInFlight requests in flight
+	// or, for an ordered endpoint, an earlier delivery with its ordering key
+	// is unfinished. A little jitter is added.
+	//
+	// Defaults to DefaultBusyRetryDelay (1 second).
+	BusyRetryDelay time.Duration
+
+	// MaxPayloadBytes is the largest request body Publish accepts: the
+	// encoded Standard Webhooks envelope {"type", "timestamp", "data"}.
+	//
+	// Defaults to DefaultMaxPayloadBytes (256 KiB).
+	MaxPayloadBytes int
+
+	// ResponseBodyLimit is how much of each response body is recorded with
+	// its attempt; the rest is discarded.
+	//
+	// Defaults to DefaultResponseBodyLimit (16 KiB). -1 records none.
+	ResponseBodyLimit int
+
+	// EndpointTimeout is the request timeout of endpoints created without
+	// one. River's JobTimeout must be longer than every endpoint's timeout.
+	//
+	// Defaults to DefaultEndpointTimeout (15 seconds).
+	EndpointTimeout time.Duration
+
+	// MaxInFlight is the concurrency cap of endpoints created without one:
+	// how many requests may be in flight to the endpoint at once.
+	//
+	// Defaults to DefaultMaxInFlight (10).
+	MaxInFlight int
+
+	// SecretRotationOverlap is how long the previous secret keeps being used
+	// (both signatures are sent) after EndpointRotateSecret, unless the call
+	// says otherwise.
+	//
+	// Defaults to DefaultSecretRotationOverlap (24 hours).
+	SecretRotationOverlap time.Duration
+
+	// DisableAfter disables an endpoint whose attempts have all failed for
+	// this long (any success resets the clock).
+	//
+	// Defaults to DefaultDisableAfter (5 days). -1 never disables an
+	// endpoint for failing (a 410 Gone answer still does).
+	DisableAfter time.Duration
+
+	// AllowPrivateNetworks lets deliveries reach loopback, private (RFC 1918),
+	// shared (RFC 6598), link-local and unique-local addresses. Cloud
+	// metadata addresses stay refused unless listed in AllowedNetworks.
+	// Meant for development and self-hosted setups.
+	//
+	// Defaults to false.
+	AllowPrivateNetworks bool
+
+	// AllowedNetworks lists networks deliveries may reach although the SSRF
+	// guard would refuse them, such as an internal service's subnet.
+	//
+	// Defaults to none.
+	AllowedNetworks []netip.Prefix
+
+	// Dialer dials endpoint connections. Its Control function, if any, runs
+	// after the SSRF guard has accepted the address.
+	//
+	// Defaults to a net.Dialer with a 10 second connect timeout.
+	Dialer *net.Dialer
+
+	// Logger receives the outbox's logs. Secrets and bodies are never logged.
+	//
+	// Defaults to slog.Default().
+	Logger *slog.Logger
+
+	// Now returns the current time; tests set it to control the clock.
+	//
+	// Defaults to time.Now.
+	Now func() time.Time
+}
+
+// withDefaults validates c and returns a copy with every default filled in.
+func (c *Config) withDefaults() (*Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	out.Queue = cmp.Or(out.Queue, DefaultQueue)
+	if out.RetrySchedule == nil {
+		out.RetrySchedule = DefaultRetrySchedule
+	}
+	out.RetrySchedule = slices.Clone(out.RetrySchedule)
+	out.RetryJitter = cmp.Or(out.RetryJitter, DefaultRetryJitter)
+	out.ThrottledRetryMin = cmp.Or(out.ThrottledRetryMin, DefaultThrottledRetryMin)
+	out.RetryAfterMax = cmp.Or(out.RetryAfterMax, DefaultRetryAfterMax)
+	out.BusyRetryDelay = cmp.Or(out.BusyRetryDelay, DefaultBusyRetryDelay)
+	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	out.ResponseBodyLimit = cmp.Or(out.ResponseBodyLimit, DefaultResponseBodyLimit)
+	out.EndpointTimeout = cmp.Or(out.EndpointTimeout, DefaultEndpointTimeout)
+	out.MaxInFlight = cmp.Or(out.MaxInFlight, DefaultMaxInFlight)
+	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
+	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
+	out.AllowedNetworks = slices.Clone(out.AllowedNetworks)
+	if out.Dialer == nil {
+		out.Dialer = &net.Dialer{Timeout: 10 * time.Second}
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	if err := out.validate(); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// validate checks a Config whose defaults are filled in.
+func (c *Config) validate() error {
+	var problems []error
+	bad := func(format string, args ...any) {
+		problems = append(problems, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	if len(c.Queue) > 128 {
+		bad("Queue is longer than 128 characters")
+	}
+	if len(c.RetrySchedule) == 0 || len(c.RetrySchedule) > maxRetryScheduleLen {
+		bad("RetrySchedule needs 1 to %d entries, has %d", maxRetryScheduleLen, len(c.RetrySchedule))
+	}
+	for i, d := range c.RetrySchedule {
+		if d < 0 {
+			bad("RetrySchedule[%d] is negative", i)
+		}
+	}
+	if c.RetryJitter != -1 && (c.RetryJitter < 0 || c.RetryJitter >= 1) {
+		bad("RetryJitter must be in [0, 1) or -1")
+	}
+	if c.ThrottledRetryMin < -1 {
+		bad("ThrottledRetryMin must not be negative (-1 disables it)")
+	}
+	if c.RetryAfterMax < -1 {
+		bad("RetryAfterMax must not be negative (-1 ignores Retry-After)")
+	}
+	if c.BusyRetryDelay < 0 {
+		bad("BusyRetryDelay must not be negative")
+	}
+	if c.MaxPayloadBytes < 0 {
+		bad("MaxPayloadBytes must not be negative")
+	}
+	if c.ResponseBodyLimit < -1 {
+		bad("ResponseBodyLimit must not be negative (-1 records none)")
+	}
+	if err := checkTimeout(c.EndpointTimeout); err != nil {
+		bad("EndpointTimeout: %v", err)
+	}
+	if c.MaxInFlight < 0 {
+		bad("MaxInFlight must not be negative")
+	}
+	if c.SecretRotationOverlap < 0 {
+		bad("SecretRotationOverlap must not be negative")
+	}
+	if c.DisableAfter < -1 {
+		bad("DisableAfter must not be negative (-1 never disables)")
+	}
+	for i, p := range c.AllowedNetworks {
+		if !p.IsValid() {
+			bad("AllowedNetworks[%d] is not a valid prefix", i)
+		}
+	}
+	return errors.Join(problems...)
+}
+
+func checkTimeout(d time.Duration) error {
+	if d <= 0 || d > maxEndpointTimeout {
+		return fmt.Errorf("must be in (0, %s], is %s", maxEndpointTimeout, d)
+	}
+	return nil
+}
+
+// retryAfterEnabled reports whether Retry-After headers are honoured.
+func (c *Config) retryAfterEnabled() bool { return c.RetryAfterMax > 0 }
+
+// jitter returns the configured jitter fraction, 0 when disabled.
+func (c *Config) jitter() float64 { return max(c.RetryJitter, 0) }
+
+// throttledMin returns the least wait after a timeout or 429, 0 when disabled.
+func (c *Config) throttledMin() time.Duration { return max(c.ThrottledRetryMin, 0) }
+
+// now returns the configured clock's time in UTC at Postgres' precision.
+func (c *Config) now() time.Time { return c.Now().UTC().Truncate(time.Microsecond) }

@@ -1,0 +1,328 @@
+package outbox_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/outbox"
+)
+
+func TestDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("FailingThenSucceedingRecordsEveryAttempt", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		receiver := newSink(t, failFirst(2))
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startRiver(t, bundle.pool, bundle.outbox)
+
+		res := bundle.publish(t, &outbox.Event{Type: "x", Data: 1})
+		d := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusSucceeded)
+		require.Equal(t, 3, d.Attempts)
+		require.NotNil(t, d.SucceededAt)
+
+		attempts, err := bundle.outbox.AttemptList(ctx, d.ID)
+		require.NoError(t, err)
+		require.Len(t, attempts, 3)
+		for i, a := range attempts {
+			require.Equal(t, i+1, a.Number)
+			require.Equal(t, i == 2, a.Succeeded)
+			require.Positive(t, a.Duration)
+		}
+		require.Equal(t, http.StatusInternalServerError, *attempts[0].StatusCode)
+		require.JSONEq(t, `{"error":"try later"}`, string(attempts[0].ResponseBody))
+		require.Equal(t, "answered 500", attempts[0].Error)
+		require.Equal(t, http.StatusNoContent, *attempts[2].StatusCode)
+		require.Equal(t, 3, receiver.byWebhookID()[res[0].EventID], "same webhook-id on every attempt")
+		verifier, err := standardwebhooks.NewWebhook(ep.Secret)
+		require.NoError(t, err)
+		for _, r := range receiver.all() {
+			require.NoError(t, verifier.Verify(r.Body, r.Header), "each attempt is signed with its own timestamp")
+		}
+
+		health, err := bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.NoError(t, err)
+		require.Zero(t, health.ConsecutiveFailures)
+		require.Nil(t, health.FailingSince)
+		require.NotNil(t, health.LastSuccessAt)
+		require.NotNil(t, health.LastFailureAt)
+	})
+
+	t.Run("FailingForeverIsDeadThenReplayed", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		var healthy atomic.Bool
+		receiver := newSink(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+			if healthy.Load() {
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		})
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startRiver(t, bundle.pool, bundle.outbox)
+
+		res := bundle.publish(t, &outbox.Event{Type: "x"}, &outbox.Event{Type: "y"})
+		first := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+		second := bundle.awaitDelivery(t, ep.ID, res[1].EventID, outbox.StatusDead)
+		require.Equal(t, 4, first.Attempts, "one attempt per schedule entry")
+		require.Equal(t, http.StatusBadGateway, *first.LastStatusCode)
+		require.Nil(t, first.NextAttemptAt)
+		health, err := bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.NoError(t, err)
+		require.True(t, health.Enabled)
+		require.Equal(t, 8, health.ConsecutiveFailures)
+
+		healthy.Store(true)
+		require.NoError(t, bundle.outbox.DeliveryReplay(ctx, first.ID))
+		replayed := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusSucceeded)
+		require.Equal(t, 5, replayed.Attempts)
+		require.Equal(t, 5, receiver.byWebhookID()[res[0].EventID])
+		require.ErrorIs(t, bundle.outbox.DeliveryReplay(ctx, uuid.New()), outbox.ErrNotFound)
+
+		n, err := bundle.outbox.DeliveryReplayDead(ctx, ep.ID, time.Now().Add(-time.Hour))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		require.Equal(t, 4, second.Attempts)
+		bundle.awaitDelivery(t, ep.ID, res[1].EventID, outbox.StatusSucceeded)
+	})
+
+	t.Run("GoneDisablesEndpoint", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		receiver := newSink(t, status(http.StatusGone))
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startRiver(t, bundle.pool, bundle.outbox)
+
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		d := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+		require.Equal(t, 1, d.Attempts, "410 is not retried")
+		got, err := bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.NoError(t, err)
+		require.False(t, got.Enabled)
+		require.Contains(t, got.DisabledReason, "410")
+		require.NotNil(t, got.DisabledAt)
+
+		again := bundle.publish(t, &outbox.Event{Type: "x"})
+		require.Zero(t, again[0].Deliveries, "a disabled endpoint gets no new deliveries")
+		require.ErrorIs(t, bundle.outbox.DeliveryReplay(ctx, d.ID), outbox.ErrEndpointDisabled)
+		_, err = bundle.outbox.DeliveryReplayDead(ctx, ep.ID, time.Time{})
+		require.ErrorIs(t, err, outbox.ErrEndpointDisabled)
+	})
+
+	t.Run("RedirectIsAFailure", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		target := okSink(t)
+		redirector := newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, target.URL(), http.StatusFound)
+		})
+		ep := bundle.endpoint(t, redirector.URL(), nil)
+		startRiver(t, bundle.pool, bundle.outbox)
+
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		d := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+		require.Equal(t, http.StatusFound, *d.LastStatusCode)
+		require.Contains(t, d.LastError, "redirects are not followed")
+		require.Len(t, redirector.all(), 4)
+		require.Empty(t, target.all())
+		require.Zero(t, target.conns.Load())
+	})
+
+	t.Run("ConcurrencyCapDefersWithoutFailing", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		release := make(chan struct{})
+		slow := newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+		fast := okSink(t)
+		slowEp := bundle.endpoint(t, slow.URL(), &outbox.EndpointParams{MaxInFlight: 2})
+		fastEp := bundle.endpoint(t, fast.URL(), &outbox.EndpointParams{MaxInFlight: 2})
+		startRiver(t, bundle.pool, bundle.outbox)
+
+		events := make([]*outbox.Event, 6)
+		for i := range events {
+			events[i] = &outbox.Event{Type: "x", Data: i}
+		}
+		res := bundle.publish(t, events...)
+		for _, r := range res {
+			bundle.awaitDelivery(t, fastEp.ID, r.EventID, outbox.StatusSucceeded)
+		}
+		require.Eventually(t, func() bool { return slow.inFlight.Load() == 2 }, 5*time.Second, 5*time.Millisecond)
+		require.Len(t, slow.all(), 2, "the slow endpoint's other deliveries wait")
+		pending, err := bundle.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{EndpointID: &slowEp.ID, Status: outbox.StatusPending})
+		require.NoError(t, err)
+		require.Len(t, pending, 6, "deferred deliveries are not failures")
+
+		close(release)
+		for _, r := range res {
+			d := bundle.awaitDelivery(t, slowEp.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, 1, d.Attempts)
+		}
+		require.Equal(t, int64(2), slow.maxSeen.Load())
+		require.LessOrEqual(t, fast.maxSeen.Load(), int64(2))
+	})
+
+	t.Run("RetryAfterAndThrottlingStretchTheWait", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig()
+		cfg.ThrottledRetryMin = time.Minute
+		cfg.RetryAfterMax = 2 * time.Hour
+		bundle := setup(t, cfg)
+		header := func(code int, retryAfter string) func(int, http.ResponseWriter, *http.Request) {
+			return func(_ int, w http.ResponseWriter, _ *http.Request) {
+				if retryAfter != "" {
+					w.Header().Set("Retry-After", retryAfter)
+				}
+				w.WriteHeader(code)
+			}
+		}
+		cases := []struct {
+			sink *sink
+			wait time.Duration
+		}{
+			{newSink(t, header(http.StatusServiceUnavailable, "120")), 120 * time.Second},
+			{newSink(t, header(http.StatusTooManyRequests, "")), time.Minute},
+			{newSink(t, header(http.StatusTooManyRequests, "86400")), 2 * time.Hour},
+			{newSink(t, header(http.StatusInternalServerError, "600")), 10 * time.Millisecond},
+		}
+		endpoints := make([]*outbox.EndpointWithSecret, len(cases))
+		for i, c := range cases {
+			endpoints[i] = bundle.endpoint(t, c.sink.URL(), nil)
+		}
+		startRiver(t, bundle.pool, bundle.outbox)
+
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		for i, c := range cases {
+			d := bundle.awaitDelivery(t, endpoints[i].ID, res[0].EventID, outbox.StatusRetrying)
+			require.Equal(t, 1, d.Attempts)
+			require.NotNil(t, d.NextAttemptAt)
+			wait := d.NextAttemptAt.Sub(d.UpdatedAt)
+			require.InDelta(t, c.wait.Seconds(), wait.Seconds(), 1, "case %d waits %s", i, wait)
+		}
+		require.Eventually(t, func() bool {
+			var scheduled int
+			require.NoError(t, bundle.pool.QueryRow(ctx,
+				`SELECT count(*) FROM river_job WHERE state = 'retryable' AND scheduled_at > now() + interval '50 seconds'`).Scan(&scheduled))
+			return scheduled == 3
+		}, 5*time.Second, 10*time.Millisecond, "River schedules the stretched retries")
+	})
+
+	t.Run("RotationSendsBothSignaturesDuringOverlap", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		receiver := okSink(t)
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		rotated, err := bundle.outbox.EndpointRotateSecret(ctx, ep.ID, nil)
+		require.NoError(t, err)
+		require.NotEqual(t, ep.Secret, rotated.Secret)
+		startRiver(t, bundle.pool, bundle.outbox)
+
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusSucceeded)
+		got := receiver.all()[0]
+		require.Len(t, strings.Fields(got.Header.Get("webhook-signature")), 2)
+		for _, secret := range []string{ep.Secret, rotated.Secret} {
+			verifier, err := standardwebhooks.NewWebhook(secret)
+			require.NoError(t, err)
+			require.NoError(t, verifier.Verify(got.Body, got.Header))
+		}
+
+		final, err := bundle.outbox.EndpointRotateSecret(ctx, ep.ID, &outbox.RotateSecretParams{Overlap: -1})
+		require.NoError(t, err)
+		res = bundle.publish(t, &outbox.Event{Type: "x"})
+		bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusSucceeded)
+		got = receiver.all()[1]
+		require.Len(t, strings.Fields(got.Header.Get("webhook-signature")), 1)
+		current, err := standardwebhooks.NewWebhook(final.Secret)
+		require.NoError(t, err)
+		require.NoError(t, current.Verify(got.Body, got.Header))
+		previous, err := standardwebhooks.NewWebhook(rotated.Secret)
+		require.NoError(t, err)
+		require.Error(t, previous.Verify(got.Body, got.Header))
+	})
+
+	t.Run("ContinuousFailureDisablesEndpoint", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig()
+		var offset atomic.Int64
+		cfg.Now = func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+		bundle := setup(t, cfg)
+		receiver := newSink(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+			if n == 2 {
+				offset.Store(int64(outbox.DefaultDisableAfter + time.Hour))
+			}
+			w.WriteHeader(http.StatusInternalServerError)
+		})
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startRiver(t, bundle.pool, bundle.outbox)
+
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		d := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+		require.Equal(t, 2, d.Attempts)
+		require.Equal(t, "endpoint disabled", d.LastError)
+		got, err := bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.NoError(t, err)
+		require.False(t, got.Enabled)
+		require.Contains(t, got.DisabledReason, "every attempt failed for longer")
+		require.Equal(t, 2, got.ConsecutiveFailures)
+
+		enabled, err := bundle.outbox.EndpointEnable(ctx, ep.ID)
+		require.NoError(t, err)
+		require.True(t, enabled.Enabled)
+		require.Zero(t, enabled.ConsecutiveFailures)
+		require.Nil(t, enabled.FailingSince)
+	})
+
+	t.Run("OrderedEndpointDeliversInOrderPerKey", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		var firstID atomic.Value
+		firstID.Store("")
+		var firstFailures atomic.Int64
+		receiver := newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("webhook-id") == firstID.Load() && firstFailures.Add(1) <= 2 {
+				w.WriteHeader(http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+		ep := bundle.endpoint(t, receiver.URL(), &outbox.EndpointParams{Ordered: true})
+
+		res := bundle.publish(t,
+			&outbox.Event{Type: "x", OrderingKey: "account-1", Data: 1},
+			&outbox.Event{Type: "x", OrderingKey: "account-1", Data: 2},
+			&outbox.Event{Type: "x", OrderingKey: "account-1", Data: 3},
+		)
+		firstID.Store(res[0].EventID)
+		startRiver(t, bundle.pool, bundle.outbox)
+		for _, r := range res {
+			bundle.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+		}
+
+		var order []string
+		for _, r := range receiver.all() {
+			id := r.Header.Get("webhook-id")
+			if len(order) == 0 || order[len(order)-1] != id {
+				order = append(order, id)
+			}
+		}
+		require.Equal(t, []string{res[0].EventID, res[1].EventID, res[2].EventID}, order,
+			"each event is sent only after the one before it succeeded")
+	})
+}

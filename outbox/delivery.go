@@ -1,0 +1,237 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+)
+
+// Delivery is one event's delivery to one endpoint.
+type Delivery struct {
+	// ID identifies the delivery.
+	ID uuid.UUID
+	// EventID is the event's id (the webhook-id).
+	EventID string
+	// EndpointID is the endpoint's id.
+	EndpointID uuid.UUID
+	// Status is StatusPending, StatusRetrying, StatusSucceeded or StatusDead.
+	Status string
+	// Attempts counts the recorded attempts, replays included.
+	Attempts int
+	// LastStatusCode is the last attempt's HTTP status, nil without a
+	// response.
+	LastStatusCode *int
+	// LastError describes the last failure.
+	LastError string
+	// NextAttemptAt is when the next attempt is due, nil when none is.
+	NextAttemptAt *time.Time
+	// CreatedAt is when the event was published.
+	CreatedAt time.Time
+	// UpdatedAt is when the delivery last changed.
+	UpdatedAt time.Time
+	// SucceededAt is when an attempt succeeded.
+	SucceededAt *time.Time
+}
+
+// Attempt is one recorded delivery attempt.
+type Attempt struct {
+	// ID identifies the attempt.
+	ID uuid.UUID
+	// DeliveryID is the delivery attempted.
+	DeliveryID uuid.UUID
+	// Number counts the delivery's attempts from 1.
+	Number int
+	// AttemptedAt is when the attempt started.
+	AttemptedAt time.Time
+	// Succeeded is true when the endpoint answered 2xx.
+	Succeeded bool
+	// StatusCode is the HTTP status, nil without a response.
+	StatusCode *int
+	// ResponseBody is the start of the response body (Config.ResponseBodyLimit).
+	ResponseBody []byte
+	// ResponseTruncated is true when the body was longer.
+	ResponseTruncated bool
+	// Error describes a failure.
+	Error string
+	// Duration is how long the request took.
+	Duration time.Duration
+}
+
+// DeliveryListParams filters DeliveryList. A nil *DeliveryListParams lists
+// the newest 100 deliveries.
+type DeliveryListParams struct {
+	// EndpointID lists one endpoint's deliveries when not nil.
+	EndpointID *uuid.UUID
+	// EventID lists one event's deliveries when not empty.
+	EventID string
+	// Status lists deliveries in that status when not empty.
+	Status string
+	// Limit is the most deliveries returned. Defaults to 100, at most 10000.
+	Limit int
+}
+
+// DeliveryGet returns a delivery, or an error where errors.Is(err,
+// ErrNotFound) is true.
+func (o *Outbox) DeliveryGet(ctx context.Context, id uuid.UUID) (*Delivery, error) {
+	row, err := o.queries.OutboxDeliveryGet(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: delivery %s: %w", id, translateError(err))
+	}
+	return deliveryFromRow(&row), nil
+}
+
+// DeliveryList returns deliveries, newest first.
+func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) ([]*Delivery, error) {
+	if params == nil {
+		params = &DeliveryListParams{}
+	}
+	limit, err := listLimit(params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	query := dbsqlc.OutboxDeliveryListParams{EndpointID: params.EndpointID, MaxRows: limit}
+	if params.EventID != "" {
+		id, err := ParseEventID(params.EventID)
+		if err != nil {
+			return nil, err
+		}
+		query.EventID = &id
+	}
+	if params.Status != "" {
+		query.Status = &params.Status
+	}
+	rows, err := o.queries.OutboxDeliveryList(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list deliveries: %w", err)
+	}
+	out := make([]*Delivery, len(rows))
+	for i := range rows {
+		out[i] = deliveryFromRow(&rows[i])
+	}
+	return out, nil
+}
+
+// AttemptList returns a delivery's recorded attempts, oldest first (those
+// retention has not dropped).
+func (o *Outbox) AttemptList(ctx context.Context, deliveryID uuid.UUID) ([]*Attempt, error) {
+	rows, err := o.queries.OutboxAttemptList(ctx, deliveryID)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list attempts: %w", err)
+	}
+	out := make([]*Attempt, len(rows))
+	for i, row := range rows {
+		out[i] = &Attempt{
+			ID:                row.ID,
+			DeliveryID:        row.DeliveryID,
+			Number:            int(row.Attempt),
+			AttemptedAt:       row.AttemptedAt,
+			Succeeded:         row.Status == attemptSucceeded,
+			StatusCode:        intPtr(row.StatusCode),
+			ResponseBody:      row.ResponseBody,
+			ResponseTruncated: row.ResponseTruncated,
+			Error:             row.Error,
+			Duration:          time.Duration(row.DurationUs) * time.Microsecond,
+		}
+	}
+	return out, nil
+}
+
+// DeliveryReplay sends a finished (succeeded or dead) delivery again, with
+// a fresh retry schedule and the same webhook-id. It returns an error where
+// errors.Is is true for ErrNotFound, ErrDeliveryInProgress (still pending or
+// retrying) or ErrEndpointDisabled.
+func (o *Outbox) DeliveryReplay(ctx context.Context, id uuid.UUID) error {
+	return o.inTx(ctx, func(tx pgx.Tx) error { return o.DeliveryReplayTx(ctx, tx, id) })
+}
+
+// DeliveryReplayTx is DeliveryReplay in tx. After an error tx may be
+// aborted: roll it back.
+func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	q := o.queries.WithTx(tx)
+	_, err := q.OutboxDeliveryRequeue(ctx, dbsqlc.OutboxDeliveryRequeueParams{ID: id, Now: o.config.now()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return o.whyNotReplayable(ctx, q, id)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
+	}
+	return o.insertDeliveryJobs(ctx, tx, []uuid.UUID{id})
+}
+
+func (o *Outbox) whyNotReplayable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) error {
+	row, err := q.OutboxDeliveryGet(ctx, id)
+	if err != nil {
+		return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
+	}
+	if row.Status == StatusPending || row.Status == StatusRetrying {
+		return fmt.Errorf("outbox: replay delivery %s: %w (%s)", id, ErrDeliveryInProgress, row.Status)
+	}
+	return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEndpointDisabled)
+}
+
+// DeliveryReplayDead sends again every dead delivery of an endpoint whose
+// event was published at or after since, and returns how many. It returns an
+// error where errors.Is is true for ErrNotFound or ErrEndpointDisabled
+// (enable the endpoint first).
+func (o *Outbox) DeliveryReplayDead(ctx context.Context, endpointID uuid.UUID, since time.Time) (int, error) {
+	var n int
+	err := o.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		n, err = o.DeliveryReplayDeadTx(ctx, tx, endpointID, since)
+		return err
+	})
+	return n, err
+}
+
+// DeliveryReplayDeadTx is DeliveryReplayDead in tx. After an error tx may be
+// aborted: roll it back.
+func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID uuid.UUID, since time.Time) (int, error) {
+	q := o.queries.WithTx(tx)
+	endpoint, err := q.OutboxEndpointGet(ctx, endpointID)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: replay dead deliveries of endpoint %s: %w", endpointID, translateError(err))
+	}
+	if !endpoint.Enabled {
+		return 0, fmt.Errorf("outbox: replay dead deliveries of endpoint %s: %w", endpointID, ErrEndpointDisabled)
+	}
+	ids, err := q.OutboxDeliveryRequeueDead(ctx, dbsqlc.OutboxDeliveryRequeueDeadParams{
+		EndpointID: endpointID, Since: since, Now: o.config.now(),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox: replay dead deliveries of endpoint %s: %w", endpointID, err)
+	}
+	if err := o.insertDeliveryJobs(ctx, tx, ids); err != nil {
+		return 0, err
+	}
+	return len(ids), nil
+}
+
+func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery) *Delivery {
+	return &Delivery{
+		ID:             row.ID,
+		EventID:        formatEventID(row.EventID),
+		EndpointID:     row.EndpointID,
+		Status:         row.Status,
+		Attempts:       int(row.Attempts),
+		LastStatusCode: intPtr(row.LastStatusCode),
+		LastError:      row.LastError,
+		NextAttemptAt:  row.NextAttemptAt,
+		CreatedAt:      row.CreatedAt,
+		UpdatedAt:      row.UpdatedAt,
+		SucceededAt:    row.SucceededAt,
+	}
+}
+
+func intPtr(v *int32) *int {
+	if v == nil {
+		return nil
+	}
+	n := int(*v)
+	return &n
+}

@@ -1,0 +1,521 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+)
+
+const (
+	maxURLLen         = 2048
+	maxDescriptionLen = 1024
+	maxEventTypes     = 100
+	maxMaxInFlight    = 1000
+	defaultListLimit  = 100
+	maxListLimit      = 10000
+)
+
+// Endpoint is a receiver of webhooks. Its secrets are not part of it: they
+// are returned only by EndpointCreate, EndpointRotateSecret and
+// EndpointSecret.
+type Endpoint struct {
+	// ID identifies the endpoint.
+	ID uuid.UUID
+	// URL is where events are POSTed.
+	URL string
+	// Description is free text for people.
+	Description string
+	// EventTypes is the endpoint's filter: exact types, "prefix.*" (every
+	// type starting with "prefix.") or "*". Empty means every type.
+	EventTypes []string
+	// Tenant scopes the endpoint: it receives only events of its tenant.
+	Tenant string
+	// MaxInFlight caps the requests in flight to the endpoint at once; 0 is
+	// no cap.
+	MaxInFlight int
+	// Timeout is the request timeout.
+	Timeout time.Duration
+	// Ordered makes deliveries with an ordering key wait for every earlier
+	// one with the same key.
+	Ordered bool
+	// Enabled is false once the endpoint is disabled, by EndpointDisable or
+	// for failing; disabled endpoints get no new deliveries.
+	Enabled bool
+	// DisabledReason says why the endpoint is disabled.
+	DisabledReason string
+	// DisabledAt is when the endpoint was disabled.
+	DisabledAt *time.Time
+	// ConsecutiveFailures counts failed attempts since the last success.
+	ConsecutiveFailures int
+	// FailingSince is the first failure since the last success.
+	FailingSince *time.Time
+	// LastSuccessAt is the last successful attempt (kept to about a second).
+	LastSuccessAt *time.Time
+	// LastFailureAt is the last failed attempt.
+	LastFailureAt *time.Time
+	// PreviousSecretExpiresAt is when the secret replaced by the last
+	// rotation stops signing: until then both signatures are sent. Nil when
+	// the secret was never rotated.
+	PreviousSecretExpiresAt *time.Time
+	// CreatedAt is when the endpoint was created.
+	CreatedAt time.Time
+	// UpdatedAt is when the endpoint was last changed.
+	UpdatedAt time.Time
+}
+
+// EndpointWithSecret is an endpoint with its current signing secret.
+type EndpointWithSecret struct {
+	*Endpoint
+	// Secret is the current "whsec_" signing secret. Give it to the
+	// receiver; never log it.
+	Secret string
+}
+
+// EndpointParams are the parameters of a new endpoint.
+type EndpointParams struct {
+	// URL is where events are POSTed: an absolute http or https URL. It is
+	// checked against the SSRF guard at every connection, not here.
+	URL string
+	// Description is free text for people. At most 1024 bytes.
+	Description string
+	// EventTypes is the filter: exact types, "prefix.*" or "*". Empty or nil
+	// means every type. At most 100 entries.
+	EventTypes []string
+	// Tenant scopes the endpoint to one tenant's events. Empty means events
+	// published without a tenant.
+	Tenant string
+	// Secret is the signing secret, "whsec_" and the base64 of 24 to 64
+	// bytes. Defaults to a new secret of 32 random bytes.
+	Secret string
+	// MaxInFlight caps the requests in flight to the endpoint at once.
+	// Defaults to Config.MaxInFlight; -1 means no cap.
+	MaxInFlight int
+	// Timeout is the request timeout, at most 5 minutes. Defaults to
+	// Config.EndpointTimeout.
+	Timeout time.Duration
+	// Ordered makes deliveries with an ordering key wait for every earlier
+	// one with the same key. Defaults to false.
+	Ordered bool
+}
+
+// EndpointUpdateParams changes an endpoint; nil fields stay as they are.
+type EndpointUpdateParams struct {
+	// URL replaces the URL.
+	URL *string
+	// Description replaces the description.
+	Description *string
+	// EventTypes replaces the filter when not nil; an empty, non-nil slice
+	// subscribes to every type.
+	EventTypes []string
+	// MaxInFlight replaces the cap; -1 means no cap.
+	MaxInFlight *int
+	// Timeout replaces the request timeout.
+	Timeout *time.Duration
+	// Ordered replaces the ordering switch.
+	Ordered *bool
+}
+
+// EndpointListParams filters EndpointList. A nil *EndpointListParams lists
+// the first 100 endpoints.
+type EndpointListParams struct {
+	// Tenant lists only that tenant's endpoints when not nil.
+	Tenant *string
+	// Limit is the most endpoints returned. Defaults to 100, at most 10000.
+	Limit int
+}
+
+// EndpointCreate creates an endpoint and returns it with its secret. Bad
+// parameters return an error where errors.Is(err, ErrInvalidEndpoint) is
+// true.
+func (o *Outbox) EndpointCreate(ctx context.Context, params *EndpointParams) (*EndpointWithSecret, error) {
+	return o.endpointCreate(ctx, o.pool, params)
+}
+
+// EndpointCreateTx is EndpointCreate in tx.
+func (o *Outbox) EndpointCreateTx(ctx context.Context, tx pgx.Tx, params *EndpointParams) (*EndpointWithSecret, error) {
+	return o.endpointCreate(ctx, tx, params)
+}
+
+func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *EndpointParams) (*EndpointWithSecret, error) {
+	if params == nil {
+		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
+	}
+	if err := checkURL(params.URL); err != nil {
+		return nil, err
+	}
+	if err := checkDescription(params.Description); err != nil {
+		return nil, err
+	}
+	eventTypes, err := checkEventTypes(params.EventTypes)
+	if err != nil {
+		return nil, err
+	}
+	if len(params.Tenant) > maxTenantLen {
+		return nil, fmt.Errorf("%w: tenant longer than %d bytes", ErrInvalidEndpoint, maxTenantLen)
+	}
+	maxInFlight, err := o.maxInFlight(params.MaxInFlight)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := o.timeout(params.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := secretOrNew(params.Secret)
+	if err != nil {
+		return nil, err
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("outbox: endpoint id: %w", err)
+	}
+	row, err := dbsqlc.New(db).OutboxEndpointInsert(ctx, dbsqlc.OutboxEndpointInsertParams{
+		ID:          id,
+		Url:         params.URL,
+		Description: params.Description,
+		EventTypes:  eventTypes,
+		Tenant:      params.Tenant,
+		Secret:      secret,
+		MaxInFlight: maxInFlight,
+		TimeoutMs:   int32(timeout / time.Millisecond),
+		Ordered:     params.Ordered,
+		Now:         o.config.now(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: create endpoint: %w", err)
+	}
+	return &EndpointWithSecret{Endpoint: endpointFromRow(&row), Secret: secret}, nil
+}
+
+// EndpointGet returns an endpoint, or an error where errors.Is(err,
+// ErrNotFound) is true.
+func (o *Outbox) EndpointGet(ctx context.Context, id uuid.UUID) (*Endpoint, error) {
+	row, err := o.queries.OutboxEndpointGet(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: endpoint %s: %w", id, translateError(err))
+	}
+	return endpointFromRow(&row), nil
+}
+
+// EndpointSecret returns an endpoint's current signing secret.
+func (o *Outbox) EndpointSecret(ctx context.Context, id uuid.UUID) (string, error) {
+	row, err := o.queries.OutboxEndpointGet(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("outbox: endpoint %s: %w", id, translateError(err))
+	}
+	return row.Secret, nil
+}
+
+// EndpointList returns endpoints, oldest first.
+func (o *Outbox) EndpointList(ctx context.Context, params *EndpointListParams) ([]*Endpoint, error) {
+	if params == nil {
+		params = &EndpointListParams{}
+	}
+	limit, err := listLimit(params.Limit)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := o.queries.OutboxEndpointList(ctx, dbsqlc.OutboxEndpointListParams{Tenant: params.Tenant, MaxRows: limit})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: list endpoints: %w", err)
+	}
+	out := make([]*Endpoint, len(rows))
+	for i := range rows {
+		out[i] = endpointFromRow(&rows[i])
+	}
+	return out, nil
+}
+
+// EndpointUpdate changes an endpoint and returns it. Bad parameters return
+// an error where errors.Is(err, ErrInvalidEndpoint) is true and change
+// nothing.
+func (o *Outbox) EndpointUpdate(ctx context.Context, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
+	return o.endpointUpdate(ctx, o.pool, id, params)
+}
+
+// EndpointUpdateTx is EndpointUpdate in tx.
+func (o *Outbox) EndpointUpdateTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
+	return o.endpointUpdate(ctx, tx, id, params)
+}
+
+func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
+	if params == nil {
+		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
+	}
+	update := dbsqlc.OutboxEndpointUpdateParams{ID: id, Now: o.config.now(), Url: params.URL, Description: params.Description, Ordered: params.Ordered}
+	if params.URL != nil {
+		if err := checkURL(*params.URL); err != nil {
+			return nil, err
+		}
+	}
+	if params.Description != nil {
+		if err := checkDescription(*params.Description); err != nil {
+			return nil, err
+		}
+	}
+	if params.EventTypes != nil {
+		eventTypes, err := checkEventTypes(params.EventTypes)
+		if err != nil {
+			return nil, err
+		}
+		update.EventTypes = eventTypes
+	}
+	if params.MaxInFlight != nil {
+		if *params.MaxInFlight == 0 {
+			return nil, fmt.Errorf("%w: MaxInFlight must be positive, or -1 for no cap", ErrInvalidEndpoint)
+		}
+		maxInFlight, err := o.maxInFlight(*params.MaxInFlight)
+		if err != nil {
+			return nil, err
+		}
+		update.MaxInFlight = &maxInFlight
+	}
+	if params.Timeout != nil {
+		if err := checkTimeout(*params.Timeout); err != nil {
+			return nil, fmt.Errorf("%w: timeout %w", ErrInvalidEndpoint, err)
+		}
+		ms := int32(*params.Timeout / time.Millisecond)
+		update.TimeoutMs = &ms
+	}
+	row, err := dbsqlc.New(db).OutboxEndpointUpdate(ctx, update)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: update endpoint %s: %w", id, translateError(err))
+	}
+	return endpointFromRow(&row), nil
+}
+
+// EndpointDisable disables an endpoint with a reason: it gets no new
+// deliveries, and its pending ones are dead-lettered when their turn comes
+// (replay them after EndpointEnable).
+func (o *Outbox) EndpointDisable(ctx context.Context, id uuid.UUID, reason string) (*Endpoint, error) {
+	return o.endpointDisable(ctx, o.pool, id, reason)
+}
+
+// EndpointDisableTx is EndpointDisable in tx.
+func (o *Outbox) EndpointDisableTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason string) (*Endpoint, error) {
+	return o.endpointDisable(ctx, tx, id, reason)
+}
+
+func (o *Outbox) endpointDisable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, reason string) (*Endpoint, error) {
+	if reason == "" {
+		reason = "disabled by the application"
+	}
+	row, err := dbsqlc.New(db).OutboxEndpointDisable(ctx, dbsqlc.OutboxEndpointDisableParams{ID: id, Reason: truncate(reason, 1024), Now: o.config.now()})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: disable endpoint %s: %w", id, translateError(err))
+	}
+	return endpointFromRow(&row), nil
+}
+
+// EndpointEnable enables an endpoint and forgets its failure streak.
+func (o *Outbox) EndpointEnable(ctx context.Context, id uuid.UUID) (*Endpoint, error) {
+	return o.endpointEnable(ctx, o.pool, id)
+}
+
+// EndpointEnableTx is EndpointEnable in tx.
+func (o *Outbox) EndpointEnableTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Endpoint, error) {
+	return o.endpointEnable(ctx, tx, id)
+}
+
+func (o *Outbox) endpointEnable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*Endpoint, error) {
+	row, err := dbsqlc.New(db).OutboxEndpointEnable(ctx, dbsqlc.OutboxEndpointEnableParams{ID: id, Now: o.config.now()})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: enable endpoint %s: %w", id, translateError(err))
+	}
+	return endpointFromRow(&row), nil
+}
+
+// EndpointDelete deletes an endpoint with its deliveries; their jobs finish
+// without sending. Attempt logs stay until retention drops them.
+func (o *Outbox) EndpointDelete(ctx context.Context, id uuid.UUID) error {
+	return o.endpointDelete(ctx, o.pool, id)
+}
+
+// EndpointDeleteTx is EndpointDelete in tx.
+func (o *Outbox) EndpointDeleteTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	return o.endpointDelete(ctx, tx, id)
+}
+
+func (o *Outbox) endpointDelete(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) error {
+	n, err := dbsqlc.New(db).OutboxEndpointDelete(ctx, id)
+	if err != nil {
+		return fmt.Errorf("outbox: delete endpoint %s: %w", id, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("outbox: delete endpoint %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// RotateSecretParams tunes EndpointRotateSecret. A nil *RotateSecretParams
+// means a generated secret and the configured overlap.
+type RotateSecretParams struct {
+	// Secret is the new secret. Defaults to a new one of 32 random bytes.
+	Secret string
+	// Overlap is how long the previous secret keeps signing too. Defaults
+	// to Config.SecretRotationOverlap; -1 drops it at once.
+	Overlap time.Duration
+}
+
+// EndpointRotateSecret gives an endpoint a new secret and returns it. The
+// previous secret keeps signing for the overlap, so receivers can switch at
+// their pace; a rotation during an overlap ends that overlap's old secret.
+func (o *Outbox) EndpointRotateSecret(ctx context.Context, id uuid.UUID, params *RotateSecretParams) (*EndpointWithSecret, error) {
+	return o.endpointRotateSecret(ctx, o.pool, id, params)
+}
+
+// EndpointRotateSecretTx is EndpointRotateSecret in tx.
+func (o *Outbox) EndpointRotateSecretTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, params *RotateSecretParams) (*EndpointWithSecret, error) {
+	return o.endpointRotateSecret(ctx, tx, id, params)
+}
+
+func (o *Outbox) endpointRotateSecret(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, params *RotateSecretParams) (*EndpointWithSecret, error) {
+	if params == nil {
+		params = &RotateSecretParams{}
+	}
+	overlap := params.Overlap
+	switch {
+	case overlap == 0:
+		overlap = o.config.SecretRotationOverlap
+	case overlap == -1:
+		overlap = 0
+	case overlap < 0:
+		return nil, fmt.Errorf("%w: overlap must not be negative (-1 drops the old secret at once)", ErrInvalidEndpoint)
+	}
+	secret, err := secretOrNew(params.Secret)
+	if err != nil {
+		return nil, err
+	}
+	now := o.config.now()
+	row, err := dbsqlc.New(db).OutboxEndpointRotateSecret(ctx, dbsqlc.OutboxEndpointRotateSecretParams{
+		ID: id, Secret: secret, PreviousExpiresAt: now.Add(overlap), Now: now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: rotate secret of endpoint %s: %w", id, translateError(err))
+	}
+	return &EndpointWithSecret{Endpoint: endpointFromRow(&row), Secret: secret}, nil
+}
+
+func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
+	ep := &Endpoint{
+		ID:                      row.ID,
+		URL:                     row.Url,
+		Description:             row.Description,
+		EventTypes:              row.EventTypes,
+		Tenant:                  row.Tenant,
+		MaxInFlight:             int(row.MaxInFlight),
+		Timeout:                 time.Duration(row.TimeoutMs) * time.Millisecond,
+		Ordered:                 row.Ordered,
+		Enabled:                 row.Enabled,
+		DisabledReason:          row.DisabledReason,
+		DisabledAt:              row.DisabledAt,
+		ConsecutiveFailures:     int(row.ConsecutiveFailures),
+		FailingSince:            row.FailingSince,
+		LastSuccessAt:           row.LastSuccessAt,
+		LastFailureAt:           row.LastFailureAt,
+		PreviousSecretExpiresAt: row.PreviousSecretExpiresAt,
+		CreatedAt:               row.CreatedAt,
+		UpdatedAt:               row.UpdatedAt,
+	}
+	if ep.EventTypes == nil {
+		ep.EventTypes = []string{}
+	}
+	return ep
+}
+
+// maxInFlight resolves an endpoint's MaxInFlight parameter to its stored
+// form (0 for no cap).
+func (o *Outbox) maxInFlight(n int) (int32, error) {
+	switch {
+	case n == 0:
+		return int32(o.config.MaxInFlight), nil
+	case n == -1:
+		return 0, nil
+	case n < 0 || n > maxMaxInFlight:
+		return 0, fmt.Errorf("%w: MaxInFlight must be 1 to %d, or -1 for no cap", ErrInvalidEndpoint, maxMaxInFlight)
+	}
+	return int32(n), nil
+}
+
+func (o *Outbox) timeout(d time.Duration) (time.Duration, error) {
+	if d == 0 {
+		return o.config.EndpointTimeout, nil
+	}
+	if err := checkTimeout(d); err != nil {
+		return 0, fmt.Errorf("%w: timeout %w", ErrInvalidEndpoint, err)
+	}
+	return d, nil
+}
+
+func checkURL(raw string) error {
+	if raw == "" || len(raw) > maxURLLen {
+		return fmt.Errorf("%w: URL must be 1 to %d bytes", ErrInvalidEndpoint, maxURLLen)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%w: URL does not parse", ErrInvalidEndpoint)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("%w: URL scheme must be http or https", ErrInvalidEndpoint)
+	}
+	if u.Hostname() == "" {
+		return fmt.Errorf("%w: URL has no host", ErrInvalidEndpoint)
+	}
+	if u.Fragment != "" || strings.ContainsAny(raw, " \t\r\n") {
+		return fmt.Errorf("%w: URL has a fragment or white space", ErrInvalidEndpoint)
+	}
+	return nil
+}
+
+func checkDescription(d string) error {
+	if len(d) > maxDescriptionLen {
+		return fmt.Errorf("%w: description longer than %d bytes", ErrInvalidEndpoint, maxDescriptionLen)
+	}
+	return nil
+}
+
+// checkEventTypes validates a filter and returns it without duplicates.
+func checkEventTypes(types []string) ([]string, error) {
+	if len(types) > maxEventTypes {
+		return nil, fmt.Errorf("%w: more than %d event types", ErrInvalidEndpoint, maxEventTypes)
+	}
+	out := make([]string, 0, len(types))
+	seen := make(map[string]bool, len(types))
+	for _, t := range types {
+		if t != "*" {
+			prefix, _ := strings.CutSuffix(t, ".*")
+			if checkEventType(prefix) != nil {
+				return nil, fmt.Errorf(`%w: event type filter %q is not a type, "prefix.*" or "*"`, ErrInvalidEndpoint, t)
+			}
+		}
+		if !seen[t] {
+			seen[t] = true
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func listLimit(n int) (int32, error) {
+	switch {
+	case n == 0:
+		return defaultListLimit, nil
+	case n < 0 || n > maxListLimit:
+		return 0, fmt.Errorf("outbox: limit must be 1 to %d", maxListLimit)
+	}
+	return int32(n), nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "")
+}

@@ -1,0 +1,175 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/outbox"
+)
+
+func TestEndpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("CreateGeneratesSecretAndDefaults", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		ep, err := bundle.outbox.EndpointCreate(ctx, &outbox.EndpointParams{
+			URL: "https://example.com/hooks", EventTypes: []string{"a.b", "a.*", "a.b"}, Description: "mine",
+		})
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(ep.Secret, "whsec_"))
+		key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(ep.Secret, "whsec_"))
+		require.NoError(t, err)
+		require.Len(t, key, 32)
+		require.Equal(t, []string{"a.b", "a.*"}, ep.EventTypes)
+		require.Equal(t, outbox.DefaultMaxInFlight, ep.MaxInFlight)
+		require.Equal(t, outbox.DefaultEndpointTimeout, ep.Timeout)
+		require.True(t, ep.Enabled)
+
+		got, err := bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.NoError(t, err)
+		require.Equal(t, ep.Endpoint, got)
+		secret, err := bundle.outbox.EndpointSecret(ctx, ep.ID)
+		require.NoError(t, err)
+		require.Equal(t, ep.Secret, secret)
+
+		other, err := bundle.outbox.EndpointCreate(ctx, &outbox.EndpointParams{URL: "https://example.com/2"})
+		require.NoError(t, err)
+		require.NotEqual(t, ep.Secret, other.Secret)
+	})
+
+	t.Run("BadParamsChangeNothing", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		for name, params := range map[string]*outbox.EndpointParams{
+			"nil":          nil,
+			"empty url":    {URL: ""},
+			"relative url": {URL: "/hooks"},
+			"ftp":          {URL: "ftp://example.com/"},
+			"no host":      {URL: "http:///x"},
+			"fragment":     {URL: "https://example.com/#x"},
+			"filter":       {URL: "https://example.com/", EventTypes: []string{"a.*.b"}},
+			"blank filter": {URL: "https://example.com/", EventTypes: []string{""}},
+			"secret":       {URL: "https://example.com/", Secret: "whsec_short"},
+			"no prefix":    {URL: "https://example.com/", Secret: base64.StdEncoding.EncodeToString(make([]byte, 32))},
+			"cap":          {URL: "https://example.com/", MaxInFlight: -5},
+			"timeout":      {URL: "https://example.com/", Timeout: time.Hour},
+		} {
+			_, err := bundle.outbox.EndpointCreate(ctx, params)
+			require.ErrorIs(t, err, outbox.ErrInvalidEndpoint, name)
+			if params != nil && params.Secret != "" {
+				require.NotContains(t, err.Error(), params.Secret, "errors never carry secrets")
+			}
+		}
+		list, err := bundle.outbox.EndpointList(ctx, nil)
+		require.NoError(t, err)
+		require.Empty(t, list)
+	})
+
+	t.Run("UpdateDisableEnableDelete", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		ep := bundle.endpoint(t, "https://example.com/a", &outbox.EndpointParams{Tenant: "acme", EventTypes: []string{"x"}})
+		bundle.endpoint(t, "https://example.com/b", nil)
+
+		url, noCap, timeout, ordered := "https://example.com/new", -1, 3*time.Second, true
+		updated, err := bundle.outbox.EndpointUpdate(ctx, ep.ID, &outbox.EndpointUpdateParams{
+			URL: &url, EventTypes: []string{}, MaxInFlight: &noCap, Timeout: &timeout, Ordered: &ordered,
+		})
+		require.NoError(t, err)
+		require.Equal(t, url, updated.URL)
+		require.Empty(t, updated.EventTypes)
+		require.Zero(t, updated.MaxInFlight, "no cap")
+		require.Equal(t, timeout, updated.Timeout)
+		require.True(t, updated.Ordered)
+		require.Equal(t, "acme", updated.Tenant)
+
+		bad := "not a url"
+		_, err = bundle.outbox.EndpointUpdate(ctx, ep.ID, &outbox.EndpointUpdateParams{URL: &bad})
+		require.ErrorIs(t, err, outbox.ErrInvalidEndpoint)
+		_, err = bundle.outbox.EndpointUpdate(ctx, uuid.New(), &outbox.EndpointUpdateParams{})
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+
+		disabled, err := bundle.outbox.EndpointDisable(ctx, ep.ID, "maintenance")
+		require.NoError(t, err)
+		require.False(t, disabled.Enabled)
+		require.Equal(t, "maintenance", disabled.DisabledReason)
+		enabled, err := bundle.outbox.EndpointEnable(ctx, ep.ID)
+		require.NoError(t, err)
+		require.True(t, enabled.Enabled)
+		require.Empty(t, enabled.DisabledReason)
+
+		tenant := "acme"
+		list, err := bundle.outbox.EndpointList(ctx, &outbox.EndpointListParams{Tenant: &tenant})
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		all, err := bundle.outbox.EndpointList(ctx, &outbox.EndpointListParams{Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, all, 2)
+
+		require.NoError(t, bundle.outbox.EndpointDelete(ctx, ep.ID))
+		require.ErrorIs(t, bundle.outbox.EndpointDelete(ctx, ep.ID), outbox.ErrNotFound)
+		_, err = bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+	})
+
+	t.Run("TxTwinsRollBack", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		tx, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		ep, err := bundle.outbox.EndpointCreateTx(ctx, tx, &outbox.EndpointParams{URL: "https://example.com/"})
+		require.NoError(t, err)
+		require.NoError(t, tx.Rollback(ctx))
+		_, err = bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+
+		require.NoError(t, pgx.BeginFunc(ctx, bundle.pool, func(tx pgx.Tx) error {
+			_, err := bundle.outbox.EndpointCreateTx(ctx, tx, &outbox.EndpointParams{URL: "https://example.com/"})
+			return err
+		}))
+		list, err := bundle.outbox.EndpointList(ctx, nil)
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+	})
+
+	t.Run("DeletedEndpointsDeliveriesFinishWithoutSending", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		receiver := okSink(t)
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		require.Equal(t, 1, res[0].Deliveries)
+		require.NoError(t, bundle.outbox.EndpointDelete(ctx, ep.ID))
+
+		startRiver(t, bundle.pool, bundle.outbox)
+		require.Eventually(t, func() bool {
+			var state string
+			require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT state FROM river_job").Scan(&state))
+			return state == "completed"
+		}, 10*time.Second, 10*time.Millisecond)
+		require.Empty(t, receiver.all())
+	})
+
+	t.Run("ReplayOfPendingDeliveryIsRefused", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		ep := bundle.endpoint(t, "https://example.com/", nil)
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		list, err := bundle.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{EventID: res[0].EventID})
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.Equal(t, ep.ID, list[0].EndpointID)
+		require.ErrorIs(t, bundle.outbox.DeliveryReplay(ctx, list[0].ID), outbox.ErrDeliveryInProgress)
+		_, err = bundle.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{EventID: "nope"})
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+	})
+}

@@ -1,0 +1,240 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/outbox"
+)
+
+// testConfig is an outbox config for tests: a short retry schedule without
+// jitter, loopback allowed (test sinks listen there), quick snoozes.
+func testConfig() *outbox.Config {
+	return &outbox.Config{
+		RetrySchedule:        []time.Duration{0, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
+		RetryJitter:          -1,
+		ThrottledRetryMin:    -1,
+		BusyRetryDelay:       20 * time.Millisecond,
+		EndpointTimeout:      5 * time.Second,
+		AllowPrivateNetworks: true,
+		Logger:               quietLogger(),
+	}
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// riverConfig is the River config tests (and the benchmark) work jobs with:
+// a short fetch cooldown and poll interval so jobs start within
+// milliseconds of being inserted or snoozed.
+func riverConfig(ob *outbox.Outbox, workers *river.Workers, maxWorkers int) *river.Config {
+	return &river.Config{
+		Queues:               map[string]river.QueueConfig{ob.Queue(): {MaxWorkers: maxWorkers}},
+		Workers:              workers,
+		FetchCooldown:        2 * time.Millisecond,
+		FetchPollInterval:    20 * time.Millisecond,
+		JobTimeout:           10 * time.Second,
+		RescueStuckJobsAfter: 15 * time.Second,
+		Logger:               quietLogger(),
+	}
+}
+
+// startRiver starts a River client working ob's deliveries and stops it
+// when the test ends.
+func startRiver(t testing.TB, pool *pgxpool.Pool, ob *outbox.Outbox) *river.Client[pgx.Tx] {
+	t.Helper()
+	workers := river.NewWorkers()
+	require.NoError(t, ob.AddWorkers(workers))
+	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(ob, workers, 20))
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+	return client
+}
+
+type testBundle struct {
+	pool   *pgxpool.Pool
+	outbox *outbox.Outbox
+}
+
+func setup(t *testing.T, cfg *outbox.Config) *testBundle {
+	t.Helper()
+	pool := testdb.New(t)
+	ob, err := outbox.New(pool, cfg)
+	require.NoError(t, err)
+	return &testBundle{pool: pool, outbox: ob}
+}
+
+// publish publishes events in a transaction of their own and commits it.
+func (b *testBundle) publish(t *testing.T, events ...*outbox.Event) []outbox.PublishResult {
+	t.Helper()
+	ctx := context.Background()
+	var results []outbox.PublishResult
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = b.outbox.PublishMany(ctx, tx, events)
+		return err
+	}))
+	return results
+}
+
+// endpoint creates an endpoint for url subscribed to types.
+func (b *testBundle) endpoint(t *testing.T, url string, params *outbox.EndpointParams) *outbox.EndpointWithSecret {
+	t.Helper()
+	if params == nil {
+		params = &outbox.EndpointParams{}
+	}
+	params.URL = url
+	ep, err := b.outbox.EndpointCreate(context.Background(), params)
+	require.NoError(t, err)
+	return ep
+}
+
+// awaitDelivery waits until the delivery of eventID to endpointID has
+// status and returns it.
+func (b *testBundle) awaitDelivery(t *testing.T, endpointID uuid.UUID, eventID, status string) *outbox.Delivery {
+	t.Helper()
+	var found *outbox.Delivery
+	require.Eventually(t, func() bool {
+		list, err := b.outbox.DeliveryList(context.Background(), &outbox.DeliveryListParams{EndpointID: &endpointID, EventID: eventID})
+		require.NoError(t, err)
+		if len(list) == 1 && list[0].Status == status {
+			found = list[0]
+			return true
+		}
+		return false
+	}, 15*time.Second, 10*time.Millisecond, "delivery of %s to %s never became %s", eventID, endpointID, status)
+	return found
+}
+
+// received is one request a sink got.
+type received struct {
+	Header http.Header
+	Body   []byte
+	At     time.Time
+}
+
+// sink is a webhook receiver on loopback that records requests. Its
+// respond function answers the n-th request (from 1).
+type sink struct {
+	server *httptest.Server
+
+	mu       sync.Mutex
+	requests []received
+	arrived  chan received
+
+	respond  func(n int, w http.ResponseWriter, r *http.Request)
+	conns    atomic.Int64
+	inFlight atomic.Int64
+	maxSeen  atomic.Int64
+}
+
+func newSink(t testing.TB, respond func(n int, w http.ResponseWriter, r *http.Request)) *sink {
+	t.Helper()
+	s := &sink{respond: respond, arrived: make(chan received, 1000)}
+	s.server = httptest.NewUnstartedServer(http.HandlerFunc(s.serve))
+	s.server.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			s.conns.Add(1)
+		}
+	}
+	s.server.Start()
+	t.Cleanup(s.server.Close)
+	return s
+}
+
+// okSink answers 204 to everything.
+func okSink(t testing.TB) *sink {
+	return newSink(t, status(http.StatusNoContent))
+}
+
+func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
+	n := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for {
+		seen := s.maxSeen.Load()
+		if n <= seen || s.maxSeen.CompareAndSwap(seen, n) {
+			break
+		}
+	}
+	body, _ := io.ReadAll(r.Body)
+	rec := received{Header: r.Header.Clone(), Body: body, At: time.Now()}
+	s.mu.Lock()
+	s.requests = append(s.requests, rec)
+	count := len(s.requests)
+	s.mu.Unlock()
+	select {
+	case s.arrived <- rec:
+	default:
+	}
+	s.respond(count, w, r)
+}
+
+func (s *sink) URL() string { return s.server.URL }
+
+func (s *sink) all() []received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]received(nil), s.requests...)
+}
+
+// byWebhookID counts received requests per webhook-id.
+func (s *sink) byWebhookID() map[string]int {
+	counts := map[string]int{}
+	for _, r := range s.all() {
+		counts[r.Header.Get("webhook-id")]++
+	}
+	return counts
+}
+
+// status answers every request with code.
+func status(code int) func(int, http.ResponseWriter, *http.Request) {
+	return func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
+}
+
+// failFirst answers the first n requests with 500 and the rest with 204.
+func failFirst(n int) func(int, http.ResponseWriter, *http.Request) {
+	return func(count int, w http.ResponseWriter, _ *http.Request) {
+		if count > n {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(`{"error":"try later"}`))
+	}
+}
+
+// envelopeOf decodes a delivered body.
+func envelopeOf(t *testing.T, body []byte) (typ string, data json.RawMessage) {
+	t.Helper()
+	var env struct {
+		Type      string          `json:"type"`
+		Timestamp time.Time       `json:"timestamp"`
+		Data      json.RawMessage `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(body, &env))
+	require.False(t, env.Timestamp.IsZero())
+	return env.Type, env.Data
+}

@@ -1,0 +1,125 @@
+// Package outbox publishes events inside the application's own Postgres
+// transaction and delivers them as signed Standard Webhooks to subscribed
+// endpoints, with retries, dead letters and endpoint health tracking.
+//
+// Publish writes the event and one River job per matching endpoint in the
+// caller's transaction: if the transaction rolls back nothing is ever sent;
+// once it commits, delivery attempts are guaranteed. Delivery is at least
+// once: every attempt carries the same webhook-id (the event id), so a
+// receiver dedupes on it.
+//
+// The application's River client works the jobs: register the delivery
+// worker with AddWorkers and list the outbox queue (Config.Queue) in the
+// client's Queues.
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/partition"
+)
+
+// Partitioned tables the outbox inserts into.
+const (
+	eventsTable   = "wharf_outbox_events"
+	attemptsTable = "wharf_outbox_attempts"
+)
+
+var (
+	// ErrNotFound is returned when an endpoint, delivery or event does not
+	// exist.
+	ErrNotFound = errors.New("outbox: not found")
+	// ErrInvalidEvent is returned by Publish for an event it refuses (empty
+	// or overlong type, data that is not JSON…). Nothing was written.
+	ErrInvalidEvent = errors.New("outbox: invalid event")
+	// ErrPayloadTooLarge is returned by Publish when an event's encoded body
+	// exceeds Config.MaxPayloadBytes. Nothing was written.
+	ErrPayloadTooLarge = errors.New("outbox: payload too large")
+	// ErrInvalidEndpoint is returned for endpoint parameters that cannot be
+	// used (a URL that is not absolute http or https, a bad filter…).
+	ErrInvalidEndpoint = errors.New("outbox: invalid endpoint")
+	// ErrEndpointDisabled is returned when replaying to a disabled endpoint.
+	ErrEndpointDisabled = errors.New("outbox: endpoint disabled")
+	// ErrDeliveryInProgress is returned when replaying a delivery that is
+	// still pending or retrying.
+	ErrDeliveryInProgress = errors.New("outbox: delivery in progress")
+)
+
+// Outbox publishes events and manages endpoints and deliveries. It is safe
+// for concurrent use.
+type Outbox struct {
+	pool       *pgxpool.Pool
+	queries    *dbsqlc.Queries
+	config     *Config
+	inserter   *river.Client[pgx.Tx]
+	partitions *partition.Cache
+	http       *http.Client
+	retries    *retryPlan
+}
+
+// New returns an Outbox storing its state through pool. cfg may be nil for
+// every default; an invalid cfg returns an error where
+// errors.Is(err, ErrInvalidConfig) is true.
+//
+// The Outbox inserts jobs with an insert-only River client of its own, so it
+// needs no reference to the application's client; the application's client
+// works them once AddWorkers has registered the delivery worker.
+func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
+	}
+	config, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: config.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: river insert client: %w", err)
+	}
+	return &Outbox{
+		pool:       pool,
+		queries:    dbsqlc.New(pool),
+		config:     config,
+		inserter:   inserter,
+		partitions: partition.NewCache(pool),
+		http:       newHTTPClient(config),
+		retries:    newRetryPlan(config),
+	}, nil
+}
+
+// AddWorkers registers the outbox's delivery worker in workers, the
+// application's River workers. It fails if the worker is already registered.
+func (o *Outbox) AddWorkers(workers *river.Workers) error {
+	if workers == nil {
+		return errors.New("outbox: AddWorkers: nil workers")
+	}
+	if err := river.AddWorkerSafely(workers, &deliveryWorker{outbox: o}); err != nil {
+		return fmt.Errorf("outbox: add delivery worker: %w", err)
+	}
+	return nil
+}
+
+// Queue returns the River queue the outbox's jobs go to.
+func (o *Outbox) Queue() string { return o.config.Queue }
+
+// translateError maps a database error to the package's errors.
+func translateError(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// inTx runs fn in a transaction of the pool, committing when it returns nil.
+func (o *Outbox) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, o.pool, fn)
+}

@@ -1,0 +1,240 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+)
+
+// EventIDPrefix starts every event id. The rest is a UUIDv7, so ids sort by
+// publication time.
+const EventIDPrefix = "evt_"
+
+const (
+	maxEventTypeLen   = 256
+	maxOrderingKeyLen = 256
+	maxTenantLen      = 256
+)
+
+// Event is an event to publish.
+type Event struct {
+	// Type names the event, such as "invoice.paid": 1 to 256 characters
+	// without spaces, control characters or "*". Endpoints subscribe to
+	// types.
+	Type string
+	// Data is the event's payload, encoded with encoding/json; a
+	// json.RawMessage is sent as it is (it must be valid JSON).
+	Data any
+	// OrderingKey, when set, orders deliveries to endpoints created with
+	// Ordered: such an endpoint gets an event only after every earlier event
+	// with the same key has been delivered or dead-lettered. At most 256
+	// characters.
+	OrderingKey string
+	// Tenant, when set, limits delivery to the endpoints of that tenant;
+	// without one, the event goes to endpoints without a tenant. At most 256
+	// characters.
+	Tenant string
+}
+
+// PublishResult describes a published event.
+type PublishResult struct {
+	// EventID is the event's id, sent as webhook-id on every attempt.
+	EventID string
+	// Deliveries is how many endpoints the event will be delivered to.
+	Deliveries int
+}
+
+// envelope is the body sent for an event, as Standard Webhooks recommends.
+type envelope struct {
+	Type      string          `json:"type"`
+	Timestamp time.Time       `json:"timestamp"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// Publish stores event and, in the same transaction, one delivery job per
+// enabled endpoint subscribed to its type. Nothing is sent unless tx
+// commits; once it commits, delivery is attempted until it succeeds or the
+// retry schedule runs out.
+//
+// An event Publish refuses returns an error where errors.Is(err,
+// ErrInvalidEvent) or errors.Is(err, ErrPayloadTooLarge) is true, before
+// anything touches tx. Any other error may leave tx aborted: roll it back.
+func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, event *Event) (*PublishResult, error) {
+	results, err := o.PublishMany(ctx, tx, []*Event{event})
+	if err != nil {
+		return nil, err
+	}
+	return &results[0], nil
+}
+
+// PublishMany is Publish for several events: one statement stores the
+// events and their deliveries, one more inserts every job. Results are in
+// the order of events. Errors are as for Publish; when one event is refused
+// none is published.
+func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([]PublishResult, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	now := o.config.now()
+	params := dbsqlc.OutboxPublishParams{
+		CreatedAt:    now,
+		Ids:          make([]uuid.UUID, len(events)),
+		Types:        make([]string, len(events)),
+		Payloads:     make([][]byte, len(events)),
+		OrderingKeys: make([]string, len(events)),
+		Tenants:      make([]string, len(events)),
+	}
+	for i, event := range events {
+		body, err := o.encodeEvent(event, now)
+		if err != nil {
+			if len(events) > 1 {
+				return nil, fmt.Errorf("events[%d]: %w", i, err)
+			}
+			return nil, err
+		}
+		id, err := uuid.NewV7()
+		if err != nil {
+			return nil, fmt.Errorf("outbox: event id: %w", err)
+		}
+		params.Ids[i] = id
+		params.Types[i] = event.Type
+		params.Payloads[i] = body
+		params.OrderingKeys[i] = event.OrderingKey
+		params.Tenants[i] = event.Tenant
+	}
+	if tx == nil {
+		return nil, fmt.Errorf("outbox: Publish: nil transaction")
+	}
+
+	if err := o.partitions.Ensure(ctx, eventsTable, now); err != nil {
+		return nil, err
+	}
+	rows, err := o.queries.WithTx(tx).OutboxPublish(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: publish: %w", err)
+	}
+	if err := o.insertDeliveryJobs(ctx, tx, deliveryIDs(rows)); err != nil {
+		return nil, err
+	}
+
+	perEvent := make(map[uuid.UUID]int, len(events))
+	for _, row := range rows {
+		perEvent[row.EventID]++
+	}
+	results := make([]PublishResult, len(events))
+	for i, id := range params.Ids {
+		results[i] = PublishResult{EventID: formatEventID(id), Deliveries: perEvent[id]}
+	}
+	return results, nil
+}
+
+// insertDeliveryJobs inserts one delivery job per id in one round trip.
+func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	params := make([]river.InsertManyParams, len(ids))
+	opts := o.jobInsertOpts()
+	for i, id := range ids {
+		params[i] = river.InsertManyParams{Args: DeliveryArgs{DeliveryID: id}, InsertOpts: opts}
+	}
+	if _, err := o.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
+		return fmt.Errorf("outbox: insert delivery jobs: %w", err)
+	}
+	return nil
+}
+
+// jobInsertOpts returns the options of every delivery job. MaxAttempts is
+// one more than the schedule: a run past the schedule (only possible after a
+// worker crashed during the last attempt) dead-letters the delivery instead
+// of River discarding the job with the delivery still marked pending.
+func (o *Outbox) jobInsertOpts() *river.InsertOpts {
+	return &river.InsertOpts{Queue: o.config.Queue, MaxAttempts: len(o.config.RetrySchedule) + 1}
+}
+
+func deliveryIDs(rows []dbsqlc.OutboxPublishRow) []uuid.UUID {
+	ids := make([]uuid.UUID, len(rows))
+	for i, row := range rows {
+		ids[i] = row.ID
+	}
+	return ids
+}
+
+// encodeEvent validates event and returns the body to send.
+func (o *Outbox) encodeEvent(event *Event, now time.Time) ([]byte, error) {
+	if event == nil {
+		return nil, fmt.Errorf("%w: nil event", ErrInvalidEvent)
+	}
+	if err := checkEventType(event.Type); err != nil {
+		return nil, err
+	}
+	if len(event.OrderingKey) > maxOrderingKeyLen {
+		return nil, fmt.Errorf("%w: ordering key longer than %d bytes", ErrInvalidEvent, maxOrderingKeyLen)
+	}
+	if len(event.Tenant) > maxTenantLen {
+		return nil, fmt.Errorf("%w: tenant longer than %d bytes", ErrInvalidEvent, maxTenantLen)
+	}
+	data, err := marshalJSON(event.Data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: data of %q is not JSON: %w", ErrInvalidEvent, event.Type, err)
+	}
+	body, err := marshalJSON(envelope{Type: event.Type, Timestamp: now, Data: data})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if len(body) > o.config.MaxPayloadBytes {
+		return nil, fmt.Errorf("%w: event %q is %d bytes, the limit is %d", ErrPayloadTooLarge, event.Type, len(body), o.config.MaxPayloadBytes)
+	}
+	return body, nil
+}
+
+// marshalJSON is json.Marshal without HTML escaping: the body is for
+// machines, and receivers see the characters the application published.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+func checkEventType(t string) error {
+	if t == "" || len(t) > maxEventTypeLen {
+		return fmt.Errorf("%w: type must be 1 to %d bytes", ErrInvalidEvent, maxEventTypeLen)
+	}
+	if i := strings.IndexFunc(t, func(r rune) bool {
+		return r == '*' || unicode.IsSpace(r) || unicode.IsControl(r) || r == unicode.ReplacementChar
+	}); i >= 0 {
+		return fmt.Errorf("%w: type %q has a space, control character or \"*\" at byte %d", ErrInvalidEvent, t, i)
+	}
+	return nil
+}
+
+func formatEventID(id uuid.UUID) string { return EventIDPrefix + id.String() }
+
+// ParseEventID returns the UUID of an event id made by Publish. A malformed
+// id returns an error where errors.Is(err, ErrNotFound) is true: no event
+// has it.
+func ParseEventID(id string) (uuid.UUID, error) {
+	rest, ok := strings.CutPrefix(id, EventIDPrefix)
+	if !ok {
+		return uuid.Nil, fmt.Errorf("%w: event id %q does not start with %s", ErrNotFound, id, EventIDPrefix)
+	}
+	u, err := uuid.Parse(rest)
+	if err != nil || len(rest) != 36 {
+		return uuid.Nil, fmt.Errorf("%w: malformed event id %q", ErrNotFound, id)
+	}
+	return u, nil
+}

@@ -1,0 +1,82 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+)
+
+// Reasons recorded when an attempt disables its endpoint.
+const (
+	reasonGone    = "endpoint answered 410 Gone"
+	reasonFailing = "every attempt failed for longer than the disable-after period"
+)
+
+// attemptRecord is an attempt's outcome and the delivery state it leads to.
+type attemptRecord struct {
+	row           *dbsqlc.OutboxDeliveryGetForWorkRow
+	slot          int32
+	attemptedAt   time.Time
+	out           *sendOutcome
+	status        string // the delivery's new status
+	nextAttemptAt *time.Time
+}
+
+// recordAttempt stores an attempt, the delivery's new state and the
+// endpoint's health, and frees the attempt's lease, all in one statement
+// (one round trip, atomic). It returns the reason when the attempt disabled
+// the endpoint: it answered 410 Gone, or it has failed for
+// Config.DisableAfter. An error where errors.Is(err, pgx.ErrNoRows) is true
+// means the delivery no longer exists.
+func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string, error) {
+	if err := o.partitions.Ensure(ctx, attemptsTable, rec.attemptedAt); err != nil {
+		return "", err
+	}
+	attemptID, err := uuid.NewV7()
+	if err != nil {
+		return "", err
+	}
+	var statusCode *int32
+	if rec.out.statusCode != 0 {
+		code := int32(rec.out.statusCode)
+		statusCode = &code
+	}
+	now := o.config.now()
+	var disableBefore *time.Time
+	if o.config.DisableAfter > 0 {
+		before := now.Add(-o.config.DisableAfter)
+		disableBefore = &before
+	}
+	res, err := o.queries.OutboxAttemptRecord(ctx, dbsqlc.OutboxAttemptRecordParams{
+		Now:               now,
+		AttemptID:         attemptID,
+		AttemptedAt:       rec.attemptedAt,
+		Succeeded:         rec.out.succeeded(),
+		StatusCode:        statusCode,
+		ResponseBody:      append([]byte{}, rec.out.body...), // never NULL
+		ResponseTruncated: rec.out.truncated,
+		Error:             truncate(rec.out.errorText(), 2048),
+		DurationUs:        rec.out.duration.Microseconds(),
+		DeliveryID:        rec.row.ID,
+		EndpointID:        rec.row.EndpointID,
+		LeaseSlot:         rec.slot,
+		Gone:              rec.out.gone(),
+		DisableBefore:     disableBefore,
+		GoneReason:        reasonGone,
+		FailingReason:     reasonFailing,
+		StaleBefore:       now.Add(-time.Second),
+		DeliveryStatus:    rec.status,
+		NextAttemptAt:     rec.nextAttemptAt,
+	})
+	if err != nil {
+		return "", fmt.Errorf("record attempt: %w", err)
+	}
+	if res.DisabledNow {
+		return res.DisabledReason, nil
+	}
+	return "", nil
+}

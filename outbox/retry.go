@@ -1,0 +1,125 @@
+package outbox
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// retryPlan turns the retry schedule and an attempt's outcome into the time
+// of the next attempt.
+//
+// River asks the worker for the next retry time (NextRetry) right after Work
+// returns an error, with the same *Job. Only Work has seen the response
+// (Retry-After, 429, timeout), so Work leaves its decision here, keyed by job
+// id, and NextRetry takes it. A job River rescues after a crash was never
+// seen by Work: NextRetry then falls back to the plain schedule.
+type retryPlan struct {
+	schedule      []time.Duration
+	jitter        float64
+	throttledMin  time.Duration
+	retryAfterMax time.Duration
+	busyDelay     time.Duration
+
+	mu      sync.Mutex
+	decided map[int64]time.Time // job id → next attempt
+}
+
+func newRetryPlan(c *Config) *retryPlan {
+	retryAfterMax := c.RetryAfterMax
+	if !c.retryAfterEnabled() {
+		retryAfterMax = 0
+	}
+	return &retryPlan{
+		schedule:      c.RetrySchedule,
+		jitter:        c.jitter(),
+		throttledMin:  c.throttledMin(),
+		retryAfterMax: retryAfterMax,
+		busyDelay:     c.BusyRetryDelay,
+		decided:       make(map[int64]time.Time),
+	}
+}
+
+// attempts is how many attempts a delivery gets.
+func (p *retryPlan) attempts() int { return len(p.schedule) }
+
+// scheduled returns the jittered wait after failed attempt number attempt
+// (1-based), before attempt+1.
+func (p *retryPlan) scheduled(attempt int) time.Duration {
+	i := min(max(attempt, 1), len(p.schedule)-1)
+	return p.jittered(p.schedule[i])
+}
+
+func (p *retryPlan) jittered(d time.Duration) time.Duration {
+	if p.jitter == 0 || d <= 0 {
+		return d
+	}
+	spread := float64(d) * p.jitter
+	return time.Duration(float64(d) - spread + rand.Float64()*2*spread) //nolint:gosec // jitter needs no crypto
+}
+
+// wait returns the wait after failed attempt number attempt given its
+// outcome: the schedule's, stretched to at least throttledMin after a
+// timeout or 429, and to the response's Retry-After (capped) when it asks
+// for longer.
+func (p *retryPlan) wait(attempt int, out *sendOutcome) time.Duration {
+	d := p.scheduled(attempt)
+	if out.timedOut || out.statusCode == http.StatusTooManyRequests {
+		d = max(d, p.throttledMin)
+	}
+	if out.retryAfter > 0 && p.retryAfterMax > 0 {
+		d = max(d, min(out.retryAfter, p.retryAfterMax))
+	}
+	return d
+}
+
+// busy returns how long to snooze a delivery that must wait its turn.
+func (p *retryPlan) busy() time.Duration {
+	return p.busyDelay + time.Duration(rand.Int64N(int64(p.busyDelay)/4+1)) //nolint:gosec // jitter needs no crypto
+}
+
+// decide records the next attempt of job id, for NextRetry.
+func (p *retryPlan) decide(jobID int64, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.decided[jobID] = at
+}
+
+// take returns and forgets the next attempt decided for job id.
+func (p *retryPlan) take(jobID int64) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.decided[jobID]
+	delete(p.decided, jobID)
+	return at, ok
+}
+
+// retryAfterStatuses are the answers whose Retry-After is honoured.
+var retryAfterStatuses = map[int]bool{
+	http.StatusTooManyRequests:    true,
+	http.StatusBadGateway:         true,
+	http.StatusServiceUnavailable: true,
+	http.StatusGatewayTimeout:     true,
+}
+
+// parseRetryAfter reads a Retry-After header, in seconds or as an HTTP date,
+// relative to now. Zero means absent or unusable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(365*24*time.Hour/time.Second))) * time.Second
+	}
+	if at, err := http.ParseTime(v); err == nil && at.After(now) {
+		return at.Sub(now)
+	}
+	return 0
+}

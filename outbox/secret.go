@@ -1,0 +1,58 @@
+package outbox
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/signature"
+)
+
+// secretBytes is the key size of generated secrets.
+const secretBytes = 32
+
+// Standard Webhooks allows keys of 24 to 64 bytes.
+const (
+	minSecretBytes = 24
+	maxSecretBytes = 64
+)
+
+// NewSecret returns a new Standard Webhooks secret: "whsec_" followed by the
+// base64 of 32 random bytes.
+func NewSecret() (string, error) {
+	key := make([]byte, secretBytes)
+	if _, err := rand.Read(key); err != nil {
+		return "", fmt.Errorf("outbox: generate secret: %w", err)
+	}
+	return signature.StandardWebhooksSecretPrefix + base64.StdEncoding.EncodeToString(key), nil
+}
+
+// secretOrNew returns secret when it is a usable whsec_ secret, a new one
+// when it is empty, and an ErrInvalidEndpoint error otherwise. The error
+// never contains the secret.
+func secretOrNew(secret string) (string, error) {
+	if secret == "" {
+		return NewSecret()
+	}
+	key, err := signature.DecodeStandardSecret(secret)
+	if err != nil || !strings.HasPrefix(secret, signature.StandardWebhooksSecretPrefix) {
+		return "", fmt.Errorf("%w: secret must be %s followed by base64", ErrInvalidEndpoint, signature.StandardWebhooksSecretPrefix)
+	}
+	if len(key) < minSecretBytes || len(key) > maxSecretBytes {
+		return "", fmt.Errorf("%w: secret key must be %d to %d bytes, is %d", ErrInvalidEndpoint, minSecretBytes, maxSecretBytes, len(key))
+	}
+	return secret, nil
+}
+
+// signingSecrets returns the secrets a delivery at now is signed with: the
+// current one and, during a rotation's overlap, the previous one.
+func signingSecrets(row *dbsqlc.OutboxDeliveryGetForWorkRow, now time.Time) []string {
+	secrets := []string{row.Secret}
+	if row.PreviousSecret != nil && row.PreviousSecretExpiresAt != nil && now.Before(*row.PreviousSecretExpiresAt) {
+		secrets = append(secrets, *row.PreviousSecret)
+	}
+	return secrets
+}

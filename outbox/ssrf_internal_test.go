@@ -1,0 +1,121 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestSSRFGuardCheck(t *testing.T) {
+	t.Parallel()
+
+	cases := []struct {
+		addr   string
+		reason string // "" means public
+	}{
+		{"127.0.0.1", "loopback"},
+		{"127.1.2.3", "loopback"},
+		{"::1", "loopback"},
+		{"::ffff:127.0.0.1", "loopback"},
+		{"2002:7f00:1::", "loopback"}, // 6to4 of 127.0.0.1
+		{"10.0.0.1", "private"},
+		{"172.16.5.4", "private"},
+		{"192.168.1.1", "private"},
+		{"::ffff:10.0.0.1", "private"},
+		{"64:ff9b::a00:1", "private"}, // NAT64 of 10.0.0.1
+		{"100.64.0.1", "shared address space"},
+		{"169.254.169.254", "cloud metadata"},
+		{"::ffff:169.254.169.254", "cloud metadata"},
+		{"::ffff:a9fe:a9fe", "cloud metadata"},
+		{"64:ff9b::a9fe:a9fe", "cloud metadata"},
+		{"fd00:ec2::254", "cloud metadata"},
+		{"169.254.1.1", "link-local"},
+		{"fe80::1", "link-local"},
+		{"fc00::1", "unique-local"},
+		{"fd12:3456::1", "unique-local"},
+		{"224.0.0.1", "multicast"},
+		{"ff02::1", "multicast"},
+		{"0.0.0.0", "unspecified"},
+		{"0.1.2.3", "unspecified"},
+		{"::", "unspecified"},
+		{"255.255.255.255", "reserved"},
+		{"240.0.0.1", "reserved"},
+		{"192.0.2.1", "reserved"},
+		{"2001::1", "reserved"}, // Teredo
+		{"2001:db8::1", "reserved"},
+		{"8.8.8.8", ""},
+		{"1.1.1.1", ""},
+		{"2606:4700:4700::1111", ""},
+		{"::ffff:8.8.8.8", ""},
+	}
+	strict := &ssrfGuard{}
+	for _, c := range cases {
+		err := strict.check(netip.MustParseAddr(c.addr))
+		if c.reason == "" {
+			require.NoError(t, err, c.addr)
+			continue
+		}
+		var blocked *BlockedAddressError
+		require.ErrorAs(t, err, &blocked, c.addr)
+		require.ErrorIs(t, err, ErrBlockedAddress)
+		require.Equal(t, c.reason, blocked.Reason, c.addr)
+	}
+
+	private := &ssrfGuard{allowPrivate: true}
+	for _, allowed := range []string{"127.0.0.1", "::1", "10.0.0.1", "fd12::1", "169.254.1.1", "100.64.0.1"} {
+		require.NoError(t, private.check(netip.MustParseAddr(allowed)), allowed)
+	}
+	for _, refused := range []string{"169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254", "0.0.0.0", "224.0.0.1"} {
+		require.ErrorIs(t, private.check(netip.MustParseAddr(refused)), ErrBlockedAddress, refused)
+	}
+
+	listed := &ssrfGuard{allowed: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("169.254.169.254/32")}}
+	require.NoError(t, listed.check(netip.MustParseAddr("10.1.2.3")))
+	require.NoError(t, listed.check(netip.MustParseAddr("::ffff:10.1.2.3")))
+	require.NoError(t, listed.check(netip.MustParseAddr("169.254.169.254")))
+	require.ErrorIs(t, listed.check(netip.MustParseAddr("10.2.0.1")), ErrBlockedAddress)
+}
+
+// TestSSRFGuardDial checks the guard at the transport: a refused address
+// never reaches the dialer's own Control, which runs just before connect(2),
+// so no packet is sent. The inner Control refuses too, so a broken guard
+// fails the test without sending anything either.
+func TestSSRFGuardDial(t *testing.T) {
+	t.Parallel()
+	var reached []string
+	errInner := errors.New("inner control reached")
+	cfg, err := (&Config{Dialer: &net.Dialer{
+		Timeout: time.Second,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			reached = append(reached, address)
+			return errInner
+		},
+	}}).withDefaults()
+	require.NoError(t, err)
+	client := newHTTPClient(cfg)
+
+	for _, url := range []string{
+		"http://127.0.0.1:9/",
+		"http://10.0.0.1:9/",
+		"http://169.254.169.254/latest/meta-data/",
+		"http://[::1]:9/",
+		"http://[::ffff:127.0.0.1]:9/",
+		"http://localhost:9/",
+	} {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, nil)
+		require.NoError(t, err)
+		resp, err := client.Do(req)
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		require.ErrorIs(t, err, ErrBlockedAddress, url)
+	}
+	require.Empty(t, reached)
+}
