@@ -215,20 +215,22 @@ var placeholders = map[string]partKind{
 // compileTemplate splits t into literals and placeholders.
 func compileTemplate(t string) ([]templatePart, error) {
 	var parts []templatePart
-	for t != "" {
-		open := strings.IndexByte(t, '{')
+	for pos := 0; pos < len(t); {
+		open := strings.IndexByte(t[pos:], '{')
 		if open < 0 {
-			parts = append(parts, templatePart{kind: partLiteral, literal: []byte(t)})
+			parts = append(parts, templatePart{kind: partLiteral, literal: []byte(t[pos:])})
 			break
 		}
-		if open > 0 {
-			parts = append(parts, templatePart{kind: partLiteral, literal: []byte(t[:open])})
+		open += pos
+		if open > pos {
+			parts = append(parts, templatePart{kind: partLiteral, literal: []byte(t[pos:open])})
 		}
 		closing := strings.IndexByte(t[open:], '}')
 		if closing < 0 {
 			return nil, fmt.Errorf("unclosed placeholder at byte %d", open)
 		}
-		name := t[open+1 : open+closing]
+		closing += open
+		name := t[open+1 : closing]
 		if headerName, ok := strings.CutPrefix(name, "header:"); ok && headerName != "" {
 			parts = append(parts, templatePart{kind: partHeader, header: headerName})
 		} else if kind, ok := placeholders[name]; ok {
@@ -236,7 +238,7 @@ func compileTemplate(t string) ([]templatePart, error) {
 		} else {
 			return nil, fmt.Errorf("unknown placeholder {%s}", name)
 		}
-		t = t[open+closing+1:]
+		pos = closing + 1
 	}
 	return parts, nil
 }
