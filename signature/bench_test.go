@@ -78,9 +78,7 @@ func benchCases(b *testing.B, size int) []benchCase {
 	bodyHash := sha256.Sum256(body)
 	jsonURL := twilioURL + "&bodySHA256=" + hex.EncodeToString(bodyHash[:])
 	sha1Base64 := func(content string) string {
-		mac := hmac.New(sha1.New, []byte(twilioToken))
-		mac.Write([]byte(content))
-		return base64.StdEncoding.EncodeToString(mac.Sum(nil))
+		return base64.StdEncoding.EncodeToString(macOf(sha1.New, twilioToken, content))
 	}
 
 	return []benchCase{

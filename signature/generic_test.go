@@ -2,13 +2,11 @@ package signature_test
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/base64"
 	"encoding/hex"
-	"hash"
 	"net/http"
 	"strconv"
 	"testing"
@@ -20,14 +18,6 @@ import (
 )
 
 const genericSecret = "generic-provider-secret"
-
-// macOf computes an HMAC with the standard library alone, as a provider
-// would.
-func macOf(newHash func() hash.Hash, secret, content string) []byte {
-	mac := hmac.New(newHash, []byte(secret))
-	mac.Write([]byte(content))
-	return mac.Sum(nil)
-}
 
 func TestNewHMACConfigErrors(t *testing.T) {
 	t.Parallel()

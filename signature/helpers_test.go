@@ -2,7 +2,10 @@ package signature_test
 
 import (
 	"context"
+	"crypto/hmac"
 	"errors"
+	"hash"
+	"net/http"
 	"regexp"
 	"testing"
 	"time"
@@ -53,6 +56,48 @@ func requireRequestError(t *testing.T, err error) {
 		}
 	}
 	t.Fatalf("unclassified error: %v", err)
+}
+
+// Every preset verifies and knows where its provider puts the event id.
+var _ = []interface {
+	signature.Verifier
+	signature.EventLocator
+}{
+	(*signature.StandardWebhooks)(nil), (*signature.Stripe)(nil), (*signature.Paddle)(nil),
+	(*signature.HMAC)(nil), (*signature.Twilio)(nil),
+}
+
+// newRequest returns a POST of body with the given header name/value pairs;
+// a pair whose value is empty is left out, so a table can drop a header.
+func newRequest(body string, headerPairs ...string) *signature.Request {
+	h := http.Header{}
+	for i := 0; i+1 < len(headerPairs); i += 2 {
+		if headerPairs[i+1] != "" {
+			h.Set(headerPairs[i], headerPairs[i+1])
+		}
+	}
+	return &signature.Request{Method: http.MethodPost, Header: h, Body: []byte(body)}
+}
+
+// macOf computes an HMAC with the standard library alone, as a provider
+// would: tests check the package against it, not against itself.
+func macOf(newHash func() hash.Hash, secret, content string) []byte {
+	mac := hmac.New(newHash, []byte(secret))
+	mac.Write([]byte(content))
+	return mac.Sum(nil)
+}
+
+// requireOnlyGenuine is a fuzz target's verdict: a request verifies only if
+// genuine says it is the signed one, and any other gets a classified error.
+func requireOnlyGenuine(t *testing.T, err error, genuine bool, input ...any) {
+	t.Helper()
+	if err == nil {
+		if !genuine {
+			t.Fatalf("forged request verified: %q", input)
+		}
+		return
+	}
+	requireRequestError(t, err)
 }
 
 type secretFunc func(context.Context) ([]string, error)

@@ -148,21 +148,17 @@ func SignStandardWebhooks(secrets []string, id string, ts time.Time, body []byte
 	content := standardContent(id, tsRaw, body)
 	sigs := make([]string, len(all))
 	for i, secret := range all {
+		key, err := decodeStandardKey(secret)
+		if err != nil {
+			return nil, err
+		}
 		switch {
-		case strings.HasPrefix(secret, StandardWebhooksSecretKeyPrefix):
-			private, err := decodeStandardPrivateKey(secret)
-			if err != nil {
-				return nil, err
-			}
-			sigs[i] = "v1a," + base64.StdEncoding.EncodeToString(ed25519.Sign(private, bytes.Join(content, nil)))
-		case strings.HasPrefix(secret, StandardWebhooksPublicKeyPrefix):
-			return nil, fmt.Errorf("%w: a %s public key cannot sign", ErrNoSecrets, StandardWebhooksPublicKeyPrefix)
+		case key.private != nil:
+			sigs[i] = "v1a," + base64.StdEncoding.EncodeToString(ed25519.Sign(key.private, bytes.Join(content, nil)))
+		case key.hmac != nil:
+			sigs[i] = "v1," + base64.StdEncoding.EncodeToString(computeMAC(sha256.New, key.hmac, content...))
 		default:
-			key, err := DecodeStandardSecret(secret)
-			if err != nil {
-				return nil, err
-			}
-			sigs[i] = "v1," + base64.StdEncoding.EncodeToString(computeMAC(sha256.New, key, content...))
+			return nil, fmt.Errorf("%w: a %s public key cannot sign", ErrNoSecrets, StandardWebhooksPublicKeyPrefix)
 		}
 	}
 	h := http.Header{}
@@ -241,6 +237,34 @@ func GenerateStandardKeyPair() (privateKey, publicKey string, err error) {
 		StandardWebhooksPublicKeyPrefix + base64.StdEncoding.EncodeToString(public), nil
 }
 
+// standardKey is one decoded Standard Webhooks key: an HMAC key (whsec_),
+// a public key (whpk_), or a private key and its public half (whsk_).
+type standardKey struct {
+	hmac    []byte
+	public  ed25519.PublicKey
+	private ed25519.PrivateKey
+}
+
+// decodeStandardKey tells a key's kind by its prefix; anything without a
+// whpk_ or whsk_ prefix is a whsec_ secret.
+func decodeStandardKey(s string) (standardKey, error) {
+	var (
+		key standardKey
+		err error
+	)
+	switch {
+	case strings.HasPrefix(s, StandardWebhooksPublicKeyPrefix):
+		key.public, err = decodeStandardPublicKey(s)
+	case strings.HasPrefix(s, StandardWebhooksSecretKeyPrefix):
+		if key.private, err = decodeStandardPrivateKey(s); err == nil {
+			key.public = key.private.Public().(ed25519.PublicKey)
+		}
+	default:
+		key.hmac, err = DecodeStandardSecret(s)
+	}
+	return key, err
+}
+
 // standardKeyring holds a source's keys sorted by the version they verify.
 type standardKeyring struct {
 	hmac   [][]byte
@@ -254,25 +278,14 @@ func standardKeys(ctx context.Context, src SecretSource) (standardKeyring, error
 		return ring, err
 	}
 	for _, s := range all {
-		switch {
-		case strings.HasPrefix(s, StandardWebhooksPublicKeyPrefix):
-			pub, err := decodeStandardPublicKey(s)
-			if err != nil {
-				return ring, err
-			}
-			ring.public = append(ring.public, pub)
-		case strings.HasPrefix(s, StandardWebhooksSecretKeyPrefix):
-			private, err := decodeStandardPrivateKey(s)
-			if err != nil {
-				return ring, err
-			}
-			ring.public = append(ring.public, private.Public().(ed25519.PublicKey))
-		default:
-			key, err := DecodeStandardSecret(s)
-			if err != nil {
-				return ring, err
-			}
-			ring.hmac = append(ring.hmac, key)
+		key, err := decodeStandardKey(s)
+		if err != nil {
+			return ring, err
+		}
+		if key.hmac != nil {
+			ring.hmac = append(ring.hmac, key.hmac)
+		} else {
+			ring.public = append(ring.public, key.public)
 		}
 	}
 	return ring, nil

@@ -1,7 +1,6 @@
 package signature
 
 import (
-	"context"
 	"net/http"
 	"time"
 )
@@ -21,29 +20,19 @@ var stripeFormat = timestampedFormat{
 // "<t>.<body>", keyed by the whole endpoint secret string ("whsec_…" is used
 // as it is, not base64-decoded). Entries other than t and v1 (such as v0)
 // are skipped; several v1 entries are accepted, as Stripe sends during a
-// secret roll.
-type Stripe struct {
-	secrets SecretSource
-	opts    *Options
-}
+// secret roll. Its EventLocation is the body's "id" (evt_…) and "type".
+type Stripe struct{ timestampedVerifier }
 
 // NewStripe returns a Stripe verifier with the endpoint's signing secrets
 // and options (nil for the defaults; Stripe's own tolerance is also 5
 // minutes).
 func NewStripe(secrets SecretSource, opts *Options) *Stripe {
-	return &Stripe{secrets: secrets, opts: opts}
-}
-
-// Verify checks r's Stripe-Signature. See the package documentation for
-// errors.
-func (s *Stripe) Verify(ctx context.Context, r *Request) error {
-	return stripeFormat.verify(ctx, s.secrets, s.opts, r)
-}
-
-// EventLocation reports that the event id is the body's "id" (evt_…) and the
-// type its "type".
-func (s *Stripe) EventLocation() EventLocation {
-	return EventLocation{IDField: "id", TypeField: "type"}
+	return &Stripe{timestampedVerifier{
+		secrets: secrets,
+		opts:    opts,
+		format:  stripeFormat,
+		events:  EventLocation{IDField: "id", TypeField: "type"},
+	}}
 }
 
 // SignStripe returns a header holding the Stripe-Signature for body signed

@@ -21,6 +21,24 @@ type timestampedFormat struct {
 	contentSep   string // between timestamp and body in the signed content
 }
 
+// timestampedVerifier verifies one timestampedFormat; Stripe and Paddle
+// embed it.
+type timestampedVerifier struct {
+	secrets SecretSource
+	opts    *Options
+	format  timestampedFormat
+	events  EventLocation
+}
+
+// Verify checks r's signature header. See the package documentation for
+// errors.
+func (v *timestampedVerifier) Verify(ctx context.Context, r *Request) error {
+	return v.format.verify(ctx, v.secrets, v.opts, r)
+}
+
+// EventLocation reports where the provider puts the event id and type.
+func (v *timestampedVerifier) EventLocation() EventLocation { return v.events }
+
 // timestampedHeader is a parsed signature header.
 type timestampedHeader struct {
 	timestamp  string // as sent, because it is signed as sent
