@@ -17,15 +17,23 @@ import (
 
 // Standard Webhooks header names (https://www.standardwebhooks.com).
 const (
-	HeaderWebhookID        = "webhook-id"
+	// HeaderWebhookID carries the message id, the same on every attempt.
+	HeaderWebhookID = "webhook-id"
+	// HeaderWebhookTimestamp carries the attempt's signing time in unix
+	// seconds.
 	HeaderWebhookTimestamp = "webhook-timestamp"
+	// HeaderWebhookSignature carries space-separated "v1,<base64>" and
+	// "v1a,<base64>" signatures.
 	HeaderWebhookSignature = "webhook-signature"
 )
 
 // Svix sends the Standard Webhooks scheme under these names.
 const (
-	HeaderSvixID        = "svix-id"
+	// HeaderSvixID is Svix's webhook-id.
+	HeaderSvixID = "svix-id"
+	// HeaderSvixTimestamp is Svix's webhook-timestamp.
 	HeaderSvixTimestamp = "svix-timestamp"
+	// HeaderSvixSignature is Svix's webhook-signature.
 	HeaderSvixSignature = "svix-signature"
 )
 
