@@ -5,7 +5,13 @@
 // timestamp, rejects requests outside a tolerance (default 5 minutes both
 // ways). Errors say which check failed — errors.Is matches ErrMissingHeader,
 // ErrMalformedHeader, ErrStaleTimestamp, ErrNoMatch or ErrNoSecrets — and
-// never contain a secret or an expected signature.
+// never contain a secret, an expected signature or a received one.
+//
+// Presets cover the common providers: NewStandardWebhooks (v1 HMAC and v1a
+// ed25519), NewSvix, NewStripe, NewGitHub, NewShopify, NewSlack, NewPaddle
+// and NewTwilio; NewHMAC configures the rest. Each preset also implements
+// EventLocator, naming where its provider puts the event id. Wharf's own
+// outgoing webhooks are signed with SignStandardWebhooks.
 package signature
 
 import (
@@ -13,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -23,11 +31,14 @@ const DefaultTolerance = 5 * time.Minute
 var (
 	// ErrMissingHeader means a header the scheme requires is absent or empty.
 	ErrMissingHeader = errors.New("signature: missing header")
-	// ErrMalformedHeader means a header is present but cannot be parsed.
+	// ErrMalformedHeader means a header is present but cannot be parsed, or
+	// (Twilio) the form body its signature covers cannot be parsed.
 	ErrMalformedHeader = errors.New("signature: malformed header")
 	// ErrStaleTimestamp means the signed timestamp is outside the tolerance.
 	ErrStaleTimestamp = errors.New("signature: timestamp outside tolerance")
-	// ErrNoMatch means no signature in the request matches any secret.
+	// ErrNoMatch means no signature in the request matches any secret (for
+	// Twilio, also: the body does not match the bodySHA256 it was sent with,
+	// or the request URL is not absolute and Options.PublicBaseURL is unset).
 	ErrNoMatch = errors.New("signature: no matching signature")
 	// ErrNoSecrets means the verifier has no usable secret: a configuration
 	// problem on the receiving side, not the sender's fault.
@@ -38,9 +49,10 @@ var (
 type Request struct {
 	// Method is the HTTP method.
 	Method string
-	// URL is the full URL the sender signed, for schemes that sign it
-	// (Twilio). Behind a proxy it must be the public URL, not the one the
-	// server saw.
+	// URL is the URL the request was sent to, for schemes that sign it
+	// (Twilio, NewHMAC templates using {url}): absolute, or only path and
+	// query when Options.PublicBaseURL supplies the rest. Behind a proxy the
+	// sender signed the public URL, not the one the server saw.
 	URL string
 	// Header holds the request headers.
 	Header http.Header
@@ -63,16 +75,23 @@ func (f VerifierFunc) Verify(ctx context.Context, r *Request) error { return f(c
 
 // EventLocation says where a provider puts the event id that every delivery
 // of one event shares, and the event type. Empty fields mean "not there".
+// Extract reads them from a request in the documented order.
 type EventLocation struct {
 	// IDHeader is the header holding the event id (webhook-id,
-	// X-GitHub-Delivery…).
+	// X-GitHub-Delivery…). Consulted first.
 	IDHeader string
-	// IDField is the top-level JSON body field holding the event id (id,
-	// event_id…).
+	// AltIDHeader is the header holding the event id when IDHeader is absent
+	// (Shopify: X-Shopify-Event-Id, else X-Shopify-Webhook-Id).
+	AltIDHeader string
+	// IDField is the JSON body field holding the event id (id, event_id…),
+	// consulted when neither header is present. A dot descends into nested
+	// objects ("event.id").
 	IDField string
 	// TypeHeader is the header holding the event type (X-GitHub-Event…).
 	TypeHeader string
-	// TypeField is the top-level JSON body field holding the event type.
+	// TypeField is the JSON body field holding the event type, consulted
+	// when TypeHeader is absent. A dot descends into nested objects
+	// ("event.type").
 	TypeField string
 }
 
@@ -99,10 +118,19 @@ func (s Secrets) Secrets(context.Context) ([]string, error) { return s, nil }
 // Options tunes verification. A nil *Options means the defaults.
 type Options struct {
 	// Tolerance is how far the signed timestamp may be from now, in either
-	// direction. Defaults to DefaultTolerance; -1 disables the check.
+	// direction, for schemes that sign one. Defaults to DefaultTolerance; -1
+	// disables the check.
 	Tolerance time.Duration
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
+	// PublicBaseURL is the scheme, host and optional path prefix senders use
+	// to reach this server ("https://hooks.example.com" or
+	// "https://example.com/api"), for schemes that sign the URL (Twilio,
+	// NewHMAC templates using {url}). Request.URL's path and query are
+	// appended to it, replacing whatever scheme and host the server saw —
+	// proxies rewrite those. Defaults to Request.URL as it is, which must
+	// then be absolute.
+	PublicBaseURL string
 }
 
 func (o *Options) tolerance() time.Duration {
@@ -131,8 +159,59 @@ func (o *Options) checkTimestamp(signed time.Time) error {
 	return nil
 }
 
-// secrets fetches the current secrets and drops empty ones.
-func secrets(ctx context.Context, src SecretSource) ([]string, error) {
+// signedURL is the URL a sender signed for r: PublicBaseURL followed by
+// r.URL's path and query when set, else r.URL, which must be absolute. An
+// error wraps ErrNoMatch: without the public URL no signature can match.
+func (o *Options) signedURL(r *Request) (string, error) {
+	origin, rest := splitOrigin(r.URL)
+	if o != nil && o.PublicBaseURL != "" {
+		return strings.TrimSuffix(o.PublicBaseURL, "/") + rest, nil
+	}
+	if origin == "" {
+		return "", fmt.Errorf("%w: request URL is not absolute; set Options.PublicBaseURL to the URL senders use", ErrNoMatch)
+	}
+	return r.URL, nil
+}
+
+// splitOrigin splits an absolute URL into "scheme://authority" and the path,
+// query and fragment after it, kept byte for byte because they are signed as
+// sent. A relative URL has an empty origin.
+func splitOrigin(u string) (origin, rest string) {
+	scheme, after, ok := strings.Cut(u, "://")
+	if !ok || !isURLScheme(scheme) {
+		return "", u
+	}
+	end := strings.IndexAny(after, "/?#")
+	if end < 0 {
+		return u, ""
+	}
+	n := len(scheme) + len("://") + end
+	return u[:n], u[n:]
+}
+
+// isURLScheme reports whether s is a URL scheme (RFC 3986: a letter, then
+// letters, digits, "+", "-" or ".").
+func isURLScheme(s string) bool {
+	for i, c := range s {
+		letter := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+		if !letter && (i == 0 || !('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// parseUnix parses integer unix seconds.
+func parseUnix(v string) (time.Time, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return time.Time{}, errors.New("not integer unix seconds")
+	}
+	return time.Unix(n, 0), nil
+}
+
+// secretsOf fetches the current secrets and drops empty ones.
+func secretsOf(ctx context.Context, src SecretSource) ([]string, error) {
 	if src == nil {
 		return nil, ErrNoSecrets
 	}
