@@ -457,3 +457,42 @@ func onlyMessage(t *testing.T, b *testBundle) *inbox.Message {
 	require.NoError(t, err)
 	return msg
 }
+
+// TestNewDayUnderLoadWithSmallPool: the first messages of a day whose
+// partition does not exist yet arrive concurrently, more of them than the
+// pool has connections. Every transaction holds a connection; creating the
+// partition must not need another one from the pool, or all would wait for
+// ever.
+func TestNewDayUnderLoadWithSmallPool(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := setup(t, &setupOpts{pool: pool, cfg: &inbox.Config{ReceiveTimeout: 5 * time.Second}})
+	b.clock.Set(time.Now().AddDate(0, 0, 45)) // far beyond the partitions Migrate made
+
+	const senders = 12
+	var wg sync.WaitGroup
+	answers := make(chan answer, senders)
+	start := make(chan struct{})
+	for i := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := b.signed(t, "payments", "msg_load_"+string(rune('a'+i)), []byte(`{"type":"x"}`), time.Now())
+			<-start
+			answers <- do(t, req)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(answers)
+	for a := range answers {
+		require.Equal(t, http.StatusOK, a.Status, a.RawBody)
+		require.Equal(t, "accepted", a.Body["status"])
+	}
+}

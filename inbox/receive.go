@@ -93,9 +93,7 @@ func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result,
 		return nil, fmt.Errorf("inbox: encode headers: %w", err)
 	}
 	now := ib.clock()
-	// Outside tx and before it writes: creating a partition must not wait on
-	// locks the caller's transaction holds.
-	if err := ib.partitions.Ensure(ctx, messagesTable, now); err != nil {
+	if err := ib.partitions.Ensure(ctx, tx, messagesTable, now); err != nil {
 		return nil, err
 	}
 

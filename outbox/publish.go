@@ -116,7 +116,7 @@ func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([
 		return nil, fmt.Errorf("outbox: Publish: nil transaction")
 	}
 
-	if err := o.partitions.Ensure(ctx, eventsTable, now); err != nil {
+	if err := o.partitions.Ensure(ctx, tx, eventsTable, now); err != nil {
 		return nil, err
 	}
 	rows, err := o.queries.WithTx(tx).OutboxPublish(ctx, params)

@@ -33,7 +33,7 @@ type attemptRecord struct {
 // Config.DisableAfter. An error where errors.Is(err, pgx.ErrNoRows) is true
 // means the delivery no longer exists.
 func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string, error) {
-	if err := o.partitions.Ensure(ctx, attemptsTable, rec.attemptedAt); err != nil {
+	if err := o.partitions.Ensure(ctx, nil, attemptsTable, rec.attemptedAt); err != nil {
 		return "", err
 	}
 	attemptID, err := uuid.NewV7()

@@ -64,13 +64,18 @@ func LockKey(name string) int32 {
 // LockClass is the first key of every Wharf advisory lock.
 func LockClass() int32 { return lockClass }
 
+// Beginner is what Ensure runs its transaction on: a pool or a connection.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // Ensure creates parent's partition for day unless it exists, and reports
 // whether it created one. It is safe to call concurrently from many nodes.
-func Ensure(ctx context.Context, pool *pgxpool.Pool, parent string, day time.Time) (bool, error) {
+func Ensure(ctx context.Context, db Beginner, parent string, day time.Time) (bool, error) {
 	day = Day(day)
 	name := Name(parent, day)
 	created := false
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// A creator waiting longer than this is stuck behind something else
 		// (a long DETACH, say); fail and let the caller retry rather than hang.
 		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
@@ -106,7 +111,7 @@ func Ensure(ctx context.Context, pool *pgxpool.Pool, parent string, day time.Tim
 
 // EnsureRange ensures parent's partitions for every day from first through
 // last (inclusive) and returns the names of those it created.
-func EnsureRange(ctx context.Context, pool *pgxpool.Pool, parent string, first, last time.Time) ([]string, error) {
+func EnsureRange(ctx context.Context, pool Beginner, parent string, first, last time.Time) ([]string, error) {
 	var created []string
 	for day := Day(first); !day.After(Day(last)); day = day.AddDate(0, 0, 1) {
 		ok, err := Ensure(ctx, pool, parent, day)
@@ -173,19 +178,45 @@ type Cache struct {
 	known sync.Map // Name(parent, day) → struct{}
 }
 
-// NewCache returns a Cache creating partitions through pool.
+// NewCache returns a Cache for the partitions of pool's database.
 func NewCache(pool *pgxpool.Pool) *Cache {
 	return &Cache{pool: pool}
 }
 
-// Ensure makes sure parent has a partition for t's day.
-func (c *Cache) Ensure(ctx context.Context, parent string, t time.Time) error {
+// Querier runs a query returning one row: a pool, a connection or a
+// transaction.
+type Querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Ensure makes sure parent has a partition for t's day. The catalog check
+// runs on db, the caller's transaction when it has one (nil: the pool), so
+// that a caller holding a pooled connection never waits for a second one:
+// with every connection held by such callers, that wait would never end.
+// The rare creation uses a connection of its own, outside the pool, for the
+// same reason.
+func (c *Cache) Ensure(ctx context.Context, db Querier, parent string, t time.Time) error {
 	name := Name(parent, t)
 	if _, ok := c.known.Load(name); ok {
 		return nil
 	}
-	if _, err := Ensure(ctx, c.pool, parent, t); err != nil {
-		return fmt.Errorf("wharf: ensure partition %s: %w", name, err)
+	if db == nil {
+		db = c.pool
+	}
+	var exists bool
+	if err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{name}.Sanitize()).Scan(&exists); err != nil {
+		return fmt.Errorf("wharf: look up partition %s: %w", name, err)
+	}
+	if !exists {
+		conn, err := pgx.ConnectConfig(ctx, c.pool.Config().ConnConfig.Copy())
+		if err != nil {
+			return fmt.Errorf("wharf: create partition %s: connect: %w", name, err)
+		}
+		_, err = Ensure(ctx, conn, parent, t)
+		_ = conn.Close(context.WithoutCancel(ctx))
+		if err != nil {
+			return fmt.Errorf("wharf: create partition %s: %w", name, err)
+		}
 	}
 	c.known.Store(name, struct{}{})
 	return nil
