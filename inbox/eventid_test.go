@@ -124,3 +124,45 @@ func FuzzIdentify(f *testing.F) {
 		require.Len(t, src.payloadHash(parsed), sha256.Size)
 	})
 }
+
+// TestProviderPresets: each provider preset's event location, read by the
+// inbox, finds the id and type where that provider puts them.
+func TestProviderPresets(t *testing.T) {
+	t.Parallel()
+	secrets := signature.Secrets{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+	tests := []struct {
+		name     string
+		verifier signature.Verifier
+		header   http.Header
+		body     string
+		wantID   string
+		wantType string
+	}{
+		{"Stripe", signature.NewStripe(secrets, nil), nil,
+			`{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","type":"invoice.paid"}`, "evt_1NG8Du2eZvKYlo2CUI79vXWy", "invoice.paid"},
+		{"GitHub", signature.NewGitHub(secrets, nil),
+			http.Header{"X-Github-Delivery": {"72d3162e"}, "X-Github-Event": {"push"}}, `{"id":123,"type":"x"}`, "72d3162e", "push"},
+		{"ShopifyEventID", signature.NewShopify(secrets, nil),
+			http.Header{"X-Shopify-Event-Id": {"evt-1"}, "X-Shopify-Webhook-Id": {"wh-1"}, "X-Shopify-Topic": {"orders/create"}}, `{"id":9}`, "evt-1", "orders/create"},
+		{"ShopifyWebhookIDFallback", signature.NewShopify(secrets, nil),
+			http.Header{"X-Shopify-Webhook-Id": {"wh-1"}}, `{"id":9}`, "wh-1", ""},
+		{"SlackNestedType", signature.NewSlack(secrets, nil), nil,
+			`{"type":"event_callback","event_id":"Ev08MFMKH6","event":{"type":"app_mention"}}`, "Ev08MFMKH6", "app_mention"},
+		{"Paddle", signature.NewPaddle(secrets, nil), nil,
+			`{"event_id":"evt_01hsdn","event_type":"price.created","id":"other"}`, "evt_01hsdn", "price.created"},
+		{"Twilio", signature.NewTwilio(secrets, nil),
+			http.Header{"I-Twilio-Idempotency-Token": {"0f5ad8a2"}}, `{"id":"x"}`, "0f5ad8a2", ""},
+		{"Svix", signature.NewSvix(secrets, nil),
+			http.Header{"Svix-Id": {"msg_1"}}, `{"type":"user.created"}`, "msg_1", "user.created"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			src := Source{Name: "p", Verifier: tt.verifier}
+			id, typ, err := src.identify(tt.header, parseBody([]byte(tt.body)))
+			require.NoError(t, err)
+			require.Equal(t, tt.wantID, id)
+			require.Equal(t, tt.wantType, typ)
+		})
+	}
+}

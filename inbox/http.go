@@ -87,7 +87,7 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 		return
 	}
 
-	verifyReq := &signature.Request{Method: r.Method, URL: src.publicURL(r), Header: r.Header, Body: raw}
+	verifyReq := &signature.Request{Method: r.Method, URL: requestURL(r), Header: r.Header, Body: raw}
 	if err := src.Verifier.Verify(r.Context(), verifyReq); err != nil {
 		if errors.Is(err, signature.ErrNoSecrets) {
 			log.ErrorContext(r.Context(), "inbox: no usable signing secret", "error", err)
@@ -171,14 +171,11 @@ func signatureMessage(err error) string {
 	return "invalid signature"
 }
 
-// publicURL is the URL the sender signed, for verifiers that sign it.
-func (s *Source) publicURL(r *http.Request) string {
-	if s.PublicURL != "" {
-		if r.URL.RawQuery != "" && !strings.Contains(s.PublicURL, "?") {
-			return s.PublicURL + "?" + r.URL.RawQuery
-		}
-		return s.PublicURL
-	}
+// requestURL rebuilds the absolute URL of r (scheme from TLS or
+// X-Forwarded-Proto, the Host header, path and query) for verifiers that
+// sign the URL. Behind a proxy that rewrites hosts or paths, give the
+// verifier signature.Options.PublicBaseURL instead.
+func requestURL(r *http.Request) string {
 	scheme := "http"
 	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
 		scheme = "https"

@@ -31,8 +31,8 @@ type Source struct {
 	// explicitly with a signature.VerifierFunc that returns nil.
 	Verifier signature.Verifier
 	// IDHeader is the header holding the sender's event id. Defaults to the
-	// verifier's EventLocation().IDHeader when it implements
-	// signature.EventLocator; X-Event-ID is always tried after it.
+	// verifier's EventLocation().IDHeader, then its AltIDHeader, when it
+	// implements signature.EventLocator; X-Event-ID is always tried after.
 	IDHeader string
 	// IDFields are JSON body fields (dotted paths reach into objects) tried
 	// in order for the event id after the headers. Defaults to the
@@ -62,11 +62,6 @@ type Source struct {
 	// OnMismatch is the answer to an event id reused with a different
 	// payload. Defaults to MismatchDuplicate.
 	OnMismatch MismatchPolicy
-	// PublicURL is the URL the sender posts to, as the sender sees it, for
-	// verifiers that sign the URL (Twilio). Behind a proxy that rewrites
-	// hosts or paths, set it. Defaults to the URL rebuilt from the request
-	// (scheme from TLS or X-Forwarded-Proto, Host header, path and query).
-	PublicURL string
 }
 
 func (s *Source) validate() error {
@@ -102,11 +97,11 @@ func (s *Source) location() signature.EventLocation {
 
 // idHeaders lists the headers tried for the event id, in order.
 func (s *Source) idHeaders() []string {
-	first := s.IDHeader
-	if first == "" {
-		first = s.location().IDHeader
+	if s.IDHeader != "" {
+		return nonEmpty(s.IDHeader, HeaderEventID)
 	}
-	return nonEmpty(first, HeaderEventID)
+	loc := s.location()
+	return nonEmpty(loc.IDHeader, loc.AltIDHeader, HeaderEventID)
 }
 
 // idFields lists the body fields tried for the event id, in order.

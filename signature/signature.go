@@ -75,7 +75,7 @@ func (f VerifierFunc) Verify(ctx context.Context, r *Request) error { return f(c
 
 // EventLocation says where a provider puts the event id that every delivery
 // of one event shares, and the event type. Empty fields mean "not there".
-// Extract reads them from a request in the documented order.
+// The inbox reads them, before its own defaults.
 type EventLocation struct {
 	// IDHeader is the header holding the event id (webhook-id,
 	// X-GitHub-Delivery…). Consulted first.

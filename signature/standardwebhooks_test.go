@@ -267,8 +267,6 @@ func TestSvix(t *testing.T) {
 	v := signature.NewSvix(signature.Secrets{swSecret}, atVector())
 	require.NoError(t, v.Verify(ctx, req))
 	require.Equal(t, signature.EventLocation{IDHeader: signature.HeaderSvixID, TypeField: "type"}, v.EventLocation())
-	id, _ := v.EventLocation().Extract(req)
-	require.Equal(t, swID, id)
 
 	// The webhook-* verifier does not read svix-* headers, and vice versa.
 	requireRejected(t, signature.NewStandardWebhooks(signature.Secrets{swSecret}, atVector()).Verify(ctx, req), signature.ErrMissingHeader, swSecret)

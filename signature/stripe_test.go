@@ -49,9 +49,6 @@ func TestStripe(t *testing.T) {
 	require.NoError(t, v.Verify(ctx, stripeRequest("t=1700000000,v0=abcd,v1=00ff,v1="+stripeV1(stripeSecret, stripeTime, stripeBody)+",v9=x", stripeBody)))
 
 	require.Equal(t, signature.EventLocation{IDField: "id", TypeField: "type"}, v.EventLocation())
-	id, typ := v.EventLocation().Extract(stripeRequest(want, stripeBody))
-	require.Equal(t, "evt_1NG8Du2eZvKYlo2CUI79vXWy", id)
-	require.Equal(t, "invoice.paid", typ)
 }
 
 func TestStripeRejects(t *testing.T) {

@@ -78,10 +78,7 @@ func TestTwilioLibraryVectors(t *testing.T) {
 	sum := sha256.Sum256([]byte(twilioJSONBody))
 	require.Equal(t, twilioBodyHash, hex.EncodeToString(sum[:]), "the vector's bodySHA256 is the body's hash")
 
-	req := twilioForm(twilioURL, twilioSignature, form)
 	require.Equal(t, signature.EventLocation{IDHeader: signature.HeaderTwilioIdempotencyToken}, v.EventLocation())
-	id, _ := v.EventLocation().Extract(req)
-	require.Equal(t, "0f5ad8a2-b7e6-4f4b-9b62-6c7f0e0f4e3a", id)
 }
 
 func TestTwilioPublicBaseURL(t *testing.T) {
