@@ -17,6 +17,8 @@ import (
 
 	"github.com/wharfhq/wharf"
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/jobs"
+	"github.com/wharfhq/wharf/outbox"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -32,12 +34,19 @@ import (
 // only one run can commit) while still working. FetchCooldown is lowered
 // from River's 100 ms so a queue with many workers is not capped at
 // MaxWorkers jobs per 100 ms.
+//
+// JobTimeout must also exceed every outbox endpoint's request timeout
+// (15 s by default). Wharf's periodic jobs (partition upkeep, retention) run
+// on the default queue.
 func riverConfig(workers *river.Workers, logger *slog.Logger) *river.Config {
 	return &river.Config{
 		Queues: map[string]river.QueueConfig{
-			inbox.DefaultQueue: {MaxWorkers: 50},
+			inbox.DefaultQueue:  {MaxWorkers: 50},
+			outbox.DefaultQueue: {MaxWorkers: 50},
+			river.QueueDefault:  {MaxWorkers: 2},
 		},
 		Workers:              workers,
+		PeriodicJobs:         jobs.PeriodicJobs(nil),
 		FetchCooldown:        10 * time.Millisecond,
 		JobTimeout:           20 * time.Second,
 		RescueStuckJobsAfter: 30 * time.Second,
@@ -61,20 +70,34 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		return err
 	}
 
+	ob, err := outbox.New(pool, &outbox.Config{
+		RetrySchedule:        cfg.RetrySchedule,
+		AllowPrivateNetworks: cfg.AllowPrivate,
+		Logger:               logger,
+	})
+	if err != nil {
+		return err
+	}
 	ib, err := inbox.New(pool, &inbox.Config{
 		Sources: []inbox.Source{
 			{Name: "payments", Verifier: signature.NewStandardWebhooks(signature.Secrets{cfg.Secret}, nil)},
+			{Name: "stripe", Verifier: signature.NewStripe(signature.Secrets{cfg.StripeSecret}, nil)},
+			{Name: "github", Verifier: signature.NewGitHub(signature.Secrets{cfg.GitHubSecret}, nil)},
 		},
 		Logger: logger,
 	})
 	if err != nil {
 		return err
 	}
-	ib.Handle("payments", "payment.succeeded", applyPayment)
+	ib.Handle("payments", "payment.succeeded", applyPayment(ob))
 	ib.Handle(inbox.Wildcard, inbox.Wildcard, ignore)
 
 	workers := river.NewWorkers()
-	if err := ib.AddWorkers(workers); err != nil {
+	if err := errors.Join(
+		ib.AddWorkers(workers),
+		ob.AddWorkers(workers),
+		jobs.AddWorkers(workers, pool, nil),
+	); err != nil {
 		return err
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(workers, logger))
@@ -93,6 +116,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	mux.Handle("/webhooks/{source}", ib.Handler())
 	mux.HandleFunc("GET /balances/{account}", balanceHandler(pool))
 	mux.Handle("POST /payouts", payouts)
+	mux.HandleFunc("POST /endpoints", createEndpoint(ob))
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	serveErr := make(chan error, 1)
@@ -133,27 +157,66 @@ type paymentEvent struct {
 }
 
 // applyPayment adds a payment to its account's balance inside the inbox
-// transaction, so the addition commits exactly once.
-func applyPayment(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-	var ev paymentEvent
-	if err := json.Unmarshal(msg.Body, &ev); err != nil {
-		return inbox.Permanent(fmt.Errorf("decode payment: %w", err))
+// transaction, so the addition commits exactly once, and publishes
+// balance.updated in the same transaction: no balance change without its
+// webhook, no webhook without its balance change.
+func applyPayment(ob *outbox.Outbox) inbox.Handler {
+	return func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		var ev paymentEvent
+		if err := json.Unmarshal(msg.Body, &ev); err != nil {
+			return inbox.Permanent(fmt.Errorf("decode payment: %w", err))
+		}
+		if ev.Data.Account == "" || ev.Data.Amount == nil {
+			return inbox.Permanent(errors.New("payment needs data.account and data.amount"))
+		}
+		amount, err := ev.Data.Amount.Int64()
+		if err != nil {
+			return inbox.Permanent(fmt.Errorf("amount %q is not an integer", ev.Data.Amount.String()))
+		}
+		var balance int64
+		err = tx.QueryRow(ctx, `INSERT INTO example_balances (account, balance) VALUES ($1, $2)
+			ON CONFLICT (account) DO UPDATE SET balance = example_balances.balance + excluded.balance
+			RETURNING balance`, ev.Data.Account, amount).Scan(&balance)
+		if err != nil {
+			return err
+		}
+		_, err = ob.Publish(ctx, tx, &outbox.Event{
+			Type: "balance.updated",
+			Data: map[string]any{"account": ev.Data.Account, "balance": balance},
+		})
+		return err
 	}
-	if ev.Data.Account == "" || ev.Data.Amount == nil {
-		return inbox.Permanent(errors.New("payment needs data.account and data.amount"))
-	}
-	amount, err := ev.Data.Amount.Int64()
-	if err != nil {
-		return inbox.Permanent(fmt.Errorf("amount %q is not an integer", ev.Data.Amount.String()))
-	}
-	_, err = tx.Exec(ctx, `INSERT INTO example_balances (account, balance) VALUES ($1, $2)
-		ON CONFLICT (account) DO UPDATE SET balance = example_balances.balance + excluded.balance`,
-		ev.Data.Account, amount)
-	return err
 }
 
 // ignore accepts events the example has no use for.
 func ignore(context.Context, pgx.Tx, *inbox.Message) error { return nil }
+
+// createEndpoint serves POST /endpoints: {"url":…, "event_types":[…]}
+// registers a webhook endpoint and answers 201 {"id":…, "secret":"whsec_…"}.
+func createEndpoint(ob *outbox.Outbox) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			URL         string   `json:"url"`
+			EventTypes  []string `json:"event_types"`
+			Description string   `json:"description"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10)).Decode(&req); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "body must be JSON: " + err.Error()})
+			return
+		}
+		ep, err := ob.EndpointCreate(r.Context(), &outbox.EndpointParams{
+			URL: req.URL, EventTypes: req.EventTypes, Description: req.Description,
+		})
+		switch {
+		case errors.Is(err, outbox.ErrInvalidEndpoint):
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		case err != nil:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "database unavailable"})
+		default:
+			writeJSON(w, http.StatusCreated, map[string]string{"id": ep.ID.String(), "secret": ep.Secret})
+		}
+	}
+}
 
 func balanceHandler(pool *pgxpool.Pool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {

@@ -1,37 +1,84 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/signature"
 )
 
-// TestExampleContract runs the example in-process against a fresh database
-// and checks the contract that outside checks rely on.
-func TestExampleContract(t *testing.T) {
-	t.Parallel()
+// startExample runs the example in-process against a fresh database and
+// returns its base URL once it answers. It shuts down gracefully when the
+// test ends.
+func startExample(t *testing.T, cfg config) string {
+	base, _ := startExampleDB(t, cfg)
+	return base
+}
+
+// startExampleDB is startExample that also returns the database URL.
+func startExampleDB(t *testing.T, cfg config) (string, string) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	cfg := config{DatabaseURL: testdb.NewURL(t), Secret: DevSecret}
+	cfg.DatabaseURL = testdb.NewURL(t)
+	cfg.Secret = cmp.Or(cfg.Secret, DevSecret)
+	cfg.StripeSecret = cmp.Or(cfg.StripeSecret, DevStripeSecret)
+	cfg.GitHubSecret = cmp.Or(cfg.GitHubSecret, DevGitHubSecret)
 	go func() { done <- run(ctx, cfg, ln, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
 	t.Cleanup(func() {
 		cancel()
 		require.NoError(t, <-done, "graceful shutdown")
 	})
 	base := "http://" + ln.Addr().String()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/balances/acct_0")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond)
+	return base, cfg.DatabaseURL
+}
+
+// sendJSON posts body with headers and decodes the JSON answer.
+func sendJSON(t *testing.T, url string, header http.Header, body string) (int, map[string]any, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var answer map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&answer))
+	return resp.StatusCode, answer, resp.Header
+}
+
+// TestExampleContract checks the contract that outside checks rely on.
+func TestExampleContract(t *testing.T) {
+	t.Parallel()
+	base := startExample(t, config{})
 
 	get := func(account string) map[string]any {
 		resp, err := http.Get(base + "/balances/" + account)
@@ -43,29 +90,13 @@ func TestExampleContract(t *testing.T) {
 		return body
 	}
 	post := func(secret, id, body string) (int, map[string]any) {
-		req, err := http.NewRequest(http.MethodPost, base+"/webhooks/payments", strings.NewReader(body))
-		require.NoError(t, err)
 		h, err := signature.SignStandardWebhooks([]string{secret}, id, time.Now(), []byte(body))
 		require.NoError(t, err)
-		for k, v := range h {
-			req.Header[k] = v
-		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		var answer map[string]any
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&answer))
-		return resp.StatusCode, answer
+		status, answer, _ := sendJSON(t, base+"/webhooks/payments", h, body)
+		return status, answer
 	}
 
-	// The server answers once migrated; an unknown account has balance 0.
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(base + "/balances/acct_1")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil
-	}, 30*time.Second, 20*time.Millisecond)
+	// An unknown account has balance 0.
 	require.Equal(t, map[string]any{"account": "acct_1", "balance": float64(0)}, get("acct_1"))
 
 	payment := `{"type":"payment.succeeded","data":{"account":"acct_1","amount":125}}`
@@ -85,17 +116,11 @@ func TestExampleContract(t *testing.T) {
 
 	// Payouts need an Idempotency-Key and apply once per key.
 	payout := func(key, body string) (int, map[string]any, http.Header) {
-		req, err := http.NewRequest(http.MethodPost, base+"/payouts", strings.NewReader(body))
-		require.NoError(t, err)
+		h := http.Header{}
 		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
+			h.Set("Idempotency-Key", key)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		var answer map[string]any
-		require.NoError(t, json.NewDecoder(resp.Body).Decode(&answer))
-		return resp.StatusCode, answer, resp.Header
+		return sendJSON(t, base+"/payouts", h, body)
 	}
 	status, answer, _ = payout("", `{"account":"acct_1","amount":10}`)
 	require.Equal(t, http.StatusBadRequest, status)
@@ -114,4 +139,123 @@ func TestExampleContract(t *testing.T) {
 	status, _, _ = payout("key-2", `{"account":"acct_1","amount":200}`)
 	require.Equal(t, http.StatusCreated, status)
 	require.Equal(t, float64(-85), get("acct_1")["balance"], "balances may go negative")
+}
+
+// TestExampleProviders: Stripe- and GitHub-signed events are stored, deduped
+// on the provider's own id and answered like /webhooks/payments.
+func TestExampleProviders(t *testing.T) {
+	t.Parallel()
+	base := startExample(t, config{})
+
+	stripeBody := `{"id":"evt_1","type":"invoice.paid","data":{"object":{}}}`
+	stripeHeader, err := signature.SignStripe([]string{DevStripeSecret}, time.Now(), []byte(stripeBody))
+	require.NoError(t, err)
+	status, answer, _ := sendJSON(t, base+"/webhooks/stripe", stripeHeader, stripeBody)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, map[string]any{"status": "accepted", "event_id": "evt_1"}, answer)
+	status, answer, _ = sendJSON(t, base+"/webhooks/stripe", stripeHeader, stripeBody)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "duplicate", answer["status"])
+	forged, err := signature.SignStripe([]string{"whsec_not_the_secret"}, time.Now(), []byte(stripeBody))
+	require.NoError(t, err)
+	status, answer, _ = sendJSON(t, base+"/webhooks/stripe", forged, stripeBody)
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.NotEmpty(t, answer["error"])
+
+	githubBody := `{"action":"opened","number":1}`
+	mac := hmac.New(sha256.New, []byte(DevGitHubSecret))
+	mac.Write([]byte(githubBody))
+	githubHeader := http.Header{}
+	githubHeader.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	githubHeader.Set("X-GitHub-Delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958")
+	githubHeader.Set("X-GitHub-Event", "pull_request")
+	status, answer, _ = sendJSON(t, base+"/webhooks/github", githubHeader, githubBody)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, map[string]any{"status": "accepted", "event_id": "72d3162e-cc78-11e3-81ab-4c9367dc0958"}, answer)
+	status, answer, _ = sendJSON(t, base+"/webhooks/github", githubHeader, githubBody)
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, "duplicate", answer["status"])
+	githubHeader.Set("X-Hub-Signature-256", "sha256="+strings.Repeat("0", 64))
+	status, _, _ = sendJSON(t, base+"/webhooks/github", githubHeader, githubBody)
+	require.Equal(t, http.StatusUnauthorized, status)
+}
+
+// TestExampleOutbox: a payment publishes balance.updated in its
+// transaction; a registered endpoint receives it signed with its secret, and
+// the SSRF guard refuses loopback unless allowed.
+func TestExampleOutbox(t *testing.T) {
+	t.Parallel()
+	received := make(chan *http.Request, 10)
+	bodies := make(chan []byte, 10)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		received <- r
+		bodies <- body
+	}))
+	t.Cleanup(sink.Close)
+
+	base := startExample(t, config{AllowPrivate: true, RetrySchedule: []time.Duration{0, 100 * time.Millisecond}})
+	status, endpoint, _ := sendJSON(t, base+"/endpoints", nil, `{"url":"`+sink.URL+`","event_types":["balance.updated"]}`)
+	require.Equal(t, http.StatusCreated, status, endpoint)
+	require.NotEmpty(t, endpoint["id"])
+	secret, _ := endpoint["secret"].(string)
+	require.True(t, strings.HasPrefix(secret, "whsec_"), secret)
+
+	status, answer, _ := sendJSON(t, base+"/endpoints", nil, `{"url":"not a url"}`)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.NotEmpty(t, answer["error"])
+
+	payment := `{"type":"payment.succeeded","data":{"account":"acct_9","amount":40}}`
+	h, err := signature.SignStandardWebhooks([]string{DevSecret}, "msg_out_1", time.Now(), []byte(payment))
+	require.NoError(t, err)
+	status, _, _ = sendJSON(t, base+"/webhooks/payments", h, payment)
+	require.Equal(t, http.StatusOK, status)
+
+	select {
+	case r := <-received:
+		body := <-bodies
+		verifier := signature.NewStandardWebhooks(signature.Secrets{secret}, nil)
+		require.NoError(t, verifier.Verify(context.Background(), &signature.Request{Header: r.Header, Body: body}))
+		var event struct {
+			Type string         `json:"type"`
+			Data map[string]any `json:"data"`
+		}
+		require.NoError(t, json.Unmarshal(body, &event))
+		require.Equal(t, "balance.updated", event.Type)
+		require.Equal(t, map[string]any{"account": "acct_9", "balance": float64(40)}, event.Data)
+	case <-time.After(20 * time.Second):
+		t.Fatal("balance.updated was not delivered within 20s")
+	}
+}
+
+// TestExampleSSRFGuardOnByDefault: without WHARF_EXAMPLE_ALLOW_PRIVATE a
+// loopback endpoint is registered but never reached.
+func TestExampleSSRFGuardOnByDefault(t *testing.T) {
+	t.Parallel()
+	var hits atomic.Int32
+	sink := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	t.Cleanup(sink.Close)
+	base, dbURL := startExampleDB(t, config{RetrySchedule: []time.Duration{0}})
+	status, _, _ := sendJSON(t, base+"/endpoints", nil, `{"url":"`+sink.URL+`","event_types":["balance.updated"]}`)
+	require.Equal(t, http.StatusCreated, status)
+
+	payment := `{"type":"payment.succeeded","data":{"account":"acct_8","amount":1}}`
+	h, err := signature.SignStandardWebhooks([]string{DevSecret}, "msg_ssrf", time.Now(), []byte(payment))
+	require.NoError(t, err)
+	status, _, _ = sendJSON(t, base+"/webhooks/payments", h, payment)
+	require.Equal(t, http.StatusOK, status)
+
+	// With a one-attempt schedule the delivery dies at its first, refused
+	// attempt; the sink never sees a connection.
+	pool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	defer pool.Close()
+	var lastError string
+	require.Eventually(t, func() bool {
+		err := pool.QueryRow(context.Background(),
+			"SELECT last_error FROM wharf_outbox_deliveries WHERE status = 'dead'").Scan(&lastError)
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Contains(t, lastError, "127.0.0.1")
+	require.Zero(t, hits.Load())
 }

@@ -1,20 +1,34 @@
 // Command example is a small payments app built on Wharf: it receives
 // Standard Webhooks–signed payment events at POST /webhooks/payments and
-// keeps account balances, applying each event exactly once.
+// keeps account balances, applying each event exactly once; it publishes a
+// balance.updated webhook in the same transaction as each balance change;
+// it takes payouts guarded by Idempotency-Keys; and Wharf's periodic jobs
+// keep its tables pruned.
 //
 // Environment:
 //
-//	DATABASE_URL          Postgres URL (required; `make demo` provides one)
-//	WHARF_EXAMPLE_ADDR    listen address (default 127.0.0.1:8080)
-//	WHARF_EXAMPLE_SECRET  Standard Webhooks secret for /webhooks/payments
-//	                      (default DevSecret, for local use only)
+//	DATABASE_URL                 Postgres URL (required; `make demo` provides one)
+//	WHARF_EXAMPLE_ADDR           listen address (default 127.0.0.1:8080)
+//	WHARF_EXAMPLE_SECRET         Standard Webhooks secret of /webhooks/payments (default DevSecret)
+//	WHARF_EXAMPLE_STRIPE_SECRET  Stripe signing secret of /webhooks/stripe (default DevStripeSecret)
+//	WHARF_EXAMPLE_GITHUB_SECRET  GitHub webhook secret of /webhooks/github (default DevGitHubSecret)
+//	WHARF_EXAMPLE_RETRY_SCHEDULE outbox retry schedule, comma-separated Go durations
+//	                             (e.g. 0s,200ms,500ms; default Wharf's 0s,5s,5m,30m,2h,5h,10h,10h)
+//	WHARF_EXAMPLE_ALLOW_PRIVATE  1 lets endpoints be loopback or private addresses
+//	                             (default off: the SSRF guard refuses them)
+//
+// The default secrets are public: use them only on a development machine.
 //
 // Routes:
 //
 //	POST /webhooks/payments   {"type":"payment.succeeded","data":{"account":"acct_1","amount":125}}
+//	POST /webhooks/stripe     Stripe-signed events, deduped on the event's id, processed as no-ops
+//	POST /webhooks/github     GitHub-signed events, deduped on X-GitHub-Delivery, processed as no-ops
 //	GET  /balances/{account}  {"account":"acct_1","balance":125}
 //	POST /payouts             {"account":"acct_1","amount":10} with an Idempotency-Key header
 //	                          → 201 {"payout_id":"po_…","account":"acct_1","balance":115}
+//	POST /endpoints           {"url":"https://…","event_types":["balance.updated"]}
+//	                          → 201 {"id":"…","secret":"whsec_…"}
 package main
 
 import (
@@ -25,27 +39,48 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 )
 
-// DevSecret is the default signing secret of /webhooks/payments. It is
-// public: use it only on a development machine.
-const DevSecret = "whsec_ZGV2LXNlY3JldC1mb3Itd2hhcmYtZXhhbXBsZS1wYXltZW50cw=="
+// Development secrets, the defaults of the webhook routes. They are public.
+const (
+	DevSecret       = "whsec_ZGV2LXNlY3JldC1mb3Itd2hhcmYtZXhhbXBsZS1wYXltZW50cw=="
+	DevStripeSecret = "whsec_dev_stripe_secret_for_the_wharf_example"
+	DevGitHubSecret = "dev-github-secret-for-the-wharf-example"
+)
 
 type config struct {
-	DatabaseURL string
-	Addr        string
-	Secret      string
+	DatabaseURL   string
+	Addr          string
+	Secret        string
+	StripeSecret  string
+	GitHubSecret  string
+	RetrySchedule []time.Duration // nil: the outbox's default
+	AllowPrivate  bool
 }
 
 func configFromEnv() (config, error) {
 	cfg := config{
-		DatabaseURL: os.Getenv("DATABASE_URL"),
-		Addr:        envOr("WHARF_EXAMPLE_ADDR", "127.0.0.1:8080"),
-		Secret:      envOr("WHARF_EXAMPLE_SECRET", DevSecret),
+		DatabaseURL:  os.Getenv("DATABASE_URL"),
+		Addr:         envOr("WHARF_EXAMPLE_ADDR", "127.0.0.1:8080"),
+		Secret:       envOr("WHARF_EXAMPLE_SECRET", DevSecret),
+		StripeSecret: envOr("WHARF_EXAMPLE_STRIPE_SECRET", DevStripeSecret),
+		GitHubSecret: envOr("WHARF_EXAMPLE_GITHUB_SECRET", DevGitHubSecret),
+		AllowPrivate: os.Getenv("WHARF_EXAMPLE_ALLOW_PRIVATE") == "1",
 	}
 	if cfg.DatabaseURL == "" {
 		return cfg, errors.New("DATABASE_URL is required (make demo starts a local Postgres and sets it)")
+	}
+	if v := os.Getenv("WHARF_EXAMPLE_RETRY_SCHEDULE"); v != "" {
+		for _, part := range strings.Split(v, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(part))
+			if err != nil {
+				return cfg, fmt.Errorf("WHARF_EXAMPLE_RETRY_SCHEDULE: %w", err)
+			}
+			cfg.RetrySchedule = append(cfg.RetrySchedule, d)
+		}
 	}
 	return cfg, nil
 }
