@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -117,6 +118,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	mux.HandleFunc("GET /balances/{account}", balanceHandler(pool))
 	mux.Handle("POST /payouts", payouts)
 	mux.HandleFunc("POST /endpoints", createEndpoint(ob))
+	mux.HandleFunc("DELETE /endpoints/{id}", deleteEndpoint(ob))
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	serveErr := make(chan error, 1)
@@ -214,6 +216,25 @@ func createEndpoint(ob *outbox.Outbox) http.HandlerFunc {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "database unavailable"})
 		default:
 			writeJSON(w, http.StatusCreated, map[string]string{"id": ep.ID.String(), "secret": ep.Secret})
+		}
+	}
+}
+
+// deleteEndpoint serves DELETE /endpoints/{id}: 204, or 404.
+func deleteEndpoint(ob *outbox.Outbox) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id, err := uuid.Parse(r.PathValue("id"))
+		if err != nil {
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+			return
+		}
+		switch err := ob.EndpointDelete(r.Context(), id); {
+		case errors.Is(err, outbox.ErrNotFound):
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such endpoint"})
+		case err != nil:
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "database unavailable"})
+		default:
+			w.WriteHeader(http.StatusNoContent)
 		}
 	}
 }

@@ -29,6 +29,7 @@
 //	                          → 201 {"payout_id":"po_…","account":"acct_1","balance":115}
 //	POST /endpoints           {"url":"https://…","event_types":["balance.updated"]}
 //	                          → 201 {"id":"…","secret":"whsec_…"}
+//	DELETE /endpoints/{id}    → 204
 package main
 
 import (

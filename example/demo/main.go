@@ -80,6 +80,23 @@ func demo() error {
 	}
 	defer app.stop()
 
+	rc, err := startReceiver()
+	if err != nil {
+		return err
+	}
+	defer rc.server.Close()
+	status, ep := postJSON(base+"/endpoints", fmt.Sprintf(`{"url":%q,"event_types":["balance.updated"],"description":"wharf demo receiver"}`, rc.url))
+	secret, _ := ep["secret"].(string)
+	if status != http.StatusCreated || secret == "" {
+		return fmt.Errorf("POST /endpoints answered %d %v", status, ep)
+	}
+	rc.mu.Lock()
+	rc.verifier = signature.NewStandardWebhooks(signature.Secrets{secret}, nil)
+	rc.mu.Unlock()
+	endpointID, _ := ep["id"].(string)
+	defer deleteEndpoint(base, endpointID)
+	fmt.Printf("demo: receiver %s registered as endpoint %s\n", rc.url, endpointID)
+
 	initial := map[string]int64{}
 	for _, a := range accounts {
 		if initial[a], err = balance(base, a); err != nil {
@@ -89,6 +106,7 @@ func demo() error {
 
 	run := fmt.Sprintf("%d", time.Now().UnixNano())
 	expected := map[string]int64{}
+	paymentsPerAccount := map[string]int{}
 	t := &tally{}
 	var events [][2]string // id, body
 
@@ -97,6 +115,7 @@ func demo() error {
 		account := accounts[i%len(accounts)]
 		amount := int64(1 + rand.IntN(500))
 		expected[account] += amount
+		paymentsPerAccount[account]++
 		body := fmt.Sprintf(`{"type":"payment.succeeded","data":{"account":%q,"amount":%d}}`, account, amount)
 		id := fmt.Sprintf("msg_demo_%s_%d", run, i)
 		events = append(events, [2]string{id, body})
@@ -112,6 +131,7 @@ func demo() error {
 	concurrentID := fmt.Sprintf("msg_demo_%s_concurrent", run)
 	concurrentBody := `{"type":"payment.succeeded","data":{"account":"acct_1","amount":1000}}`
 	expected["acct_1"] += 1000
+	paymentsPerAccount["acct_1"]++
 	var wg sync.WaitGroup
 	results := make(chan string, 20)
 	for range 20 {
@@ -209,6 +229,22 @@ func demo() error {
 		time.Sleep(100 * time.Millisecond) // polling the app's public API; there is nothing to subscribe to
 	}
 
+	// Every applied payment published one balance.updated: wait for them.
+	wantEvents := 0
+	for _, n := range paymentsPerAccount {
+		wantEvents += n
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		rc.mu.Lock()
+		got := len(rc.delivered)
+		rc.mu.Unlock()
+		if got >= wantEvents || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the receiver is ours, but deliveries arrive on the app's schedule
+	}
+
 	fmt.Println("== Wharf demo: inbox ==")
 	fmt.Printf("sent %d, accepted %d, duplicates %d, rejected %d, unexpected answers %d\n",
 		t.sent, t.accepted, t.duplicates, t.rejected, t.unexpected)
@@ -222,13 +258,28 @@ func demo() error {
 		}
 		fmt.Printf("balance %s: %d (was %d, %+d expected) %s\n", a, final[a], initial[a], expected[a], mark)
 	}
+	rc.mu.Lock()
+	fmt.Println("== Wharf demo: outbox ==")
+	fmt.Printf("balance.updated events delivered %d of %d, retried after a failure %d, requests %d, signatures verified %d, forged %d, redelivered %d\n",
+		len(rc.delivered), wantEvents, rc.retriedSucceeded, rc.requests, rc.verified, rc.forged, rc.duplicateDelivery)
+	for _, a := range accounts {
+		if rc.perAccount[a] != paymentsPerAccount[a] {
+			ok = false
+			t.problems = append(t.problems, fmt.Sprintf("%s: %d balance.updated events, want %d", a, rc.perAccount[a], paymentsPerAccount[a]))
+		}
+	}
+	if len(rc.delivered) != wantEvents || rc.forged != 0 || rc.retriedSucceeded != len(rc.failedOnPurpose) || rc.retriedSucceeded == 0 {
+		ok = false
+		t.problems = append(t.problems, "outbox deliveries incomplete, unverified or not retried")
+	}
+	rc.mu.Unlock()
 	for _, p := range t.problems {
 		fmt.Println("problem:", p)
 	}
 	if !ok {
 		return errors.New("the app did not keep the contract")
 	}
-	fmt.Println("every payment and payout applied exactly once; every bad request rejected")
+	fmt.Println("every payment and payout applied exactly once; every bad request rejected; every balance change delivered, signed and verified")
 	return nil
 }
 
@@ -246,6 +297,28 @@ func send(base, secret, id, body string, ts time.Time) (int, map[string]any) {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	return doJSON(req)
+}
+
+// postJSON posts a JSON body and decodes the JSON answer.
+func postJSON(url, body string) (int, map[string]any) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return 0, map[string]any{"error": err.Error()}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return doJSON(req)
+}
+
+// deleteEndpoint removes the demo's endpoint, so that later runs do not
+// deliver to a receiver that is gone.
+func deleteEndpoint(base, id string) {
+	req, err := http.NewRequest(http.MethodDelete, base+"/endpoints/"+id, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
 }
 
 // payout posts a payout with an Idempotency-Key and returns the status.
@@ -291,6 +364,74 @@ func doJSON(req *http.Request) (int, map[string]any) {
 	return resp.StatusCode, body
 }
 
+// receiver is the demo's webhook endpoint: it verifies every request with
+// the endpoint's secret, fails the first attempt of every fourth event (so
+// retries show), and counts.
+type receiver struct {
+	mu                sync.Mutex
+	verifier          *signature.StandardWebhooks
+	requests          int
+	verified          int
+	forged            int
+	failedOnPurpose   map[string]bool
+	delivered         map[string]bool
+	perAccount        map[string]int
+	firstAttempts     int
+	server            *http.Server
+	url               string
+	retriedSucceeded  int
+	duplicateDelivery int
+}
+
+func startReceiver() (*receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rc := &receiver{failedOnPurpose: map[string]bool{}, delivered: map[string]bool{}, perAccount: map[string]int{}}
+	rc.url = "http://" + ln.Addr().String() + "/hooks"
+	rc.server = &http.Server{Handler: http.HandlerFunc(rc.serve), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = rc.server.Serve(ln) }()
+	return rc, nil
+}
+
+func (rc *receiver) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.requests++
+	if rc.verifier == nil || rc.verifier.Verify(r.Context(), &signature.Request{Header: r.Header, Body: body}) != nil {
+		rc.forged++
+		w.WriteHeader(http.StatusUnauthorized)
+		return
+	}
+	rc.verified++
+	id := r.Header.Get(signature.HeaderWebhookID)
+	if rc.delivered[id] {
+		rc.duplicateDelivery++ // at-least-once: a receiver dedupes on webhook-id
+		w.WriteHeader(http.StatusOK)
+		return
+	}
+	if rc.failedOnPurpose[id] {
+		rc.retriedSucceeded++ // the retry of a failed first attempt
+	} else if rc.firstAttempts++; rc.firstAttempts%4 == 0 {
+		rc.failedOnPurpose[id] = true
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	var ev struct {
+		Type string `json:"type"`
+		Data struct {
+			Account string `json:"account"`
+		} `json:"data"`
+	}
+	if json.Unmarshal(body, &ev) == nil && ev.Type == "balance.updated" {
+		rc.perAccount[ev.Data.Account]++
+	}
+	rc.delivered[id] = true
+	w.WriteHeader(http.StatusNoContent)
+}
+
 type app struct {
 	cmd  *exec.Cmd
 	done chan error
@@ -318,7 +459,9 @@ func startApp() (*app, string, error) {
 	_ = ln.Close()
 
 	a := &app{cmd: exec.Command(bin), done: make(chan error, 1), log: &bytes.Buffer{}}
-	a.cmd.Env = append(os.Environ(), "WHARF_EXAMPLE_ADDR="+addr)
+	a.cmd.Env = append(os.Environ(), "WHARF_EXAMPLE_ADDR="+addr,
+		"WHARF_EXAMPLE_RETRY_SCHEDULE=0s,200ms,500ms,1s", // demo-speed retries
+		"WHARF_EXAMPLE_ALLOW_PRIVATE=1")                  // the receiver is on loopback
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	if err := a.cmd.Start(); err != nil {
 		return nil, "", err
