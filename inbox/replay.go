@@ -91,6 +91,27 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	return nil
 }
 
+// Forget erases the body and headers of every stored delivery of the event
+// (source, eventID), for erasure requests, and returns how many messages it
+// erased. Metadata stays (ids, type, status, times), and so does the dedupe
+// key: a redelivery is still a duplicate and does not store the data again.
+// A message not yet processed is marked dead, since it can no longer be
+// processed. It returns an error where errors.Is(err, ErrNotFound) is true
+// when no message has that event id.
+func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error) {
+	ids, err := dbsqlc.New(ib.pool).InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
+		Now: ib.clock(), Source: source, EventID: eventID,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, ErrNotFound
+	}
+	ib.logger.InfoContext(ctx, "inbox: event erased on request", "source", source, "event_id", eventID, "messages", len(ids))
+	return len(ids), nil
+}
+
 // translate maps database errors to the package's sentinels.
 func translate(err error) error {
 	if errors.Is(err, pgx.ErrNoRows) {

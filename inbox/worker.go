@@ -57,6 +57,9 @@ type Message struct {
 	LastError string
 	// ProcessedAt is when processing committed; nil until then.
 	ProcessedAt *time.Time
+	// ScrubbedAt is when the body and headers were erased (retention's
+	// ScrubAfter, or Forget); nil while they are kept.
+	ScrubbedAt *time.Time
 }
 
 // Handler applies a message's effect. It runs inside tx, the transaction
@@ -136,6 +139,9 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 			return fmt.Errorf("inbox: load message: %w", err)
 		}
 		msg = messageFromRow(&row)
+		if msg.ScrubbedAt != nil && msg.Status != StatusProcessed {
+			return river.JobCancel(fmt.Errorf("inbox: message %s was erased before processing", msg.ID))
+		}
 		if msg.Status == StatusProcessed {
 			// A replayed or duplicated job: the effect already committed.
 			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
@@ -243,6 +249,7 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 		Status:      Status(row.Status),
 		Attempts:    int(row.Attempts),
 		ProcessedAt: row.ProcessedAt,
+		ScrubbedAt:  row.ScrubbedAt,
 	}
 	if row.LastError != nil {
 		m.LastError = *row.LastError

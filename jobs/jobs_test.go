@@ -25,6 +25,7 @@ import (
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/jobs"
+	"github.com/wharfhq/wharf/outbox"
 )
 
 type clock struct {
@@ -41,6 +42,7 @@ type testBundle struct {
 	pool   *pgxpool.Pool
 	clock  *clock
 	inbox  *inbox.Inbox
+	outbox *outbox.Outbox
 	maint  *jobs.Maintainer
 	events <-chan *river.Event
 }
@@ -57,7 +59,14 @@ func setup(t *testing.T, cfg *jobs.Config) *testBundle {
 	require.NoError(t, err)
 	ib, err := inbox.New(pool, &inbox.Config{Now: clk.Now, Logger: quiet})
 	require.NoError(t, err)
-	return &testBundle{pool: pool, clock: clk, inbox: ib, maint: maint}
+	// A failed delivery retries an hour (of the simulated clock) later:
+	// not during the test.
+	ob, err := outbox.New(pool, &outbox.Config{
+		Now: clk.Now, Logger: quiet, AllowPrivateNetworks: true,
+		RetrySchedule: []time.Duration{0, time.Hour}, RetryJitter: -1,
+	})
+	require.NoError(t, err)
+	return &testBundle{pool: pool, clock: clk, inbox: ib, outbox: ob, maint: maint}
 }
 
 // startWorkers works the inbox queue; failed jobs retry only after an hour
@@ -66,8 +75,9 @@ func (b *testBundle) startWorkers(t *testing.T) {
 	t.Helper()
 	workers := river.NewWorkers()
 	require.NoError(t, b.inbox.AddWorkers(workers))
+	require.NoError(t, b.outbox.AddWorkers(workers))
 	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		Queues:            map[string]river.QueueConfig{b.inbox.Queue(): {MaxWorkers: 4}},
+		Queues:            map[string]river.QueueConfig{b.inbox.Queue(): {MaxWorkers: 4}, b.outbox.Queue(): {MaxWorkers: 4}},
 		Workers:           workers,
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
@@ -282,7 +292,16 @@ func TestConcurrentPrunes(t *testing.T) {
 	}
 	// Every expired day was dropped exactly once between the two runs.
 	dropped := append(results[0].Dropped, results[1].Dropped...)
-	require.Len(t, dropped, 10, "days -1 … 8 are past 30 days of retention on day 39: %v", dropped)
+	// Days -1 … 8 are past 30 days of retention on day 39: the inbox had a
+	// partition for each, the outbox only those Migrate made (-1 … 7).
+	var inboxDropped int
+	for _, name := range dropped {
+		if strings.HasPrefix(name, "wharf_inbox_messages_p") {
+			inboxDropped++
+		}
+	}
+	require.Equal(t, 10, inboxDropped, "%v", dropped)
+	require.Len(t, dropped, 10+9, "%v", dropped)
 	seen := map[string]bool{}
 	for _, name := range dropped {
 		require.False(t, seen[name], "%s dropped twice", name)
@@ -405,4 +424,108 @@ func TestPrunesIdempotencyKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, res.IdempotencyKeysDeleted)
 	require.Zero(t, b.count(t, "SELECT count(*) FROM wharf_idempotency_keys"))
+}
+
+// TestOutboxRetention: forty days of one delivered event a day. Event
+// partitions past 30 days go, with their finished deliveries; attempt logs
+// stay (90 days); a day whose delivery is still retrying stays.
+func TestOutboxRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(ok.Close)
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	t.Cleanup(failing.Close)
+	_, err := b.outbox.EndpointCreate(ctx, &outbox.EndpointParams{URL: ok.URL, EventTypes: []string{"a.*"}})
+	require.NoError(t, err)
+	_, err = b.outbox.EndpointCreate(ctx, &outbox.EndpointParams{URL: failing.URL, EventTypes: []string{"b.*"}})
+	require.NoError(t, err)
+	b.startWorkers(t)
+
+	publish := func(eventType string) {
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := b.outbox.Publish(ctx, tx, &outbox.Event{Type: eventType, Data: map[string]any{"n": 1}})
+			return err
+		}))
+	}
+	start := partition.Day(time.Now())
+	var retryingDay time.Time
+	for d := range 40 {
+		today := start.AddDate(0, 0, d)
+		b.clock.Set(today.Add(12 * time.Hour))
+		_, err := b.maint.Upkeep(ctx)
+		require.NoError(t, err)
+		publish("a.created")
+		b.awaitJobs(t, 1)
+		if d == 3 {
+			retryingDay = today
+			publish("b.created") // fails, and retries only an hour later
+			b.awaitJobs(t, 1)
+		}
+		_, err = b.maint.Prune(ctx, nil)
+		require.NoError(t, err)
+	}
+	today := start.AddDate(0, 0, 39)
+	want := append([]time.Time{retryingDay}, days(today.AddDate(0, 0, -30), today.AddDate(0, 0, 7))...)
+	require.Equal(t, want, b.partitionDays(t, "wharf_outbox_events"))
+	require.Equal(t, days(start.AddDate(0, 0, -1), today.AddDate(0, 0, 7)), b.partitionDays(t, "wharf_outbox_attempts"))
+	// 31 retained days of one event each, plus the retrying day's two.
+	require.Equal(t, 31+2, b.count(t, "SELECT count(*) FROM wharf_outbox_events"))
+	// Deliveries of expired events went, but the retrying one and the
+	// deliveries of retained days.
+	require.Equal(t, 31+1, b.count(t, "SELECT count(*) FROM wharf_outbox_deliveries"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM wharf_outbox_deliveries WHERE status = 'retrying'"))
+	require.Equal(t, 41, b.count(t, "SELECT count(*) FROM wharf_outbox_attempts"))
+	reports, err := b.maint.Report(ctx, true)
+	require.NoError(t, err)
+	for _, r := range reports {
+		if r.Table == "wharf_outbox_events" {
+			require.NotNil(t, r.OldestUnfinished)
+			require.Equal(t, retryingDay, partition.Day(*r.OldestUnfinished))
+		}
+	}
+}
+
+// TestScrubAndForget: ScrubAfter erases bodies of finished messages ahead
+// of row retention; Forget erases one event on request and keeps its key.
+func TestScrubAndForget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, &jobs.Config{ScrubAfter: 7 * 24 * time.Hour})
+	t0 := time.Now()
+	b.clock.Set(t0)
+	processed := b.receive(t, "s", "evt_done")
+	failing := b.receive(t, "s", "evt_failing")
+	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed' WHERE id = $1", processed.MessageID)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'failed' WHERE id = $1", failing.MessageID)
+	require.NoError(t, err)
+
+	b.clock.Set(t0.Add(8 * 24 * time.Hour))
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.MessagesScrubbed)
+	msg, err := b.inbox.Get(ctx, processed.MessageID)
+	require.NoError(t, err)
+	require.Empty(t, msg.Body)
+	require.Empty(t, msg.Header)
+	require.NotNil(t, msg.ScrubbedAt)
+	require.Equal(t, "evt_done", msg.EventID, "metadata stays")
+	msg, err = b.inbox.Get(ctx, failing.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, []byte(`{}`), msg.Body, "a failed message keeps its body for replay")
+
+	// Forget: erased, marked dead (it can no longer be processed), and a
+	// redelivery is still a duplicate.
+	n, err := b.inbox.Forget(ctx, "s", "evt_failing")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	msg, err = b.inbox.Get(ctx, failing.MessageID)
+	require.NoError(t, err)
+	require.Empty(t, msg.Body)
+	require.Equal(t, inbox.StatusDead, msg.Status)
+	require.True(t, b.receive(t, "s", "evt_failing").Duplicate)
+	_, err = b.inbox.Forget(ctx, "s", "evt_never")
+	require.ErrorIs(t, err, inbox.ErrNotFound)
 }

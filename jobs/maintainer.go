@@ -78,6 +78,13 @@ type PruneResult struct {
 	DedupeKeysDeleted int64 `json:"dedupe_keys_deleted"`
 	// IdempotencyKeysDeleted counts expired Idempotency-Key records pruned.
 	IdempotencyKeysDeleted int64 `json:"idempotency_keys_deleted"`
+	// DeliveriesDeleted counts finished outbox deliveries of expired events
+	// pruned.
+	DeliveriesDeleted int64 `json:"deliveries_deleted"`
+	// MessagesScrubbed and EventsScrubbed count the inbox messages and
+	// outbox events whose bodies were erased (Config.ScrubAfter).
+	MessagesScrubbed int64 `json:"messages_scrubbed"`
+	EventsScrubbed   int64 `json:"events_scrubbed"`
 }
 
 // DeferredPartition is an expired partition kept for its unfinished rows.
@@ -111,6 +118,24 @@ var tablePolicies = []tablePolicy{
 			return q.RetentionInboxOldestUnfinished(ctx)
 		},
 	},
+	{
+		// Events are kept while a delivery needs their payload.
+		table:     "wharf_outbox_events",
+		retention: func(c *Config) time.Duration { return c.OutboxRetention },
+		unfinished: func(ctx context.Context, q *dbsqlc.Queries, dayStart, dayEnd, deadCutoff time.Time) (int64, error) {
+			return q.RetentionOutboxUnfinishedCount(ctx, dbsqlc.RetentionOutboxUnfinishedCountParams{
+				DayStart: dayStart, DayEnd: dayEnd, DeadCutoff: deadCutoff,
+			})
+		},
+		oldestUnfinished: func(ctx context.Context, q *dbsqlc.Queries) (time.Time, error) {
+			return q.RetentionOutboxOldestUnfinished(ctx)
+		},
+	},
+	{
+		// Attempt logs are history: they go by age alone.
+		table:     "wharf_outbox_attempts",
+		retention: func(c *Config) time.Duration { return c.AttemptRetention },
+	},
 }
 
 // Prune drops expired partitions whose rows are all finished, defers the
@@ -128,13 +153,7 @@ func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, 
 				return err
 			}
 		}
-		n, err := m.pruneDedupeKeys(ctx, now.Add(-m.cfg.DedupeWindow), opts.DryRun)
-		res.DedupeKeysDeleted = n
-		if err != nil {
-			return err
-		}
-		res.IdempotencyKeysDeleted, err = m.pruneIdempotencyKeys(ctx, now, opts.DryRun)
-		return err
+		return m.pruneRows(ctx, now, opts.DryRun, res)
 	})
 	m.logPrune(ctx, res, err)
 	return res, err
@@ -206,6 +225,65 @@ func (m *Maintainer) dropIfFinished(ctx context.Context, policy tablePolicy, p p
 	return true, 0, nil
 }
 
+// pruneRows prunes the non-partitioned tables and scrubs bodies, each in
+// bounded batches.
+func (m *Maintainer) pruneRows(ctx context.Context, now time.Time, dryRun bool, res *PruneResult) error {
+	var err error
+	if res.DedupeKeysDeleted, err = m.pruneDedupeKeys(ctx, now.Add(-m.cfg.DedupeWindow), dryRun); err != nil {
+		return err
+	}
+	if res.IdempotencyKeysDeleted, err = m.pruneIdempotencyKeys(ctx, now, dryRun); err != nil {
+		return err
+	}
+	if res.DeliveriesDeleted, err = m.pruneDeliveries(ctx, now, dryRun); err != nil {
+		return err
+	}
+	if m.cfg.ScrubAfter > 0 {
+		res.MessagesScrubbed, res.EventsScrubbed, err = m.scrub(ctx, now, dryRun)
+	}
+	return err
+}
+
+// pruneDeliveries deletes finished deliveries of events past retention.
+func (m *Maintainer) pruneDeliveries(ctx context.Context, now time.Time, dryRun bool) (int64, error) {
+	q := dbsqlc.New(m.pool)
+	cutoff, deadCutoff := now.Add(-m.cfg.OutboxRetention), now.Add(-m.cfg.DeadLetterRetention)
+	if dryRun {
+		return q.RetentionOutboxDeliveriesExpiredCount(ctx, dbsqlc.RetentionOutboxDeliveriesExpiredCountParams{
+			Cutoff: cutoff, DeadCutoff: deadCutoff,
+		})
+	}
+	return deleteInBatches(ctx, m.cfg.BatchSize, func(ctx context.Context, batch int) (int64, error) {
+		return q.RetentionOutboxDeliveriesDelete(ctx, dbsqlc.RetentionOutboxDeliveriesDeleteParams{
+			Cutoff: cutoff, DeadCutoff: deadCutoff, BatchSize: int32(batch),
+		})
+	})
+}
+
+// scrub erases the bodies of finished inbox messages and fully delivered
+// outbox events older than ScrubAfter.
+func (m *Maintainer) scrub(ctx context.Context, now time.Time, dryRun bool) (messages, events int64, err error) {
+	q := dbsqlc.New(m.pool)
+	cutoff := now.Add(-m.cfg.ScrubAfter)
+	if dryRun {
+		if messages, err = q.RetentionInboxScrubCount(ctx, cutoff); err != nil {
+			return 0, 0, err
+		}
+		events, err = q.RetentionOutboxScrubCount(ctx, cutoff)
+		return messages, events, err
+	}
+	messages, err = deleteInBatches(ctx, m.cfg.BatchSize, func(ctx context.Context, batch int) (int64, error) {
+		return q.RetentionInboxScrub(ctx, dbsqlc.RetentionInboxScrubParams{Now: now, Cutoff: cutoff, BatchSize: int32(batch)})
+	})
+	if err != nil {
+		return messages, 0, err
+	}
+	events, err = deleteInBatches(ctx, m.cfg.BatchSize, func(ctx context.Context, batch int) (int64, error) {
+		return q.RetentionOutboxScrub(ctx, dbsqlc.RetentionOutboxScrubParams{Now: now, Cutoff: cutoff, BatchSize: int32(batch)})
+	})
+	return messages, events, err
+}
+
 // pruneDedupeKeys deletes expired dedupe keys a batch at a time, so that
 // no statement holds its locks for long.
 func (m *Maintainer) pruneDedupeKeys(ctx context.Context, cutoff time.Time, dryRun bool) (int64, error) {
@@ -227,8 +305,8 @@ func (m *Maintainer) pruneIdempotencyKeys(ctx context.Context, now time.Time, dr
 	return int64(n), err
 }
 
-// deleteInBatches calls del until a batch comes back short, and returns
-// the total.
+// deleteInBatches calls del (a DELETE or UPDATE of at most one batch) until
+// a batch comes back short, and returns the total.
 func deleteInBatches(ctx context.Context, batch int, del func(context.Context, int) (int64, error)) (int64, error) {
 	var total int64
 	for {
@@ -269,7 +347,8 @@ func (m *Maintainer) withLock(ctx context.Context, key int32, fn func(context.Co
 
 func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) {
 	attrs := []any{"dry_run", res.DryRun, "dropped", res.Dropped, "deferred", len(res.Deferred),
-		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted}
+		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted,
+		"deliveries_deleted", res.DeliveriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed}
 	if err != nil {
 		m.cfg.Logger.ErrorContext(ctx, "wharf: prune failed", append(attrs, "error", err)...)
 		return

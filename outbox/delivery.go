@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/partition"
 )
 
 // Delivery is one event's delivery to one endpoint.
@@ -154,6 +155,9 @@ func (o *Outbox) DeliveryReplay(ctx context.Context, id uuid.UUID) error {
 // aborted: roll it back.
 func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	q := o.queries.WithTx(tx)
+	if err := holdRetentionLock(ctx, q); err != nil {
+		return err
+	}
 	_, err := q.OutboxDeliveryRequeue(ctx, dbsqlc.OutboxDeliveryRequeueParams{ID: id, Now: o.config.now()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return o.whyNotReplayable(ctx, q, id)
@@ -193,6 +197,9 @@ func (o *Outbox) DeliveryReplayDead(ctx context.Context, endpointID uuid.UUID, s
 // aborted: roll it back.
 func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID uuid.UUID, since time.Time) (int, error) {
 	q := o.queries.WithTx(tx)
+	if err := holdRetentionLock(ctx, q); err != nil {
+		return 0, err
+	}
 	endpoint, err := q.OutboxEndpointGet(ctx, endpointID)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: replay dead deliveries of endpoint %s: %w", endpointID, translateError(err))
@@ -234,4 +241,14 @@ func intPtr(v *int32) *int {
 	}
 	n := int(*v)
 	return &n
+}
+
+// holdRetentionLock keeps retention from dropping event partitions until
+// the transaction ends: a replay revives deliveries of old events, which
+// retention must see as unfinished or not at all.
+func holdRetentionLock(ctx context.Context, q *dbsqlc.Queries) error {
+	return q.AdvisoryXactLockShared(ctx, dbsqlc.AdvisoryXactLockSharedParams{
+		Class: partition.LockClass(),
+		Key:   partition.RetentionLockKey(eventsTable),
+	})
 }

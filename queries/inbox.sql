@@ -56,3 +56,15 @@ WHERE (sqlc.narg('source')::text IS NULL OR source = sqlc.narg('source')::text)
   AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
 ORDER BY received_at DESC, id DESC
 LIMIT @max_rows::int;
+
+-- name: InboxMessageForget :many
+-- Erases the body and headers of every stored delivery of an event, on an
+-- erasure request. A message not yet processed can no longer be: it is
+-- marked dead. The dedupe key stays, so a redelivery does not store the
+-- erased data again.
+UPDATE wharf_inbox_messages
+SET body = '', headers = '{}', scrubbed_at = @now::timestamptz, updated_at = @now::timestamptz,
+    status = CASE WHEN status IN ('received', 'failed') THEN 'dead' ELSE status END,
+    last_error = CASE WHEN status IN ('received', 'failed') THEN 'erased on request before processing' ELSE last_error END
+WHERE source = @source AND event_id = @event_id
+RETURNING id;

@@ -35,3 +35,64 @@ WHERE c.received_at < @cutoff::timestamptz
 
 -- name: RetentionIdempotencyExpiredCount :one
 SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= @now::timestamptz;
+
+-- name: RetentionOutboxUnfinishedCount :one
+-- Deliveries that need the events of one day: still to deliver or retry,
+-- or dead more recently than the dead-letter cutoff (replayable).
+SELECT count(*) FROM wharf_outbox_deliveries
+WHERE event_created_at >= @day_start::timestamptz AND event_created_at < @day_end::timestamptz
+  AND (status IN ('pending', 'retrying') OR (status = 'dead' AND updated_at > @dead_cutoff::timestamptz));
+
+-- name: RetentionOutboxOldestUnfinished :one
+SELECT event_created_at FROM wharf_outbox_deliveries
+WHERE status IN ('pending', 'retrying')
+ORDER BY event_created_at
+LIMIT 1;
+
+-- name: RetentionOutboxDeliveriesDelete :execrows
+-- Deletes one batch of finished deliveries of expired events.
+DELETE FROM wharf_outbox_deliveries
+WHERE id IN (
+    SELECT d.id FROM wharf_outbox_deliveries d
+    WHERE d.event_created_at < @cutoff::timestamptz
+      AND (d.status = 'succeeded' OR (d.status = 'dead' AND d.updated_at <= @dead_cutoff::timestamptz))
+    LIMIT @batch_size::int
+);
+
+-- name: RetentionOutboxDeliveriesExpiredCount :one
+SELECT count(*) FROM wharf_outbox_deliveries d
+WHERE d.event_created_at < @cutoff::timestamptz
+  AND (d.status = 'succeeded' OR (d.status = 'dead' AND d.updated_at <= @dead_cutoff::timestamptz));
+
+-- name: RetentionInboxScrub :execrows
+-- Empties the body and headers of one batch of processed messages received
+-- before the cutoff. Failed and dead messages keep theirs: they may be
+-- replayed.
+UPDATE wharf_inbox_messages m
+SET body = '', headers = '{}', scrubbed_at = @now::timestamptz
+WHERE (m.received_at, m.id) IN (
+    SELECT s.received_at, s.id FROM wharf_inbox_messages s
+    WHERE s.received_at < @cutoff::timestamptz AND s.status = 'processed' AND s.scrubbed_at IS NULL
+    LIMIT @batch_size::int
+);
+
+-- name: RetentionInboxScrubCount :one
+SELECT count(*) FROM wharf_inbox_messages
+WHERE received_at < @cutoff::timestamptz AND status = 'processed' AND scrubbed_at IS NULL;
+
+-- name: RetentionOutboxScrub :execrows
+-- Empties the payload of one batch of events published before the cutoff
+-- whose every delivery succeeded (a dead one may be replayed).
+UPDATE wharf_outbox_events e
+SET payload = '', scrubbed_at = @now::timestamptz
+WHERE (e.created_at, e.id) IN (
+    SELECT s.created_at, s.id FROM wharf_outbox_events s
+    WHERE s.created_at < @cutoff::timestamptz AND s.scrubbed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
+    LIMIT @batch_size::int
+);
+
+-- name: RetentionOutboxScrubCount :one
+SELECT count(*) FROM wharf_outbox_events s
+WHERE s.created_at < @cutoff::timestamptz AND s.scrubbed_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded');

@@ -14,7 +14,7 @@ import (
 
 func runInbox(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError{"want list, show or replay"}
+		return usageError{"want list, show, replay or forget"}
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -80,8 +80,22 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.out, "body:        %d bytes\n%s\n", len(m.Body), m.Body)
 		return nil
+	case "forget":
+		if len(args) != 2 {
+			return usageError{"inbox forget takes a source and an event id"}
+		}
+		ib, err := e.inbox(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := ib.Forget(ctx, args[0], args[1])
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "erased the body and headers of %d message(s); the dedupe key stays\n", n)
+		return nil
 	default:
-		return usageError{fmt.Sprintf("unknown inbox command %q: want list, show or replay", sub)}
+		return usageError{fmt.Sprintf("unknown inbox command %q: want list, show, replay or forget", sub)}
 	}
 }
 

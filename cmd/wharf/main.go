@@ -1,7 +1,7 @@
 // Command wharf is Wharf's operator CLI.
 //
 //	wharf migrate up|down|status   manage River's and Wharf's schema
-//	wharf inbox list|show|replay   inspect and replay inbox messages
+//	wharf inbox list|show|replay|forget   inspect, replay and erase inbox messages
 //	wharf partitions               list partitions, rows, sizes, oldest unfinished row
 //	wharf prune [-dry-run]         run retention now (or show what it would do)
 //
@@ -31,7 +31,7 @@ type command struct {
 
 var commands = map[string]command{
 	"migrate":    {"migrate up|down|status: manage River's and Wharf's schema", runMigrate},
-	"inbox":      {"inbox list|show|replay: inspect and replay inbox messages", runInbox},
+	"inbox":      {"inbox list|show|replay|forget: inspect, replay and erase inbox messages", runInbox},
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
 	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},
 }

@@ -79,6 +79,10 @@ func TestInboxCommands(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "only failed or dead messages can be replayed")
 
+	code, out, _ = cli(t, "-database-url", url, "inbox", "forget", "s", "evt_cli")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "erased the body and headers of 1 message(s)")
+
 	code, _, errOut = cli(t, "-database-url", url, "inbox", "show", "not-a-uuid")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "is not a message id")

@@ -56,8 +56,47 @@ func (q *Queries) InboxKeyClaim(ctx context.Context, arg InboxKeyClaimParams) (I
 	return i, err
 }
 
+const inboxMessageForget = `-- name: InboxMessageForget :many
+UPDATE wharf_inbox_messages
+SET body = '', headers = '{}', scrubbed_at = $1::timestamptz, updated_at = $1::timestamptz,
+    status = CASE WHEN status IN ('received', 'failed') THEN 'dead' ELSE status END,
+    last_error = CASE WHEN status IN ('received', 'failed') THEN 'erased on request before processing' ELSE last_error END
+WHERE source = $2 AND event_id = $3
+RETURNING id
+`
+
+type InboxMessageForgetParams struct {
+	Now     time.Time
+	Source  string
+	EventID string
+}
+
+// Erases the body and headers of every stored delivery of an event, on an
+// erasure request. A message not yet processed can no longer be: it is
+// marked dead. The dedupe key stays, so a redelivery does not store the
+// erased data again.
+func (q *Queries) InboxMessageForget(ctx context.Context, arg InboxMessageForgetParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, inboxMessageForget, arg.Now, arg.Source, arg.EventID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxMessageGet = `-- name: InboxMessageGet :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at FROM wharf_inbox_messages WHERE id = $1
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages WHERE id = $1
 `
 
 func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
@@ -78,12 +117,13 @@ func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInbox
 		&i.JobID,
 		&i.ProcessedAt,
 		&i.UpdatedAt,
+		&i.ScrubbedAt,
 	)
 	return i, err
 }
 
 const inboxMessageGetForUpdate = `-- name: InboxMessageGetForUpdate :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = $2
 FOR UPDATE
 `
@@ -111,6 +151,7 @@ func (q *Queries) InboxMessageGetForUpdate(ctx context.Context, arg InboxMessage
 		&i.JobID,
 		&i.ProcessedAt,
 		&i.UpdatedAt,
+		&i.ScrubbedAt,
 	)
 	return i, err
 }
@@ -153,7 +194,7 @@ func (q *Queries) InboxMessageInsert(ctx context.Context, arg InboxMessageInsert
 }
 
 const inboxMessageList = `-- name: InboxMessageList :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
 WHERE ($1::text IS NULL OR source = $1::text)
   AND ($2::text IS NULL OR status = $2::text)
 ORDER BY received_at DESC, id DESC
@@ -191,6 +232,7 @@ func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListPara
 			&i.JobID,
 			&i.ProcessedAt,
 			&i.UpdatedAt,
+			&i.ScrubbedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -250,7 +292,7 @@ const inboxMessageRequeue = `-- name: InboxMessageRequeue :one
 UPDATE wharf_inbox_messages
 SET status = 'received', job_id = $1::bigint, updated_at = $2::timestamptz
 WHERE received_at = $3 AND id = $4 AND status IN ('failed', 'dead')
-RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at
+RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at
 `
 
 type InboxMessageRequeueParams struct {
@@ -284,6 +326,7 @@ func (q *Queries) InboxMessageRequeue(ctx context.Context, arg InboxMessageReque
 		&i.JobID,
 		&i.ProcessedAt,
 		&i.UpdatedAt,
+		&i.ScrubbedAt,
 	)
 	return i, err
 }

@@ -51,6 +51,7 @@ type WharfInboxMessage struct {
 	JobID       *int64
 	ProcessedAt *time.Time
 	UpdatedAt   time.Time
+	ScrubbedAt  *time.Time
 }
 
 type WharfOutboxAttempt struct {
@@ -115,6 +116,7 @@ type WharfOutboxEvent struct {
 	Payload     []byte
 	OrderingKey string
 	Tenant      string
+	ScrubbedAt  *time.Time
 }
 
 type WharfOutboxLease struct {

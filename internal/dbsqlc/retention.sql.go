@@ -79,6 +79,45 @@ func (q *Queries) RetentionInboxOldestUnfinished(ctx context.Context) (time.Time
 	return received_at, err
 }
 
+const retentionInboxScrub = `-- name: RetentionInboxScrub :execrows
+UPDATE wharf_inbox_messages m
+SET body = '', headers = '{}', scrubbed_at = $1::timestamptz
+WHERE (m.received_at, m.id) IN (
+    SELECT s.received_at, s.id FROM wharf_inbox_messages s
+    WHERE s.received_at < $2::timestamptz AND s.status = 'processed' AND s.scrubbed_at IS NULL
+    LIMIT $3::int
+)
+`
+
+type RetentionInboxScrubParams struct {
+	Now       time.Time
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// Empties the body and headers of one batch of processed messages received
+// before the cutoff. Failed and dead messages keep theirs: they may be
+// replayed.
+func (q *Queries) RetentionInboxScrub(ctx context.Context, arg RetentionInboxScrubParams) (int64, error) {
+	result, err := q.db.Exec(ctx, retentionInboxScrub, arg.Now, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const retentionInboxScrubCount = `-- name: RetentionInboxScrubCount :one
+SELECT count(*) FROM wharf_inbox_messages
+WHERE received_at < $1::timestamptz AND status = 'processed' AND scrubbed_at IS NULL
+`
+
+func (q *Queries) RetentionInboxScrubCount(ctx context.Context, cutoff time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionInboxScrubCount, cutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const retentionInboxUnfinishedCount = `-- name: RetentionInboxUnfinishedCount :one
 SELECT count(*) FROM wharf_inbox_messages
 WHERE received_at >= $1::timestamptz AND received_at < $2::timestamptz
@@ -95,6 +134,124 @@ type RetentionInboxUnfinishedCountParams struct {
 // or dead more recently than the dead-letter cutoff.
 func (q *Queries) RetentionInboxUnfinishedCount(ctx context.Context, arg RetentionInboxUnfinishedCountParams) (int64, error) {
 	row := q.db.QueryRow(ctx, retentionInboxUnfinishedCount, arg.DayStart, arg.DayEnd, arg.DeadCutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const retentionOutboxDeliveriesDelete = `-- name: RetentionOutboxDeliveriesDelete :execrows
+DELETE FROM wharf_outbox_deliveries
+WHERE id IN (
+    SELECT d.id FROM wharf_outbox_deliveries d
+    WHERE d.event_created_at < $1::timestamptz
+      AND (d.status = 'succeeded' OR (d.status = 'dead' AND d.updated_at <= $2::timestamptz))
+    LIMIT $3::int
+)
+`
+
+type RetentionOutboxDeliveriesDeleteParams struct {
+	Cutoff     time.Time
+	DeadCutoff time.Time
+	BatchSize  int32
+}
+
+// Deletes one batch of finished deliveries of expired events.
+func (q *Queries) RetentionOutboxDeliveriesDelete(ctx context.Context, arg RetentionOutboxDeliveriesDeleteParams) (int64, error) {
+	result, err := q.db.Exec(ctx, retentionOutboxDeliveriesDelete, arg.Cutoff, arg.DeadCutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const retentionOutboxDeliveriesExpiredCount = `-- name: RetentionOutboxDeliveriesExpiredCount :one
+SELECT count(*) FROM wharf_outbox_deliveries d
+WHERE d.event_created_at < $1::timestamptz
+  AND (d.status = 'succeeded' OR (d.status = 'dead' AND d.updated_at <= $2::timestamptz))
+`
+
+type RetentionOutboxDeliveriesExpiredCountParams struct {
+	Cutoff     time.Time
+	DeadCutoff time.Time
+}
+
+func (q *Queries) RetentionOutboxDeliveriesExpiredCount(ctx context.Context, arg RetentionOutboxDeliveriesExpiredCountParams) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionOutboxDeliveriesExpiredCount, arg.Cutoff, arg.DeadCutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const retentionOutboxOldestUnfinished = `-- name: RetentionOutboxOldestUnfinished :one
+SELECT event_created_at FROM wharf_outbox_deliveries
+WHERE status IN ('pending', 'retrying')
+ORDER BY event_created_at
+LIMIT 1
+`
+
+func (q *Queries) RetentionOutboxOldestUnfinished(ctx context.Context) (time.Time, error) {
+	row := q.db.QueryRow(ctx, retentionOutboxOldestUnfinished)
+	var event_created_at time.Time
+	err := row.Scan(&event_created_at)
+	return event_created_at, err
+}
+
+const retentionOutboxScrub = `-- name: RetentionOutboxScrub :execrows
+UPDATE wharf_outbox_events e
+SET payload = '', scrubbed_at = $1::timestamptz
+WHERE (e.created_at, e.id) IN (
+    SELECT s.created_at, s.id FROM wharf_outbox_events s
+    WHERE s.created_at < $2::timestamptz AND s.scrubbed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
+    LIMIT $3::int
+)
+`
+
+type RetentionOutboxScrubParams struct {
+	Now       time.Time
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// Empties the payload of one batch of events published before the cutoff
+// whose every delivery succeeded (a dead one may be replayed).
+func (q *Queries) RetentionOutboxScrub(ctx context.Context, arg RetentionOutboxScrubParams) (int64, error) {
+	result, err := q.db.Exec(ctx, retentionOutboxScrub, arg.Now, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const retentionOutboxScrubCount = `-- name: RetentionOutboxScrubCount :one
+SELECT count(*) FROM wharf_outbox_events s
+WHERE s.created_at < $1::timestamptz AND s.scrubbed_at IS NULL
+  AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
+`
+
+func (q *Queries) RetentionOutboxScrubCount(ctx context.Context, cutoff time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionOutboxScrubCount, cutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const retentionOutboxUnfinishedCount = `-- name: RetentionOutboxUnfinishedCount :one
+SELECT count(*) FROM wharf_outbox_deliveries
+WHERE event_created_at >= $1::timestamptz AND event_created_at < $2::timestamptz
+  AND (status IN ('pending', 'retrying') OR (status = 'dead' AND updated_at > $3::timestamptz))
+`
+
+type RetentionOutboxUnfinishedCountParams struct {
+	DayStart   time.Time
+	DayEnd     time.Time
+	DeadCutoff time.Time
+}
+
+// Deliveries that need the events of one day: still to deliver or retry,
+// or dead more recently than the dead-letter cutoff (replayable).
+func (q *Queries) RetentionOutboxUnfinishedCount(ctx context.Context, arg RetentionOutboxUnfinishedCountParams) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionOutboxUnfinishedCount, arg.DayStart, arg.DayEnd, arg.DeadCutoff)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
