@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -528,4 +529,46 @@ func TestScrubAndForget(t *testing.T) {
 	require.True(t, b.receive(t, "s", "evt_failing").Duplicate)
 	_, err = b.inbox.Forget(ctx, "s", "evt_never")
 	require.ErrorIs(t, err, inbox.ErrNotFound)
+}
+
+// TestPeriodicJobsRunOnStart: registered in a River client, both jobs run
+// when the leader starts and record what they did.
+func TestPeriodicJobsRunOnStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	cfg := &jobs.Config{Logger: quiet, PartitionDaysAhead: 12}
+	workers := river.NewWorkers()
+	require.NoError(t, jobs.AddWorkers(workers, pool, cfg))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Workers:           workers,
+		PeriodicJobs:      jobs.PeriodicJobs(cfg),
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 20 * time.Millisecond,
+		Logger:            quiet,
+		TestOnly:          true,
+	})
+	require.NoError(t, err)
+	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+	defer cancel()
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+
+	outputs := map[string]string{}
+	timeout := time.After(30 * time.Second)
+	for len(outputs) < 2 {
+		select {
+		case ev := <-events:
+			require.Equal(t, river.EventKindJobCompleted, ev.Kind, "job %s failed: %v", ev.Job.Kind, ev.Job.Errors)
+			outputs[ev.Job.Kind] = string(ev.Job.Output())
+		case <-timeout:
+			t.Fatalf("periodic jobs did not run on start: %v", outputs)
+		}
+	}
+	// Migrate made 7 days ahead; upkeep with 12 created 5 more per table.
+	require.Contains(t, outputs["wharf_partition_upkeep"], partition.Name("wharf_inbox_messages", time.Now().AddDate(0, 0, 12)))
+	var pruned jobs.PruneResult
+	require.NoError(t, json.Unmarshal([]byte(outputs["wharf_prune"]), &pruned))
+	require.Equal(t, jobs.PruneResult{Dropped: []string{}, Deferred: []jobs.DeferredPartition{}}, pruned)
 }
