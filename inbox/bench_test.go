@@ -10,11 +10,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +23,7 @@ import (
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/loadtest"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/signature"
 )
@@ -78,7 +76,7 @@ func BenchmarkIngest(b *testing.B) {
 		return []byte(prefix + strings.Repeat("x", 1024-len(prefix)-3) + `"}}`)
 	}
 
-	raw := func(run string, n int) ([]time.Duration, time.Duration) {
+	raw := func(run string, n int) loadtest.Result {
 		return hammer(b, senders, n, func(i int) error {
 			data := body(i, run)
 			sum := sha256.Sum256(data)
@@ -102,7 +100,7 @@ func BenchmarkIngest(b *testing.B) {
 			})
 		})
 	}
-	ingest := func(run string, n int) ([]time.Duration, time.Duration) {
+	ingest := func(run string, n int) loadtest.Result {
 		reqs := make([]*http.Request, n)
 		for i := range reqs {
 			data := body(i, run)
@@ -133,20 +131,19 @@ func BenchmarkIngest(b *testing.B) {
 		// Warm both paths (connections, partitions, caches), then measure.
 		raw("warm", 200)
 		ingest("warm", 200)
-		rawLat, rawWall := raw("run", requests)
-		httpLat, httpWall := ingest("run", requests)
+		rawRes := raw("run", requests)
+		httpRes := ingest("run", requests)
 
-		rawRate := float64(requests) / rawWall.Seconds()
-		httpRate := float64(requests) / httpWall.Seconds()
-		b.ReportMetric(rawRate, "raw_req/s")
-		b.ReportMetric(httpRate, "ingest_req/s")
-		b.ReportMetric(httpRate/rawRate, "ratio")
-		b.ReportMetric(ms(percentile(httpLat, 50)), "ingest_p50_ms")
-		b.ReportMetric(ms(percentile(httpLat, 99)), "ingest_p99_ms")
-		b.ReportMetric(ms(percentile(rawLat, 99)), "raw_p99_ms")
+		ratio := httpRes.Rate() / rawRes.Rate()
+		b.ReportMetric(rawRes.Rate(), "raw_req/s")
+		b.ReportMetric(httpRes.Rate(), "ingest_req/s")
+		b.ReportMetric(ratio, "ratio")
+		b.ReportMetric(loadtest.Ms(httpRes.Percentile(50)), "ingest_p50_ms")
+		b.ReportMetric(loadtest.Ms(httpRes.Percentile(99)), "ingest_p99_ms")
+		b.ReportMetric(loadtest.Ms(rawRes.Percentile(99)), "raw_p99_ms")
 		b.Logf("%d requests, %d senders: raw %.0f/s (p50 %.2f ms, p99 %.2f ms); ingest %.0f/s (p50 %.2f ms, p99 %.2f ms); ratio %.2f",
-			requests, senders, rawRate, ms(percentile(rawLat, 50)), ms(percentile(rawLat, 99)),
-			httpRate, ms(percentile(httpLat, 50)), ms(percentile(httpLat, 99)), httpRate/rawRate)
+			requests, senders, rawRes.Rate(), loadtest.Ms(rawRes.Percentile(50)), loadtest.Ms(rawRes.Percentile(99)),
+			httpRes.Rate(), loadtest.Ms(httpRes.Percentile(50)), loadtest.Ms(httpRes.Percentile(99)), ratio)
 	}
 }
 
@@ -157,45 +154,12 @@ type rawArgs struct {
 
 func (rawArgs) Kind() string { return "bench_raw" }
 
-// hammer runs op for i in [0, n) from the given number of goroutines and
-// returns each call's latency and the wall time.
-func hammer(b *testing.B, workers, n int, op func(i int) error) ([]time.Duration, time.Duration) {
+// hammer runs a load and fails the benchmark on error.
+func hammer(b *testing.B, workers, n int, op func(i int) error) loadtest.Result {
 	b.Helper()
-	latencies := make([]time.Duration, n)
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				t0 := time.Now()
-				if err := op(i); err != nil {
-					failed.Store(err)
-					return
-				}
-				latencies[i] = time.Since(t0)
-			}
-		}()
-	}
-	wg.Wait()
-	wall := time.Since(start)
-	if err, ok := failed.Load().(error); ok {
+	res, err := loadtest.Run(workers, n, op)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return latencies, wall
+	return res
 }
-
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p/100))]
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

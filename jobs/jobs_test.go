@@ -572,3 +572,40 @@ func TestPeriodicJobsRunOnStart(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(outputs["wharf_prune"]), &pruned))
 	require.Equal(t, jobs.PruneResult{Dropped: []string{}, Deferred: []jobs.DeferredPartition{}}, pruned)
 }
+
+// TestScrubOutboxEvents: a fully delivered event's payload is scrubbed
+// after ScrubAfter, and its delivery can no longer be replayed (there is
+// nothing left to send); an event with a dead delivery keeps its payload.
+func TestScrubOutboxEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, &jobs.Config{ScrubAfter: 7 * 24 * time.Hour})
+	ok := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	t.Cleanup(ok.Close)
+	gone := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusGone) }))
+	t.Cleanup(gone.Close)
+	okEndpoint, err := b.outbox.EndpointCreate(ctx, &outbox.EndpointParams{URL: ok.URL, EventTypes: []string{"a.*"}})
+	require.NoError(t, err)
+	_, err = b.outbox.EndpointCreate(ctx, &outbox.EndpointParams{URL: gone.URL, EventTypes: []string{"b.*"}})
+	require.NoError(t, err)
+	b.startWorkers(t)
+	t0 := time.Now()
+	b.clock.Set(t0)
+	for _, typ := range []string{"a.created", "b.created"} {
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := b.outbox.Publish(ctx, tx, &outbox.Event{Type: typ, Data: map[string]any{}})
+			return err
+		}))
+		b.awaitJobs(t, 1)
+	}
+
+	b.clock.Set(t0.Add(8 * 24 * time.Hour))
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.EventsScrubbed, "the event with a dead (410) delivery keeps its payload")
+
+	deliveries, err := b.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{EndpointID: &okEndpoint.ID})
+	require.NoError(t, err)
+	require.Len(t, deliveries, 1)
+	require.ErrorIs(t, b.outbox.DeliveryReplay(ctx, deliveries[0].ID), outbox.ErrEventGone)
+}

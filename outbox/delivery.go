@@ -176,7 +176,14 @@ func (o *Outbox) whyNotReplayable(ctx context.Context, q *dbsqlc.Queries, id uui
 	if row.Status == StatusPending || row.Status == StatusRetrying {
 		return fmt.Errorf("outbox: replay delivery %s: %w (%s)", id, ErrDeliveryInProgress, row.Status)
 	}
-	return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEndpointDisabled)
+	endpoint, err := q.OutboxEndpointGet(ctx, row.EndpointID)
+	if err != nil {
+		return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
+	}
+	if !endpoint.Enabled {
+		return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEndpointDisabled)
+	}
+	return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEventGone)
 }
 
 // DeliveryReplayDead sends again every dead delivery of an endpoint whose

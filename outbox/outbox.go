@@ -52,6 +52,9 @@ var (
 	// ErrDeliveryInProgress is returned when replaying a delivery that is
 	// still pending or retrying.
 	ErrDeliveryInProgress = errors.New("outbox: delivery in progress")
+	// ErrEventGone is returned when replaying a delivery whose event
+	// retention dropped or scrubbed: there is nothing left to send.
+	ErrEventGone = errors.New("outbox: event no longer stored")
 )
 
 // Outbox publishes events and manages endpoints and deliveries. It is safe

@@ -106,12 +106,12 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
 
 -- name: OutboxDeliveryGetForWork :one
 -- Everything a delivery attempt needs; payload is NULL when the event row is
--- gone.
+-- gone or its payload was scrubbed by retention.
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
        d.status, d.attempts,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
-       ev.payload
+       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload
 FROM wharf_outbox_deliveries d
 JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
@@ -267,7 +267,8 @@ ORDER BY seq DESC
 LIMIT @max_rows::int;
 
 -- name: OutboxDeliveryRequeue :one
--- Moves a finished delivery of an enabled endpoint back to pending, for replay.
+-- Moves a finished delivery of an enabled endpoint back to pending, for
+-- replay, while its event's payload is still stored.
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz
 FROM wharf_outbox_endpoints ep
@@ -275,17 +276,21 @@ WHERE d.id = @id::uuid
   AND ep.id = d.endpoint_id
   AND ep.enabled
   AND d.status IN ('succeeded', 'dead')
+  AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
+              WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.id;
 
 -- name: OutboxDeliveryRequeueDead :many
 -- Moves an endpoint's dead deliveries published at or after since back to
--- pending, for replay.
-UPDATE wharf_outbox_deliveries
+-- pending, for replay; those whose event is gone or scrubbed stay dead.
+UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz
-WHERE endpoint_id = @endpoint_id::uuid
-  AND status = 'dead'
-  AND created_at >= @since::timestamptz
-RETURNING id;
+WHERE d.endpoint_id = @endpoint_id::uuid
+  AND d.status = 'dead'
+  AND d.created_at >= @since::timestamptz
+  AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
+              WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
+RETURNING d.id;
 
 -- name: OutboxAttemptList :many
 SELECT * FROM wharf_outbox_attempts

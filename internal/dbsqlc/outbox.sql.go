@@ -249,7 +249,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        d.status, d.attempts,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
-       ev.payload
+       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload
 FROM wharf_outbox_deliveries d
 JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
@@ -277,7 +277,7 @@ type OutboxDeliveryGetForWorkRow struct {
 }
 
 // Everything a delivery attempt needs; payload is NULL when the event row is
-// gone.
+// gone or its payload was scrubbed by retention.
 func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (OutboxDeliveryGetForWorkRow, error) {
 	row := q.db.QueryRow(ctx, outboxDeliveryGetForWork, id)
 	var i OutboxDeliveryGetForWorkRow
@@ -387,6 +387,8 @@ WHERE d.id = $2::uuid
   AND ep.id = d.endpoint_id
   AND ep.enabled
   AND d.status IN ('succeeded', 'dead')
+  AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
+              WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.id
 `
 
@@ -395,7 +397,8 @@ type OutboxDeliveryRequeueParams struct {
 	ID  uuid.UUID
 }
 
-// Moves a finished delivery of an enabled endpoint back to pending, for replay.
+// Moves a finished delivery of an enabled endpoint back to pending, for
+// replay, while its event's payload is still stored.
 func (q *Queries) OutboxDeliveryRequeue(ctx context.Context, arg OutboxDeliveryRequeueParams) (uuid.UUID, error) {
 	row := q.db.QueryRow(ctx, outboxDeliveryRequeue, arg.Now, arg.ID)
 	var id uuid.UUID
@@ -404,12 +407,14 @@ func (q *Queries) OutboxDeliveryRequeue(ctx context.Context, arg OutboxDeliveryR
 }
 
 const outboxDeliveryRequeueDead = `-- name: OutboxDeliveryRequeueDead :many
-UPDATE wharf_outbox_deliveries
+UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz
-WHERE endpoint_id = $2::uuid
-  AND status = 'dead'
-  AND created_at >= $3::timestamptz
-RETURNING id
+WHERE d.endpoint_id = $2::uuid
+  AND d.status = 'dead'
+  AND d.created_at >= $3::timestamptz
+  AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
+              WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
+RETURNING d.id
 `
 
 type OutboxDeliveryRequeueDeadParams struct {
@@ -419,7 +424,7 @@ type OutboxDeliveryRequeueDeadParams struct {
 }
 
 // Moves an endpoint's dead deliveries published at or after since back to
-// pending, for replay.
+// pending, for replay; those whose event is gone or scrubbed stay dead.
 func (q *Queries) OutboxDeliveryRequeueDead(ctx context.Context, arg OutboxDeliveryRequeueDeadParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, outboxDeliveryRequeueDead, arg.Now, arg.EndpointID, arg.Since)
 	if err != nil {
