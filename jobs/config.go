@@ -78,6 +78,11 @@ type Config struct {
 	// BatchSize bounds each DELETE or UPDATE of a pruning pass, keeping
 	// locks short. Defaults to DefaultBatchSize (1000).
 	BatchSize int
+	// BatchPause is the pause after each batch, so that pruning yields to
+	// the application's own traffic. Defaults to 0: pause as long as the
+	// batch took, so the pruner works at most half the time. -1 disables
+	// pausing.
+	BatchPause time.Duration
 	// Queue is the River queue of the periodic jobs. Defaults to
 	// river.QueueDefault.
 	Queue string
@@ -155,6 +160,9 @@ func (c *Config) validate() error {
 	}
 	if c.Interval < time.Minute {
 		errs = append(errs, fmt.Errorf("Interval %s is under a minute", c.Interval))
+	}
+	if c.BatchPause < -1 || c.BatchPause > time.Minute {
+		errs = append(errs, fmt.Errorf("BatchPause %s is outside [-1ns, 1m]", c.BatchPause))
 	}
 	if c.BatchSize < 1 || c.BatchSize > 100_000 {
 		errs = append(errs, fmt.Errorf("BatchSize %d is outside [1, 100000]", c.BatchSize))

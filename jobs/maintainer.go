@@ -253,7 +253,7 @@ func (m *Maintainer) pruneDeliveries(ctx context.Context, now time.Time, dryRun 
 			Cutoff: cutoff, DeadCutoff: deadCutoff,
 		})
 	}
-	return deleteInBatches(ctx, m.cfg.BatchSize, func(ctx context.Context, batch int) (int64, error) {
+	return m.deleteInBatches(ctx, func(ctx context.Context, batch int) (int64, error) {
 		return q.RetentionOutboxDeliveriesDelete(ctx, dbsqlc.RetentionOutboxDeliveriesDeleteParams{
 			Cutoff: cutoff, DeadCutoff: deadCutoff, BatchSize: int32(batch),
 		})
@@ -272,13 +272,13 @@ func (m *Maintainer) scrub(ctx context.Context, now time.Time, dryRun bool) (mes
 		events, err = q.RetentionOutboxScrubCount(ctx, cutoff)
 		return messages, events, err
 	}
-	messages, err = deleteInBatches(ctx, m.cfg.BatchSize, func(ctx context.Context, batch int) (int64, error) {
+	messages, err = m.deleteInBatches(ctx, func(ctx context.Context, batch int) (int64, error) {
 		return q.RetentionInboxScrub(ctx, dbsqlc.RetentionInboxScrubParams{Now: now, Cutoff: cutoff, BatchSize: int32(batch)})
 	})
 	if err != nil {
 		return messages, 0, err
 	}
-	events, err = deleteInBatches(ctx, m.cfg.BatchSize, func(ctx context.Context, batch int) (int64, error) {
+	events, err = m.deleteInBatches(ctx, func(ctx context.Context, batch int) (int64, error) {
 		return q.RetentionOutboxScrub(ctx, dbsqlc.RetentionOutboxScrubParams{Now: now, Cutoff: cutoff, BatchSize: int32(batch)})
 	})
 	return messages, events, err
@@ -291,7 +291,7 @@ func (m *Maintainer) pruneDedupeKeys(ctx context.Context, cutoff time.Time, dryR
 	if dryRun {
 		return q.RetentionInboxKeysExpiredCount(ctx, cutoff)
 	}
-	return deleteInBatches(ctx, m.cfg.BatchSize, func(ctx context.Context, batch int) (int64, error) {
+	return m.deleteInBatches(ctx, func(ctx context.Context, batch int) (int64, error) {
 		return q.RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{Cutoff: cutoff, BatchSize: int32(batch)})
 	})
 }
@@ -306,14 +306,27 @@ func (m *Maintainer) pruneIdempotencyKeys(ctx context.Context, now time.Time, dr
 }
 
 // deleteInBatches calls del (a DELETE or UPDATE of at most one batch) until
-// a batch comes back short, and returns the total.
-func deleteInBatches(ctx context.Context, batch int, del func(context.Context, int) (int64, error)) (int64, error) {
+// a batch comes back short, pausing between batches (Config.BatchPause), and
+// returns the total.
+func (m *Maintainer) deleteInBatches(ctx context.Context, del func(context.Context, int) (int64, error)) (int64, error) {
 	var total int64
 	for {
-		n, err := del(ctx, batch)
+		start := time.Now()
+		n, err := del(ctx, m.cfg.BatchSize)
 		total += n
-		if err != nil || n < int64(batch) {
+		if err != nil || n < int64(m.cfg.BatchSize) {
 			return total, err
+		}
+		pause := m.cfg.BatchPause
+		if pause == 0 {
+			pause = min(time.Since(start), time.Second)
+		}
+		if pause > 0 {
+			select {
+			case <-ctx.Done():
+				return total, ctx.Err()
+			case <-time.After(pause):
+			}
 		}
 		if err := ctx.Err(); err != nil {
 			return total, err
