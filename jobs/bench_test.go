@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -29,13 +30,19 @@ import (
 //     rows, reported as delete_ms / drop_ms;
 //   - HTTP ingest latency while a prune drops a third such day and deletes
 //     N expired dedupe keys in batches, against the same ingest with no
-//     prune, reported as the p99 ratio (target ≤ 1.2).
+//     prune, reported as the p99 ratio (target ≤ 1.2). Ingest is offered at
+//     a fixed rate (WHARF_BENCH_INGEST_RATE per second, default 200), below
+//     what the machine can take: at saturation, any other work lengthens
+//     the queue, and p99 measures the queue rather than the interference.
 //
 // WHARF_BENCH_PRUNE_ROWS sets N (default 1,000,000).
 func BenchmarkRetention(b *testing.B) {
-	rows := 1_000_000
+	rows, rate := 1_000_000, 200.0
 	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_PRUNE_ROWS")); err == nil && v > 0 {
 		rows = v
+	}
+	if v, err := strconv.ParseFloat(os.Getenv("WHARF_BENCH_INGEST_RATE"), 64); err == nil && v > 0 {
+		rate = v
 	}
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(testdb.NewURL(b))
@@ -119,27 +126,53 @@ func BenchmarkRetention(b *testing.B) {
 			FROM generate_series(1, $2::int) i`, loadDay, rows); err != nil {
 			b.Fatal(err)
 		}
+		// Settle the load: autovacuum of a million fresh rows, or a
+		// checkpoint flushing them, would land in whichever phase runs next.
+		for _, stmt := range []string{"VACUUM ANALYZE wharf_inbox_keys", "CHECKPOINT"} {
+			if _, err := pool.Exec(ctx, stmt); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// Latency is compared window by window: this machine's p99 over a
+		// single long run is ruled by the odd stall of its own.
 		ingest := newIngest(b, pool)
-		ingest.run(b, "warm", 300)
-		quiet := ingest.run(b, "quiet", 3000)
+		ingest.run(b, "warm", rate, 300)
+		var quiet, busy []time.Duration
+		for w := range 4 {
+			quiet = append(quiet, ingest.run(b, fmt.Sprint("quiet", w), rate, 500).Percentile(99))
+		}
 		pruneDone := make(chan time.Duration, 1)
 		go func() {
 			t0 := time.Now()
-			_, err := maint.Prune(ctx, nil)
-			if err != nil {
+			if _, err := maint.Prune(ctx, nil); err != nil {
 				b.Error(err)
 			}
 			pruneDone <- time.Since(t0)
 		}()
-		busy := ingest.run(b, "busy", 3000)
-		pruneTime := <-pruneDone
-		ratio := busy.Percentile(99).Seconds() / quiet.Percentile(99).Seconds()
-		b.ReportMetric(loadtest.Ms(quiet.Percentile(99)), "ingest_p99_ms")
-		b.ReportMetric(loadtest.Ms(busy.Percentile(99)), "ingest_during_prune_p99_ms")
+		var pruneTime time.Duration
+	windows:
+		for w := 0; ; w++ {
+			busy = append(busy, ingest.run(b, fmt.Sprint("busy", w), rate, 500).Percentile(99))
+			select {
+			case pruneTime = <-pruneDone:
+				break windows
+			default:
+			}
+		}
+		quietP99, busyP99 := median(quiet), median(busy)
+		ratio := busyP99.Seconds() / quietP99.Seconds()
+		b.ReportMetric(loadtest.Ms(quietP99), "ingest_p99_ms")
+		b.ReportMetric(loadtest.Ms(busyP99), "ingest_during_prune_p99_ms")
 		b.ReportMetric(ratio, "p99_ratio")
-		b.Logf("ingest p99 %.2f ms alone, %.2f ms during a prune (%s: drop of %d rows + %d keys deleted in batches): ratio %.2f",
-			loadtest.Ms(quiet.Percentile(99)), loadtest.Ms(busy.Percentile(99)), pruneTime.Round(time.Millisecond), rows, rows, ratio)
+		b.Logf("ingest at %.0f/s, median of per-window p99: %.2f ms alone %v, %.2f ms during a prune %v (%s: drop of %d rows + %d keys deleted in batches): ratio %.2f",
+			rate, loadtest.Ms(quietP99), quiet, loadtest.Ms(busyP99), busy, pruneTime.Round(time.Millisecond), rows, rows, ratio)
 	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // fillDay inserts n processed messages spread over day.
@@ -162,7 +195,7 @@ func partitionAttach(ctx context.Context, pool *pgxpool.Pool, name string, day t
 	return err
 }
 
-// ingestLoad sends signed 1 KB events to an inbox over HTTP from 8 senders.
+// ingestLoad sends signed 1 KB events to an inbox over HTTP at a fixed rate.
 type ingestLoad struct {
 	server *httptest.Server
 	client *http.Client
@@ -180,10 +213,10 @@ func newIngest(b *testing.B, pool *pgxpool.Pool) *ingestLoad {
 	}
 	server := httptest.NewServer(ib.SourceHandler("bench"))
 	b.Cleanup(server.Close)
-	return &ingestLoad{server: server, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}}
+	return &ingestLoad{server: server, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 }
 
-func (l *ingestLoad) run(b *testing.B, tag string, n int) loadtest.Result {
+func (l *ingestLoad) run(b *testing.B, tag string, rate float64, n int) loadtest.Result {
 	b.Helper()
 	body := bytes.Repeat([]byte("x"), 1000)
 	reqs := make([]*http.Request, n)
@@ -197,7 +230,7 @@ func (l *ingestLoad) run(b *testing.B, tag string, n int) loadtest.Result {
 		req.Header = h
 		reqs[i] = req
 	}
-	res, err := loadtest.Run(8, n, func(i int) error {
+	res, err := loadtest.RunRate(rate, n, func(i int) error {
 		resp, err := l.client.Do(reqs[i])
 		if err != nil {
 			return err

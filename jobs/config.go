@@ -35,7 +35,7 @@ const (
 	DefaultDeadLetterRetention = 30 * 24 * time.Hour
 	DefaultPartitionDaysAhead  = 7
 	DefaultInterval            = time.Hour
-	DefaultBatchSize           = 1000
+	DefaultBatchSize           = 200
 )
 
 // Config configures partition upkeep and retention. A nil *Config means
@@ -76,12 +76,12 @@ type Config struct {
 	// leader starts). Defaults to DefaultInterval (1h).
 	Interval time.Duration
 	// BatchSize bounds each DELETE or UPDATE of a pruning pass, keeping
-	// locks short. Defaults to DefaultBatchSize (1000).
+	// locks and bursts of work short. Defaults to DefaultBatchSize (200).
 	BatchSize int
 	// BatchPause is the pause after each batch, so that pruning yields to
-	// the application's own traffic. Defaults to 0: pause as long as the
-	// batch took, so the pruner works at most half the time. -1 disables
-	// pausing.
+	// the application's own traffic. Defaults to 0: pause three times as
+	// long as the batch took (at most a second), so the pruner works at most
+	// a quarter of the time. -1 disables pausing.
 	BatchPause time.Duration
 	// Queue is the River queue of the periodic jobs. Defaults to
 	// river.QueueDefault.

@@ -305,6 +305,10 @@ func (m *Maintainer) pruneIdempotencyKeys(ctx context.Context, now time.Time, dr
 	return int64(n), err
 }
 
+// batchPauseFactor is the default pause after a batch, in multiples of the
+// batch's own time: the pruner works at most a quarter of the time.
+const batchPauseFactor = 3
+
 // deleteInBatches calls del (a DELETE or UPDATE of at most one batch) until
 // a batch comes back short, pausing between batches (Config.BatchPause), and
 // returns the total.
@@ -319,7 +323,7 @@ func (m *Maintainer) deleteInBatches(ctx context.Context, del func(context.Conte
 		}
 		pause := m.cfg.BatchPause
 		if pause == 0 {
-			pause = min(time.Since(start), time.Second)
+			pause = min(batchPauseFactor*time.Since(start), time.Second)
 		}
 		if pause > 0 {
 			select {

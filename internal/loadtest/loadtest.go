@@ -63,3 +63,37 @@ func Run(workers, n int, op func(i int) error) (Result, error) {
 
 // Ms converts a duration to fractional milliseconds, for reports.
 func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// RunRate starts op for i in [0, n) at a fixed rate (an open loop: a slow
+// operation does not delay the next one's start), and returns each call's
+// latency and the wall time, or the first error. Latency under a fixed
+// offered load shows interference that a saturating closed loop hides in
+// its queueing.
+func RunRate(perSecond float64, n int, op func(i int) error) (Result, error) {
+	res := Result{Latencies: make([]time.Duration, n)}
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) / perSecond)
+	start := time.Now()
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			if err := op(i); err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			res.Latencies[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	res.Wall = time.Since(start)
+	if err, ok := firstErr.Load().(error); ok {
+		return res, err
+	}
+	return res, nil
+}

@@ -74,12 +74,7 @@ func config(tb testing.TB) pgtestdb.Config {
 	tb.Helper()
 	url := URL()
 	reachOnce.Do(func() { reachErr = ping(url) })
-	if reachErr != nil {
-		tb.Fatalf("testdb: cannot reach Postgres at %s: %v\n"+
-			"Start one with `make db` (or `pg_ctlcluster --skip-systemctl-redirect 15 main start`),\n"+
-			"or point WHARF_TEST_DATABASE_URL at a server where this user may create databases and roles.",
-			redact(url), reachErr)
-	}
+	requireReachable(tb, url, reachErr)
 	pc, err := pgx.ParseConfig(url)
 	if err != nil {
 		tb.Fatalf("testdb: parse %s: %v", redact(url), err)
@@ -92,6 +87,24 @@ func config(tb testing.TB) pgtestdb.Config {
 		Password:   pc.Password,
 		Database:   pc.Database,
 		Options:    "sslmode=disable",
+	}
+}
+
+// fataler is the part of testing.TB that requireReachable needs.
+type fataler interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
+// requireReachable fails the test, saying how to start a server, when the
+// server at url could not be reached. Tests never skip for want of one.
+func requireReachable(tb fataler, url string, err error) {
+	tb.Helper()
+	if err != nil {
+		tb.Fatalf("testdb: cannot reach Postgres at %s: %v\n"+
+			"Start one with `make db` (or `pg_ctlcluster --skip-systemctl-redirect 15 main start`),\n"+
+			"or point WHARF_TEST_DATABASE_URL at a server where this user may create databases and roles.",
+			redact(url), err)
 	}
 }
 
