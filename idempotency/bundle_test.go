@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/idempotency"
+	"github.com/wharfhq/wharf/internal/testclock"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -38,7 +39,7 @@ INSERT INTO balances VALUES ('acct_1', 100), ('acct_2', 100);`
 type testBundle struct {
 	url    string
 	pool   *pgxpool.Pool
-	clock  *testClock
+	clock  *testclock.Clock
 	logs   *syncBuffer
 	calls  atomic.Int64 // handler runs
 	server *httptest.Server
@@ -70,7 +71,7 @@ func setup(t *testing.T, opts testOptions) *testBundle {
 	_, err = pool.Exec(ctx, appSchema)
 	require.NoError(t, err)
 
-	b := &testBundle{url: url, pool: pool, clock: newTestClock(), logs: &syncBuffer{}}
+	b := &testBundle{url: url, pool: pool, clock: testclock.New(time.Now()), logs: &syncBuffer{}}
 	conf := opts.config
 	if conf.Now == nil {
 		conf.Now = b.clock.Now
@@ -344,25 +345,6 @@ func (b *testBundle) keyCount(t *testing.T) int {
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM wharf_idempotency_keys").Scan(&n))
 	return n
-}
-
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newTestClock() *testClock { return &testClock{now: time.Now()} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 type syncBuffer struct {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,35 +19,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testclock"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/signature"
 )
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
-// clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = t
-}
-
 type testBundle struct {
 	pool   *pgxpool.Pool
 	inbox  *inbox.Inbox
 	server *httptest.Server
-	clock  *clock
+	clock  *testclock.Clock
 }
 
 type setupOpts struct {
@@ -72,7 +54,7 @@ func setup(t *testing.T, opts *setupOpts) *testBundle {
 	if cfg.Sources == nil {
 		cfg.Sources = []inbox.Source{{Name: "payments", Verifier: signature.NewStandardWebhooks(signature.Secrets{testSecret}, nil)}}
 	}
-	clk := &clock{now: time.Now()}
+	clk := testclock.New(time.Now())
 	if cfg.Now == nil {
 		cfg.Now = clk.Now
 	}

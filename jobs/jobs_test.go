@@ -24,24 +24,17 @@ import (
 	"github.com/wharfhq/wharf/idempotency"
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/testclock"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
 )
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
-
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 type testBundle struct {
 	pool   *pgxpool.Pool
-	clock  *clock
+	clock  *testclock.Clock
 	inbox  *inbox.Inbox
 	outbox *outbox.Outbox
 	maint  *jobs.Maintainer
@@ -51,7 +44,7 @@ type testBundle struct {
 func setup(t *testing.T, cfg *jobs.Config) *testBundle {
 	t.Helper()
 	pool := testdb.New(t)
-	clk := &clock{now: time.Now()}
+	clk := testclock.New(time.Now())
 	if cfg == nil {
 		cfg = &jobs.Config{}
 	}
