@@ -131,8 +131,8 @@ ORDER BY seq
 LIMIT 1;
 
 -- name: OutboxLeaseAcquire :one
--- Takes the lowest free slot below last_slot that no other worker is taking
--- at this moment. No row means every slot is held, locked by another worker,
+-- Takes a free slot up to last_slot (the one free longest) that no other
+-- worker is taking at this moment. No row means every slot is held, locked by another worker,
 -- or not created yet. It commits without waiting for its WAL flush: a lease
 -- lost to a Postgres crash only lets one more request in flight for a while.
 WITH async_commit AS (
@@ -147,7 +147,7 @@ WHERE l.ctid = (
     WHERE f.endpoint_id = @endpoint_id::uuid
       AND f.slot <= @last_slot::int
       AND f.expires_at <= @now::timestamptz
-    ORDER BY f.slot
+    ORDER BY f.expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
 RETURNING l.slot;

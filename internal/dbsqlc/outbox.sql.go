@@ -824,7 +824,7 @@ WHERE l.ctid = (
     WHERE f.endpoint_id = $3::uuid
       AND f.slot <= $4::int
       AND f.expires_at <= $5::timestamptz
-    ORDER BY f.slot
+    ORDER BY f.expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
 RETURNING l.slot
@@ -838,8 +838,8 @@ type OutboxLeaseAcquireParams struct {
 	Now        time.Time
 }
 
-// Takes the lowest free slot below last_slot that no other worker is taking
-// at this moment. No row means every slot is held, locked by another worker,
+// Takes a free slot up to last_slot (the one free longest) that no other
+// worker is taking at this moment. No row means every slot is held, locked by another worker,
 // or not created yet. It commits without waiting for its WAL flush: a lease
 // lost to a Postgres crash only lets one more request in flight for a while.
 func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquireParams) (int32, error) {
