@@ -39,8 +39,8 @@ test: ## Run all tests with -race against a real Postgres (started when needed)
 .PHONY: bench
 bench: ## Run the benchmarks (each reports ratios against a baseline of the same run)
 	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && \
-	  $(GO) test -run '^$$' -bench . -benchtime 1s ./signature/ && \
-	  $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./inbox/ ./outbox/ ./idempotency/ ./jobs/
+	  $(GO) test -run '^$$' -bench . -benchtime 1s ./signature/ ./idempotency/ && \
+	  $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./inbox/ ./outbox/ ./jobs/
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each

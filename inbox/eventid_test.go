@@ -30,8 +30,12 @@ func TestEventIDPriority(t *testing.T) {
 	}{
 		{"SchemeHeaderFirst", Source{Verifier: sw},
 			http.Header{"Webhook-Id": {"msg_1"}, "X-Event-Id": {"x_1"}}, `{"id":"b_1","type":"t"}`, "msg_1", "t"},
-		{"XEventIDNext", Source{Verifier: sw},
+		{"XEventIDWithoutLocation", Source{Verifier: plain},
 			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "x_1", ""},
+		{"XEventIDIgnoredWhenSchemeLocatesID", Source{Verifier: sw},
+			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "b_1", ""},
+		{"XEventIDIgnoredWhenFieldsConfigured", Source{Verifier: plain, IDFields: []string{"uid"}},
+			http.Header{"X-Event-Id": {"x_1"}}, `{"uid":"u_1"}`, "u_1", ""},
 		{"BodyID", Source{Verifier: plain}, nil, `{"id":"b_1","event_id":"e_1"}`, "b_1", ""},
 		{"BodyEventID", Source{Verifier: plain}, nil, `{"event_id":"e_1","messageId":"m_1"}`, "e_1", ""},
 		{"BodyMessageID", Source{Verifier: plain}, nil, `{"messageId":"m_1","event_type":"created"}`, "m_1", "created"},
@@ -140,6 +144,10 @@ func TestProviderPresets(t *testing.T) {
 	}{
 		{"Stripe", signature.NewStripe(secrets, nil), nil,
 			`{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","type":"invoice.paid"}`, "evt_1NG8Du2eZvKYlo2CUI79vXWy", "invoice.paid"},
+		// The signed body id wins over an unsigned X-Event-ID an attacker
+		// could vary on a captured request.
+		{"StripeIgnoresXEventID", signature.NewStripe(secrets, nil), http.Header{"X-Event-Id": {"forged-1"}},
+			`{"id":"evt_1","type":"invoice.paid"}`, "evt_1", "invoice.paid"},
 		{"GitHub", signature.NewGitHub(secrets, nil),
 			http.Header{"X-Github-Delivery": {"72d3162e"}, "X-Github-Event": {"push"}}, `{"id":123,"type":"x"}`, "72d3162e", "push"},
 		{"ShopifyEventID", signature.NewShopify(secrets, nil),

@@ -496,3 +496,113 @@ func TestNewDayUnderLoadWithSmallPool(t *testing.T) {
 		require.Equal(t, "accepted", a.Body["status"])
 	}
 }
+
+func TestHandlerJobCancelIsDead(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error {
+		return river.JobCancel(errors.New("not for us"))
+	})
+	events := b.startWorkers(t)
+	do(t, b.signed(t, "payments", "msg_cancel", []byte(`{}`), time.Now()))
+	awaitJob(t, events, river.EventKindJobCancelled)
+	msg := onlyMessage(t, b)
+	require.Equal(t, inbox.StatusDead, msg.Status, "a cancelled job leaves no message failed for ever")
+	require.Contains(t, msg.LastError, "not for us")
+}
+
+func TestHandlerSnoozeIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 1}})
+	var calls atomic.Int32
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error {
+		if calls.Add(1) == 1 {
+			return river.JobSnooze(10 * time.Millisecond)
+		}
+		return nil
+	})
+	events := b.startWorkers(t)
+	do(t, b.signed(t, "payments", "msg_snooze", []byte(`{}`), time.Now()))
+	awaitJob(t, events, river.EventKindJobCompleted)
+	msg := onlyMessage(t, b)
+	require.Equal(t, inbox.StatusProcessed, msg.Status, "with MaxAttempts 1, a snooze counted as a failure would have killed it")
+	require.Empty(t, msg.LastError)
+	require.EqualValues(t, 2, calls.Load())
+}
+
+// TestForgetBeforeProcessing: an erased message is never handed to its
+// handler, its job is gone, and it cannot be replayed.
+func TestForgetBeforeProcessing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	var calls atomic.Int32
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error {
+		calls.Add(1)
+		return nil
+	})
+	do(t, b.signed(t, "payments", "msg_forget", []byte(`{"card":"4242"}`), time.Now()))
+	n, err := b.inbox.Forget(ctx, "payments", "msg_forget")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	_, _, jobs := b.counts(t)
+	require.Zero(t, jobs, "the waiting job is deleted")
+
+	msg := onlyMessage(t, b)
+	require.Equal(t, inbox.StatusDead, msg.Status)
+	require.Empty(t, msg.Body)
+	require.NotNil(t, msg.ScrubbedAt)
+	require.ErrorIs(t, b.inbox.Replay(ctx, msg.ID), inbox.ErrNotReplayable)
+
+	// A redelivery is a duplicate: the data is not stored again.
+	a := do(t, b.signed(t, "payments", "msg_forget", []byte(`{"card":"4242"}`), time.Now()))
+	require.Equal(t, "duplicate", a.Body["status"])
+	require.Zero(t, calls.Load())
+}
+
+// TestReplayReceivedWithLostJob: a message whose job ended outside the
+// worker (discarded by a leader without Wharf's workers, say) is still
+// received; Replay recovers it, while a received message whose job is still
+// waiting is refused.
+func TestReplayReceivedWithLostJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	createEffects(t, b.pool)
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, applyEffect)
+	do(t, b.signed(t, "payments", "msg_lost", []byte(`{}`), time.Now()))
+	msg := onlyMessage(t, b)
+	require.ErrorIs(t, b.inbox.Replay(ctx, msg.ID), inbox.ErrNotReplayable, "its job is still available")
+
+	_, err := b.pool.Exec(ctx, "UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE kind = 'wharf_inbox_process'")
+	require.NoError(t, err)
+	require.NoError(t, b.inbox.Replay(ctx, msg.ID))
+	events := b.startWorkers(t)
+	awaitJob(t, events, river.EventKindJobCompleted)
+	require.Equal(t, 1, effectCount(t, b.pool, "msg_lost"))
+	require.Equal(t, inbox.StatusProcessed, onlyMessage(t, b).Status)
+}
+
+// TestReplayKeepsTheQueue: an Inbox configured differently (the CLI's,
+// with defaults) replays onto the queue the application works.
+func TestReplayKeepsTheQueue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{Queue: "hooks", MaxAttempts: 1}})
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error {
+		return errors.New("boom")
+	})
+	events := b.startWorkers(t)
+	do(t, b.signed(t, "payments", "msg_queue", []byte(`{}`), time.Now()))
+	awaitJob(t, events, river.EventKindJobFailed)
+	msg := onlyMessage(t, b)
+	require.Equal(t, inbox.StatusDead, msg.Status)
+
+	cliInbox, err := inbox.New(b.pool, nil)
+	require.NoError(t, err)
+	require.NoError(t, cliInbox.Replay(ctx, msg.ID))
+	var queue string
+	require.NoError(t, b.pool.QueryRow(ctx,
+		"SELECT queue FROM river_job WHERE id = (SELECT job_id FROM wharf_inbox_messages WHERE id = $1)", msg.ID).Scan(&queue))
+	require.Equal(t, "hooks", queue)
+}

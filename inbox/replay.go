@@ -17,9 +17,9 @@ var (
 	// ErrNotFound is returned for a message id that does not exist (never
 	// received, or dropped by retention).
 	ErrNotFound = errors.New("inbox: message not found")
-	// ErrNotReplayable is returned by Replay for a message that is neither
-	// failed nor dead.
-	ErrNotReplayable = errors.New("inbox: only failed or dead messages can be replayed")
+	// ErrNotReplayable is returned by Replay for a message that is processed,
+	// erased, or still on its way to its handler.
+	ErrNotReplayable = errors.New("inbox: message cannot be replayed")
 )
 
 // Get returns the stored message with id, or an error where
@@ -32,54 +32,72 @@ func (ib *Inbox) Get(ctx context.Context, id uuid.UUID) (*Message, error) {
 	return messageFromRow(&row), nil
 }
 
-// Replay re-enqueues a failed or dead message, in its own transaction. See
-// ReplayTx.
+// Replay re-enqueues a message whose processing ended without success, in
+// its own transaction. See ReplayTx.
 func (ib *Inbox) Replay(ctx context.Context, id uuid.UUID) error {
 	return ib.txFunc(ctx, func(tx pgx.Tx) error { return ib.ReplayTx(ctx, tx, id) })
 }
 
-// ReplayTx re-enqueues a failed or dead message in tx: its status returns to
-// received and a new River job runs its handler with a fresh set of attempts.
-// A pending retry of the old job is deleted. It returns an error where
-// errors.Is(err, ErrNotFound) or errors.Is(err, ErrNotReplayable) is true when
-// the message is missing or in another status; nothing changes then.
+// ReplayTx re-enqueues a message in tx: its status returns to received and a
+// new River job runs its handler with a fresh set of attempts. It replays a
+// failed or dead message (a pending retry of the old job is deleted), and a
+// received one whose job is gone or finished without processing it (a job
+// discarded by a leader without Wharf's workers, or cancelled by hand). The
+// new job goes to the old job's queue when River still has it, else to the
+// inbox's. It returns an error where errors.Is(err, ErrNotFound) or
+// errors.Is(err, ErrNotReplayable) is true when the message is missing, was
+// erased, or is processed or still on its way; nothing changes then.
 func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
+	q := dbsqlc.New(tx)
 	// Revives an old row: keep retention from dropping its partition until
 	// this transaction ends.
-	if err := dbsqlc.New(tx).AdvisoryXactLockShared(ctx, dbsqlc.AdvisoryXactLockSharedParams{
+	if err := q.AdvisoryXactLockShared(ctx, dbsqlc.AdvisoryXactLockSharedParams{
 		Class: partition.LockClass(),
 		Key:   partition.RetentionLockKey(messagesTable),
 	}); err != nil {
 		return err
 	}
-	found, err := dbsqlc.New(tx).InboxMessageGet(ctx, id)
+	row, err := q.InboxMessageGetByIDForUpdate(ctx, id)
 	if err != nil {
 		return translate(err)
 	}
-	row, err := dbsqlc.New(tx).InboxMessageGetForUpdate(ctx, dbsqlc.InboxMessageGetForUpdateParams{
-		ReceivedAt: found.ReceivedAt,
-		ID:         id,
-	})
-	if err != nil {
-		return translate(err)
+	if row.ScrubbedAt != nil {
+		return fmt.Errorf("%w (message %s was erased)", ErrNotReplayable, id)
 	}
-	if Status(row.Status) != StatusFailed && Status(row.Status) != StatusDead {
+	var oldJob *rivertype.JobRow
+	if row.JobID != nil {
+		oldJob, err = ib.river.JobGetTx(ctx, tx, *row.JobID)
+		if err != nil && !errors.Is(err, rivertype.ErrNotFound) {
+			return fmt.Errorf("inbox: look up job: %w", err)
+		}
+	}
+	switch Status(row.Status) {
+	case StatusFailed, StatusDead:
+	case StatusReceived:
+		if oldJob != nil && !finalized(oldJob.State) {
+			return fmt.Errorf("%w (message %s is received and its job %d is %s)", ErrNotReplayable, id, oldJob.ID, oldJob.State)
+		}
+	default:
 		return fmt.Errorf("%w (message %s is %s)", ErrNotReplayable, id, row.Status)
 	}
-	if row.JobID != nil {
+	opts := ib.insertOpts()
+	if oldJob != nil {
 		// The old job may wait for a retry; the new one replaces it. A
 		// running job cannot be deleted and needs not be: whichever job
 		// locks the message second finds it processed and does nothing.
-		if _, err := ib.river.JobDeleteTx(ctx, tx, *row.JobID); err != nil &&
+		if _, err := ib.river.JobDeleteTx(ctx, tx, oldJob.ID); err != nil &&
 			!errors.Is(err, rivertype.ErrNotFound) && !errors.Is(err, rivertype.ErrJobRunning) {
 			return fmt.Errorf("inbox: delete old job: %w", err)
 		}
+		// Stay on the queue the application works, whatever this Inbox
+		// (the CLI's, say) was configured with.
+		opts.Queue = oldJob.Queue
 	}
-	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: id, ReceivedAt: row.ReceivedAt}, ib.insertOpts())
+	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: id, ReceivedAt: row.ReceivedAt}, opts)
 	if err != nil {
 		return fmt.Errorf("inbox: insert job: %w", err)
 	}
-	if _, err := dbsqlc.New(tx).InboxMessageRequeue(ctx, dbsqlc.InboxMessageRequeueParams{
+	if _, err := q.InboxMessageRequeue(ctx, dbsqlc.InboxMessageRequeueParams{
 		JobID:      job.Job.ID,
 		Now:        ib.clock(),
 		ReceivedAt: row.ReceivedAt,
@@ -87,8 +105,14 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	}); err != nil {
 		return translate(err)
 	}
-	ib.logger.InfoContext(ctx, "inbox: message replayed", "message_id", id, "source", row.Source, "event_id", row.EventID, "job_id", job.Job.ID)
+	ib.logger.InfoContext(ctx, "inbox: message replayed", "message_id", id, "source", row.Source, "event_id", row.EventID,
+		"job_id", job.Job.ID, "queue", opts.Queue)
 	return nil
+}
+
+// finalized reports whether a job in state s will never run again.
+func finalized(s rivertype.JobState) bool {
+	return s == rivertype.JobStateCompleted || s == rivertype.JobStateCancelled || s == rivertype.JobStateDiscarded
 }
 
 // Forget erases the body and headers of every stored delivery of the event
@@ -99,17 +123,35 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 // processed. It returns an error where errors.Is(err, ErrNotFound) is true
 // when no message has that event id.
 func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error) {
-	ids, err := dbsqlc.New(ib.pool).InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
-		Now: ib.clock(), Source: source, EventID: eventID,
+	var erased int
+	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
+		rows, err := dbsqlc.New(tx).InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
+			Now: ib.clock(), Source: source, EventID: eventID,
+		})
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			return ErrNotFound
+		}
+		for _, row := range rows {
+			if row.JobID == nil {
+				continue
+			}
+			// A job still waiting would only find the message erased.
+			if _, err := ib.river.JobDeleteTx(ctx, tx, *row.JobID); err != nil &&
+				!errors.Is(err, rivertype.ErrNotFound) && !errors.Is(err, rivertype.ErrJobRunning) {
+				return fmt.Errorf("inbox: delete job: %w", err)
+			}
+		}
+		erased = len(rows)
+		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	if len(ids) == 0 {
-		return 0, ErrNotFound
-	}
-	ib.logger.InfoContext(ctx, "inbox: event erased on request", "source", source, "event_id", eventID, "messages", len(ids))
-	return len(ids), nil
+	ib.logger.InfoContext(ctx, "inbox: event erased on request", "source", source, "event_id", eventID, "messages", erased)
+	return erased, nil
 }
 
 // translate maps database errors to the package's sentinels.

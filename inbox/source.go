@@ -32,7 +32,8 @@ type Source struct {
 	Verifier signature.Verifier
 	// IDHeader is the header holding the sender's event id. Defaults to the
 	// verifier's EventLocation().IDHeader, then its AltIDHeader, when it
-	// implements signature.EventLocator; X-Event-ID is always tried after.
+	// implements signature.EventLocator. X-Event-ID is tried only when
+	// neither this, IDFields nor the verifier locates the id.
 	IDHeader string
 	// IDFields are JSON body fields (dotted paths reach into objects) tried
 	// in order for the event id after the headers. Defaults to the
@@ -95,13 +96,21 @@ func (s *Source) location() signature.EventLocation {
 	return signature.EventLocation{}
 }
 
-// idHeaders lists the headers tried for the event id, in order.
+// idHeaders lists the headers tried for the event id, in order: the
+// source's IDHeader, else the scheme's own id headers. X-Event-ID is read
+// only when neither the source nor its scheme says where the id is: for a
+// scheme whose id is a body field (Stripe, Slack, Paddle), an unsigned header
+// must not override the signed id, or one captured request replayed with
+// fresh X-Event-IDs would pass as many events.
 func (s *Source) idHeaders() []string {
 	if s.IDHeader != "" {
-		return nonEmpty(s.IDHeader, HeaderEventID)
+		return []string{s.IDHeader}
 	}
 	loc := s.location()
-	return nonEmpty(loc.IDHeader, loc.AltIDHeader, HeaderEventID)
+	if loc.IDHeader == "" && loc.AltIDHeader == "" && loc.IDField == "" && len(s.IDFields) == 0 {
+		return []string{HeaderEventID}
+	}
+	return nonEmpty(loc.IDHeader, loc.AltIDHeader)
 }
 
 // idFields lists the body fields tried for the event id, in order.

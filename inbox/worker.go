@@ -66,8 +66,9 @@ type Message struct {
 // that also marks the message processed and completes its River job: write
 // through tx and the effect commits exactly once. Return an error to roll
 // everything back and have River retry with backoff; wrap it with Permanent
-// to fail the message without retries. A Handler must not commit or roll
-// back tx.
+// (or return river.JobCancel) to fail the message without retries; return
+// river.JobSnooze to roll back and run again later without using an
+// attempt. A Handler must not commit or roll back tx.
 type Handler func(ctx context.Context, tx pgx.Tx, msg *Message) error
 
 // ErrNoHandler is the error recorded for a message for which no handler is
@@ -138,10 +139,11 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		if err != nil {
 			return fmt.Errorf("inbox: load message: %w", err)
 		}
-		msg = messageFromRow(&row)
-		if msg.ScrubbedAt != nil && msg.Status != StatusProcessed {
-			return river.JobCancel(fmt.Errorf("inbox: message %s was erased before processing", msg.ID))
+		if row.ScrubbedAt != nil && Status(row.Status) != StatusProcessed {
+			// Forget marked it dead; there is nothing left to process.
+			return river.JobCancel(fmt.Errorf("inbox: message %s was erased before processing", row.ID))
 		}
+		msg = messageFromRow(&row)
 		if msg.Status == StatusProcessed {
 			// A replayed or duplicated job: the effect already committed.
 			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
@@ -173,6 +175,11 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 	if msg == nil { // not loaded: nothing to record on the message
 		return err
 	}
+	var snooze *river.JobSnoozeError
+	if errors.As(err, &snooze) {
+		// The handler asked to run again later: not a failed attempt.
+		return err
+	}
 	return w.recordFailure(ctx, job, msg, err, log)
 }
 
@@ -180,7 +187,8 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 // rolled back) and returns what River should do with the job.
 func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[processArgs], msg *Message, cause error, log *slog.Logger) error {
 	var perm *permanentError
-	permanent := errors.As(cause, &perm)
+	var cancelled *river.JobCancelError
+	permanent := errors.As(cause, &perm) || errors.As(cause, &cancelled)
 	status := StatusFailed
 	if permanent || job.Attempt >= job.MaxAttempts {
 		status = StatusDead
@@ -205,7 +213,7 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[proces
 	} else {
 		log.WarnContext(ctx, "inbox: message failed, will retry", attrs...)
 	}
-	if permanent {
+	if permanent && cancelled == nil {
 		return river.JobCancel(cause)
 	}
 	return cause

@@ -25,6 +25,9 @@ INSERT INTO wharf_inbox_messages (
 -- name: InboxMessageGet :one
 SELECT * FROM wharf_inbox_messages WHERE id = @id;
 
+-- name: InboxMessageGetByIDForUpdate :one
+SELECT * FROM wharf_inbox_messages WHERE id = @id FOR UPDATE;
+
 -- name: InboxMessageGetForUpdate :one
 SELECT * FROM wharf_inbox_messages
 WHERE received_at = @received_at AND id = @id
@@ -43,10 +46,11 @@ SET status = @status::text, attempts = attempts + 1, last_error = @last_error::t
 WHERE received_at = @received_at AND id = @id AND status <> 'processed';
 
 -- name: InboxMessageRequeue :one
--- Moves a failed or dead message back to 'received' with a new job, for replay.
+-- Moves a message back to 'received' with a new job, for replay. The caller
+-- holds the row lock and has checked that it may be replayed.
 UPDATE wharf_inbox_messages
 SET status = 'received', job_id = @job_id::bigint, updated_at = @now::timestamptz
-WHERE received_at = @received_at AND id = @id AND status IN ('failed', 'dead')
+WHERE received_at = @received_at AND id = @id AND status <> 'processed'
 RETURNING *;
 
 -- name: InboxMessageList :many
@@ -62,9 +66,12 @@ LIMIT @max_rows::int;
 -- erasure request. A message not yet processed can no longer be: it is
 -- marked dead. The dedupe key stays, so a redelivery does not store the
 -- erased data again.
+-- The last error goes too: it may quote the payload.
 UPDATE wharf_inbox_messages
 SET body = '', headers = '{}', scrubbed_at = @now::timestamptz, updated_at = @now::timestamptz,
     status = CASE WHEN status IN ('received', 'failed') THEN 'dead' ELSE status END,
-    last_error = CASE WHEN status IN ('received', 'failed') THEN 'erased on request before processing' ELSE last_error END
+    last_error = CASE WHEN status IN ('received', 'failed') THEN 'erased on request before processing'
+                      WHEN last_error IS NULL THEN NULL
+                      ELSE 'erased on request' END
 WHERE source = @source AND event_id = @event_id
-RETURNING id;
+RETURNING id, job_id;

@@ -77,7 +77,7 @@ func TestInboxCommands(t *testing.T) {
 
 	code, _, errOut := cli(t, "-database-url", url, "inbox", "replay", res.MessageID.String())
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "only failed or dead messages can be replayed")
+	require.Contains(t, errOut, "message cannot be replayed")
 
 	code, out, _ = cli(t, "-database-url", url, "inbox", "forget", "s", "evt_cli")
 	require.Equal(t, 0, code)

@@ -60,9 +60,11 @@ const inboxMessageForget = `-- name: InboxMessageForget :many
 UPDATE wharf_inbox_messages
 SET body = '', headers = '{}', scrubbed_at = $1::timestamptz, updated_at = $1::timestamptz,
     status = CASE WHEN status IN ('received', 'failed') THEN 'dead' ELSE status END,
-    last_error = CASE WHEN status IN ('received', 'failed') THEN 'erased on request before processing' ELSE last_error END
+    last_error = CASE WHEN status IN ('received', 'failed') THEN 'erased on request before processing'
+                      WHEN last_error IS NULL THEN NULL
+                      ELSE 'erased on request' END
 WHERE source = $2 AND event_id = $3
-RETURNING id
+RETURNING id, job_id
 `
 
 type InboxMessageForgetParams struct {
@@ -71,23 +73,29 @@ type InboxMessageForgetParams struct {
 	EventID string
 }
 
+type InboxMessageForgetRow struct {
+	ID    uuid.UUID
+	JobID *int64
+}
+
 // Erases the body and headers of every stored delivery of an event, on an
 // erasure request. A message not yet processed can no longer be: it is
 // marked dead. The dedupe key stays, so a redelivery does not store the
 // erased data again.
-func (q *Queries) InboxMessageForget(ctx context.Context, arg InboxMessageForgetParams) ([]uuid.UUID, error) {
+// The last error goes too: it may quote the payload.
+func (q *Queries) InboxMessageForget(ctx context.Context, arg InboxMessageForgetParams) ([]InboxMessageForgetRow, error) {
 	rows, err := q.db.Query(ctx, inboxMessageForget, arg.Now, arg.Source, arg.EventID)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []uuid.UUID
+	var items []InboxMessageForgetRow
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i InboxMessageForgetRow
+		if err := rows.Scan(&i.ID, &i.JobID); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -101,6 +109,33 @@ SELECT id, received_at, source, event_id, event_type, headers, body, payload_has
 
 func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
 	row := q.db.QueryRow(ctx, inboxMessageGet, id)
+	var i WharfInboxMessage
+	err := row.Scan(
+		&i.ID,
+		&i.ReceivedAt,
+		&i.Source,
+		&i.EventID,
+		&i.EventType,
+		&i.Headers,
+		&i.Body,
+		&i.PayloadHash,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.JobID,
+		&i.ProcessedAt,
+		&i.UpdatedAt,
+		&i.ScrubbedAt,
+	)
+	return i, err
+}
+
+const inboxMessageGetByIDForUpdate = `-- name: InboxMessageGetByIDForUpdate :one
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE
+`
+
+func (q *Queries) InboxMessageGetByIDForUpdate(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
+	row := q.db.QueryRow(ctx, inboxMessageGetByIDForUpdate, id)
 	var i WharfInboxMessage
 	err := row.Scan(
 		&i.ID,
@@ -291,7 +326,7 @@ func (q *Queries) InboxMessageMarkProcessed(ctx context.Context, arg InboxMessag
 const inboxMessageRequeue = `-- name: InboxMessageRequeue :one
 UPDATE wharf_inbox_messages
 SET status = 'received', job_id = $1::bigint, updated_at = $2::timestamptz
-WHERE received_at = $3 AND id = $4 AND status IN ('failed', 'dead')
+WHERE received_at = $3 AND id = $4 AND status <> 'processed'
 RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at
 `
 
@@ -302,7 +337,8 @@ type InboxMessageRequeueParams struct {
 	ID         uuid.UUID
 }
 
-// Moves a failed or dead message back to 'received' with a new job, for replay.
+// Moves a message back to 'received' with a new job, for replay. The caller
+// holds the row lock and has checked that it may be replayed.
 func (q *Queries) InboxMessageRequeue(ctx context.Context, arg InboxMessageRequeueParams) (WharfInboxMessage, error) {
 	row := q.db.QueryRow(ctx, inboxMessageRequeue,
 		arg.JobID,
