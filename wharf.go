@@ -31,8 +31,8 @@ import (
 const MigrationsTable = "wharf_schema_migrations"
 
 // PartitionDaysAhead is how many days of partitions beyond today Migrate
-// creates. The partition upkeep job keeps the same horizon.
-const PartitionDaysAhead = 7
+// creates; it is also the default horizon of the partition upkeep job.
+const PartitionDaysAhead = partition.DefaultDaysAhead
 
 // ErrDirty is returned when a previous Wharf migration failed half-way and
 // golang-migrate marked the schema dirty; it must be repaired by hand (see
@@ -120,7 +120,8 @@ func (s *MigrationStatus) UpToDate() bool {
 }
 
 // Status reports the applied and latest versions of River's and Wharf's
-// schemas without changing anything.
+// schemas. It changes no schema, but golang-migrate creates Wharf's version
+// table when it is missing and waits while a migration holds its lock.
 func Status(ctx context.Context, pool *pgxpool.Pool) (*MigrationStatus, error) {
 	status := &MigrationStatus{}
 

@@ -72,9 +72,10 @@ func (processArgs) Kind() string { return "wharf_inbox_process" }
 
 // Receive claims msg's dedupe key, stores the message and inserts its River
 // job, all in tx: the caller's commit makes the receipt durable and its
-// rollback leaves no trace. When the key was already claimed nothing is
-// written and the result is a duplicate carrying the first receipt's id and
-// time.
+// rollback leaves no trace. When the key was already claimed no message or
+// job is written and the result is a duplicate carrying the first receipt's
+// id and time; the key row is locked until tx ends (concurrent duplicates
+// queue on it) and counts a payload mismatch.
 //
 // An error wrapping ErrInvalidMessage means msg was rejected before anything
 // was written. Any other error comes from the database; River's insert

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+
+	"github.com/wharfhq/wharf/internal/partition"
 )
 
 // Retention bounds and defaults. Every retention setting must lie within
@@ -33,7 +35,7 @@ const (
 	DefaultOutboxRetention     = 30 * 24 * time.Hour
 	DefaultAttemptRetention    = 90 * 24 * time.Hour
 	DefaultDeadLetterRetention = 30 * 24 * time.Hour
-	DefaultPartitionDaysAhead  = 7
+	DefaultPartitionDaysAhead  = partition.DefaultDaysAhead
 	DefaultInterval            = time.Hour
 	DefaultBatchSize           = 200
 )
@@ -60,10 +62,11 @@ type Config struct {
 	// after it died, so that it can be inspected and replayed; its day is
 	// not dropped before. Defaults to DefaultDeadLetterRetention (30 days).
 	DeadLetterRetention time.Duration
-	// ScrubAfter, when set, empties the bodies and headers of finished
-	// inbox messages older than this (metadata stays), ahead of row
-	// retention. It must be shorter than InboxRetention. Defaults to 0:
-	// bodies are kept for the row's life.
+	// ScrubAfter, when set, empties the bodies and headers of processed
+	// inbox messages and the payloads of fully delivered outbox events older
+	// than this (metadata stays), ahead of row retention. It must be shorter
+	// than InboxRetention and OutboxRetention. Defaults to 0: bodies are kept
+	// for the row's life.
 	ScrubAfter time.Duration
 	// SourceRetryWindows declares, per inbox source, how long the sender
 	// keeps retrying (Stripe: 3 days). Validation rejects a DedupeWindow
@@ -152,8 +155,8 @@ func (c *Config) validate() error {
 				c.DedupeWindow, source, window))
 		}
 	}
-	if c.ScrubAfter < 0 || (c.ScrubAfter > 0 && (c.ScrubAfter < time.Hour || c.ScrubAfter >= c.InboxRetention)) {
-		errs = append(errs, fmt.Errorf("ScrubAfter %s must be 0 or within [1h, InboxRetention)", c.ScrubAfter))
+	if c.ScrubAfter < 0 || (c.ScrubAfter > 0 && (c.ScrubAfter < time.Hour || c.ScrubAfter >= min(c.InboxRetention, c.OutboxRetention))) {
+		errs = append(errs, fmt.Errorf("ScrubAfter %s must be 0 or within [1h, the shorter of InboxRetention and OutboxRetention)", c.ScrubAfter))
 	}
 	if c.PartitionDaysAhead < 1 || c.PartitionDaysAhead > 90 {
 		errs = append(errs, fmt.Errorf("PartitionDaysAhead %d is outside [1, 90]", c.PartitionDaysAhead))

@@ -602,3 +602,35 @@ func TestScrubOutboxEvents(t *testing.T) {
 	require.Len(t, deliveries, 1)
 	require.ErrorIs(t, b.outbox.DeliveryReplay(ctx, deliveries[0].ID), outbox.ErrEventGone)
 }
+
+// TestPruneOnOneConnection: a prune needs a single pooled connection, so it
+// cannot starve against replays holding the others, and it drops a
+// partition left detached by an interrupted run.
+func TestPruneOnOneConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	clk := testclock.New(time.Now())
+	maint, err := jobs.NewMaintainer(pool, &jobs.Config{Now: clk.Now, Logger: quiet})
+	require.NoError(t, err)
+
+	// Interrupted between DETACH and DROP: yesterday's partition (made by
+	// Migrate) is detached but still there.
+	yesterday := partition.Name("wharf_inbox_messages", time.Now().AddDate(0, 0, -1))
+	require.NoError(t, partition.Detach(ctx, pool, "wharf_inbox_messages", yesterday))
+
+	clk.Set(time.Now().AddDate(0, 0, 40))
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.Contains(t, res.Dropped, yesterday)
+	var exists bool
+	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", yesterday).Scan(&exists))
+	require.False(t, exists)
+}

@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -50,10 +51,21 @@ func AddWorkers(workers *river.Workers, pool *pgxpool.Pool, cfg *Config) error {
 	)
 }
 
+// Job timeouts of the periodic jobs, whatever the client's JobTimeout (an
+// inbox-friendly 20 s would cut a large prune short every hour). River's
+// rescuer honours them too.
+const (
+	upkeepTimeout = 10 * time.Minute
+	pruneTimeout  = time.Hour
+)
+
 type upkeepWorker struct {
 	river.WorkerDefaults[upkeepArgs]
 	m *Maintainer
 }
+
+// Timeout lets partition upkeep run longer than the client's JobTimeout.
+func (w *upkeepWorker) Timeout(*river.Job[upkeepArgs]) time.Duration { return upkeepTimeout }
 
 // Work creates the partitions ahead and records what it created.
 func (w *upkeepWorker) Work(ctx context.Context, _ *river.Job[upkeepArgs]) error {
@@ -68,6 +80,9 @@ type pruneWorker struct {
 	river.WorkerDefaults[pruneArgs]
 	m *Maintainer
 }
+
+// Timeout lets retention run longer than the client's JobTimeout.
+func (w *pruneWorker) Timeout(*river.Job[pruneArgs]) time.Duration { return pruneTimeout }
 
 // Work runs retention and records what it dropped, deferred and deleted.
 func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[pruneArgs]) error {

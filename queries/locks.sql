@@ -12,3 +12,7 @@ SELECT pg_advisory_lock(@class::int, @key::int);
 
 -- name: AdvisoryUnlock :exec
 SELECT pg_advisory_unlock(@class::int, @key::int);
+
+-- name: AdvisoryXactLock :exec
+-- Held by retention batches that must not interleave with replays.
+SELECT pg_advisory_xact_lock(@class::int, @key::int);

@@ -51,13 +51,16 @@ LIMIT 1;
 
 -- name: RetentionOutboxDeliveriesDelete :execrows
 -- Deletes one batch of finished deliveries of expired events.
+-- The status test is repeated on the outer statement, which rechecks it on
+-- a row updated since the subquery read it.
 DELETE FROM wharf_outbox_deliveries
 WHERE id IN (
     SELECT d.id FROM wharf_outbox_deliveries d
     WHERE d.event_created_at < @cutoff::timestamptz
       AND (d.status = 'succeeded' OR (d.status = 'dead' AND d.updated_at <= @dead_cutoff::timestamptz))
     LIMIT @batch_size::int
-);
+)
+  AND (status = 'succeeded' OR (status = 'dead' AND updated_at <= @dead_cutoff::timestamptz));
 
 -- name: RetentionOutboxDeliveriesExpiredCount :one
 SELECT count(*) FROM wharf_outbox_deliveries d

@@ -32,7 +32,7 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		default:
 			return usageError{fmt.Sprintf("unknown status %q", *status)}
 		}
-		ib, err := e.inbox(ctx)
+		ib, err := e.inbox(ctx, "")
 		if err != nil {
 			return err
 		}
@@ -48,6 +48,13 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		}
 		return tw.Flush()
 	case "show", "replay":
+		fs := flag.NewFlagSet("inbox "+sub, flag.ContinueOnError)
+		fs.SetOutput(e.errOut)
+		queue := fs.String("queue", inbox.DefaultQueue, "replay: the River queue for the new job when the old job is gone (else the old job's queue is used)")
+		if err := fs.Parse(args); err != nil {
+			return usageError{err.Error()}
+		}
+		args = fs.Args()
 		if len(args) != 1 {
 			return usageError{fmt.Sprintf("inbox %s takes one message id", sub)}
 		}
@@ -55,7 +62,7 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return usageError{fmt.Sprintf("%q is not a message id (a UUID)", args[0])}
 		}
-		ib, err := e.inbox(ctx)
+		ib, err := e.inbox(ctx, *queue)
 		if err != nil {
 			return err
 		}
@@ -84,7 +91,7 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		if len(args) != 2 {
 			return usageError{"inbox forget takes a source and an event id"}
 		}
-		ib, err := e.inbox(ctx)
+		ib, err := e.inbox(ctx, "")
 		if err != nil {
 			return err
 		}
@@ -99,12 +106,12 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 	}
 }
 
-func (e *env) inbox(ctx context.Context) (*inbox.Inbox, error) {
+func (e *env) inbox(ctx context.Context, queue string) (*inbox.Inbox, error) {
 	pool, err := e.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return inbox.New(pool, nil)
+	return inbox.New(pool, &inbox.Config{Queue: queue})
 }
 
 // oneLine shortens s to one line of at most n runes for a table cell.

@@ -30,7 +30,11 @@ func TestMigrateCommands(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "up to date")
 
-	code, out, _ = cli(t, "-database-url", url, "migrate", "down")
+	code, _, errOut := cli(t, "-database-url", url, "migrate", "down")
+	require.Equal(t, 2, code, "down without -steps or -all is refused")
+	require.Contains(t, errOut, "-steps N or -all")
+
+	code, out, _ = cli(t, "-database-url", url, "migrate", "down", "-all")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "wharf schema: version 0 of")
 	require.Contains(t, out, "not up to date")
@@ -39,7 +43,7 @@ func TestMigrateCommands(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "up to date")
 
-	code, _, errOut := cli(t, "-database-url", url, "migrate", "sideways")
+	code, _, errOut = cli(t, "-database-url", url, "migrate", "sideways")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown migrate command "sideways"`)
 }
@@ -106,7 +110,7 @@ func TestPartitionsAndPrune(t *testing.T) {
 
 	code, out, errOut = cli(t, "-database-url", url, "prune", "-dry-run")
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "would drop 0 partitions; kept 0 expired partitions; would delete 0 dedupe keys and 0 idempotency keys")
+	require.Contains(t, out, "would drop 0 partitions; kept 0 expired partitions; would delete 0 dedupe keys, 0 idempotency keys, 0 deliveries; scrubbed 0 messages, 0 events")
 
 	code, _, errOut = cli(t, "-database-url", url, "prune", "-dedupe-window", "1h")
 	require.Equal(t, 1, code)

@@ -25,10 +25,19 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	case "down":
 		fs := flag.NewFlagSet("migrate down", flag.ContinueOnError)
 		fs.SetOutput(e.errOut)
-		steps := fs.Int("steps", 0, "Wharf migrations to revert (0: all)")
-		river := fs.Bool("river", false, "also remove River's tables (destroys every River job, the application's too)")
+		steps := fs.Int("steps", 0, "how many Wharf migrations to revert")
+		all := fs.Bool("all", false, "revert every Wharf migration: drops Wharf's tables and all their data")
+		river := fs.Bool("river", false, "with -all, also remove River's tables (destroys every River job, the application's too)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return usageError{err.Error()}
+		}
+		switch {
+		case *all == (*steps > 0):
+			return usageError{"migrate down needs either -steps N or -all (which drops every Wharf table)"}
+		case *steps < 0:
+			return usageError{"-steps must be positive"}
+		case *river && !*all:
+			return usageError{"-river goes with -all"}
 		}
 		pool, err := e.connect(ctx)
 		if err != nil {

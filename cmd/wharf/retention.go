@@ -11,8 +11,9 @@ import (
 	"github.com/wharfhq/wharf/jobs"
 )
 
-// retentionFlags declares the retention settings on fs; an operator
-// running `wharf prune` by hand passes the settings the application uses.
+// retentionFlags declares the retention settings on fs. The CLI cannot see
+// the application's jobs.Config: an operator running `wharf prune` by hand
+// passes the settings the application uses, or it prunes by the defaults.
 func retentionFlags(fs *flag.FlagSet) func() *jobs.Config {
 	cfg := &jobs.Config{}
 	fs.DurationVar(&cfg.DedupeWindow, "dedupe-window", jobs.DefaultDedupeWindow, "how long inbox dedupe keys are kept")
@@ -20,6 +21,8 @@ func retentionFlags(fs *flag.FlagSet) func() *jobs.Config {
 	fs.DurationVar(&cfg.OutboxRetention, "outbox-retention", jobs.DefaultOutboxRetention, "how long outbox events are kept")
 	fs.DurationVar(&cfg.AttemptRetention, "attempt-retention", jobs.DefaultAttemptRetention, "how long delivery attempt logs are kept")
 	fs.DurationVar(&cfg.DeadLetterRetention, "dead-letter-retention", jobs.DefaultDeadLetterRetention, "how long dead messages and deliveries are kept after dying")
+	fs.DurationVar(&cfg.ScrubAfter, "scrub-after", 0, "erase bodies of finished messages and events older than this (0: never)")
+	fs.IntVar(&cfg.BatchSize, "batch-size", jobs.DefaultBatchSize, "rows per DELETE or UPDATE batch")
 	return func() *jobs.Config { return cfg }
 }
 
@@ -94,17 +97,19 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	verb := map[bool]string{true: "would drop", false: "dropped"}[*dryRun]
+	drop, del := "dropped", "deleted"
+	if *dryRun {
+		drop, del = "would drop", "would delete"
+	}
 	for _, name := range res.Dropped {
-		fmt.Fprintf(e.out, "%s %s\n", verb, name)
+		fmt.Fprintf(e.out, "%s %s\n", drop, name)
 	}
 	for _, d := range res.Deferred {
 		fmt.Fprintf(e.out, "kept %s: %d unfinished rows\n", d.Name, d.Unfinished)
 	}
-	verb = map[bool]string{true: "would delete", false: "deleted"}[*dryRun]
-	fmt.Fprintf(e.out, "%s %d partitions; kept %d expired partitions; %s %d dedupe keys and %d idempotency keys\n",
-		map[bool]string{true: "would drop", false: "dropped"}[*dryRun], len(res.Dropped), len(res.Deferred),
-		verb, res.DedupeKeysDeleted, res.IdempotencyKeysDeleted)
+	fmt.Fprintf(e.out, "%s %d partitions; kept %d expired partitions; %s %d dedupe keys, %d idempotency keys, %d deliveries; scrubbed %d messages, %d events\n",
+		drop, len(res.Dropped), len(res.Deferred), del, res.DedupeKeysDeleted, res.IdempotencyKeysDeleted,
+		res.DeliveriesDeleted, res.MessagesScrubbed, res.EventsScrubbed)
 	return nil
 }
 

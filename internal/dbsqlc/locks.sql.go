@@ -54,6 +54,21 @@ func (q *Queries) AdvisoryUnlock(ctx context.Context, arg AdvisoryUnlockParams) 
 	return err
 }
 
+const advisoryXactLock = `-- name: AdvisoryXactLock :exec
+SELECT pg_advisory_xact_lock($1::int, $2::int)
+`
+
+type AdvisoryXactLockParams struct {
+	Class int32
+	Key   int32
+}
+
+// Held by retention batches that must not interleave with replays.
+func (q *Queries) AdvisoryXactLock(ctx context.Context, arg AdvisoryXactLockParams) error {
+	_, err := q.db.Exec(ctx, advisoryXactLock, arg.Class, arg.Key)
+	return err
+}
+
 const advisoryXactLockShared = `-- name: AdvisoryXactLockShared :exec
 SELECT pg_advisory_xact_lock_shared($1::int, $2::int)
 `

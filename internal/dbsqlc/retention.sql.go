@@ -147,6 +147,7 @@ WHERE id IN (
       AND (d.status = 'succeeded' OR (d.status = 'dead' AND d.updated_at <= $2::timestamptz))
     LIMIT $3::int
 )
+  AND (status = 'succeeded' OR (status = 'dead' AND updated_at <= $2::timestamptz))
 `
 
 type RetentionOutboxDeliveriesDeleteParams struct {
@@ -156,6 +157,8 @@ type RetentionOutboxDeliveriesDeleteParams struct {
 }
 
 // Deletes one batch of finished deliveries of expired events.
+// The status test is repeated on the outer statement, which rechecks it on
+// a row updated since the subquery read it.
 func (q *Queries) RetentionOutboxDeliveriesDelete(ctx context.Context, arg RetentionOutboxDeliveriesDeleteParams) (int64, error) {
 	result, err := q.db.Exec(ctx, retentionOutboxDeliveriesDelete, arg.Cutoff, arg.DeadCutoff, arg.BatchSize)
 	if err != nil {

@@ -6,8 +6,16 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// DB is what the lifecycle functions run on: a pool, a connection or a
+// transaction (DETACH … CONCURRENTLY needs a pool or a connection).
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
 
 // Info describes one partition of a parent table.
 type Info struct {
@@ -26,9 +34,7 @@ type Info struct {
 }
 
 // List returns parent's partitions, oldest day first.
-func List(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, parent string) ([]Info, error) {
+func List(ctx context.Context, db DB, parent string) ([]Info, error) {
 	rows, err := db.Query(ctx, `
 		SELECT c.relname, i.inhdetachpending, c.reltuples::bigint, pg_total_relation_size(c.oid)
 		FROM pg_inherits i
@@ -38,18 +44,44 @@ func List(ctx context.Context, db interface {
 	if err != nil {
 		return nil, err
 	}
-	infos, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Info, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Info, error) {
 		var info Info
 		err := row.Scan(&info.Name, &info.DetachPending, &info.Rows, &info.Bytes)
 		info.Day, _ = ParseName(parent, info.Name)
 		return info, err
 	})
-	return infos, err
+}
+
+// ListDetached returns the tables named like parent's partitions that are no
+// longer attached to it: left behind when a drop was interrupted between
+// its DETACH and its DROP.
+func ListDetached(ctx context.Context, db DB, parent string) ([]Info, error) {
+	rows, err := db.Query(ctx, `
+		SELECT c.relname
+		FROM pg_class c
+		WHERE c.relnamespace = current_schema()::regnamespace
+		  AND c.relkind = 'r' AND NOT c.relispartition
+		  AND c.relname LIKE $1
+		ORDER BY c.relname`, parent+`\_p%`)
+	if err != nil {
+		return nil, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	for _, name := range names {
+		if day, ok := ParseName(parent, name); ok {
+			out = append(out, Info{Name: name, Day: day})
+		}
+	}
+	return out, nil
 }
 
 // Finalize completes an interrupted DETACH … CONCURRENTLY of name.
-func Finalize(ctx context.Context, pool *pgxpool.Pool, parent, name string) error {
-	_, err := pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s FINALIZE",
+func Finalize(ctx context.Context, db DB, parent, name string) error {
+	_, err := db.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s FINALIZE",
 		pgx.Identifier{parent}.Sanitize(), pgx.Identifier{name}.Sanitize()))
 	if err != nil {
 		return fmt.Errorf("finalize detach of %s: %w", name, err)
@@ -60,8 +92,8 @@ func Finalize(ctx context.Context, pool *pgxpool.Pool, parent, name string) erro
 // Detach detaches parent's partition name with DETACH … CONCURRENTLY, which
 // takes only a SHARE UPDATE EXCLUSIVE lock on the parent: inserts and reads
 // of other partitions go on meanwhile. It cannot run inside a transaction.
-func Detach(ctx context.Context, pool *pgxpool.Pool, parent, name string) error {
-	_, err := pool.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY",
+func Detach(ctx context.Context, db DB, parent, name string) error {
+	_, err := db.Exec(ctx, fmt.Sprintf("ALTER TABLE %s DETACH PARTITION %s CONCURRENTLY",
 		pgx.Identifier{parent}.Sanitize(), pgx.Identifier{name}.Sanitize()))
 	if err != nil {
 		return fmt.Errorf("detach %s: %w", name, err)
@@ -70,16 +102,16 @@ func Detach(ctx context.Context, pool *pgxpool.Pool, parent, name string) error 
 }
 
 // Drop drops a detached partition table.
-func Drop(ctx context.Context, pool *pgxpool.Pool, name string) error {
-	if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
+func Drop(ctx context.Context, db DB, name string) error {
+	if _, err := db.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return fmt.Errorf("drop %s: %w", name, err)
 	}
 	return nil
 }
 
 // CountRows counts the rows of one partition exactly (a full scan of it).
-func CountRows(ctx context.Context, pool *pgxpool.Pool, name string) (int64, error) {
+func CountRows(ctx context.Context, db DB, name string) (int64, error) {
 	var n int64
-	err := pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{name}.Sanitize()).Scan(&n)
+	err := db.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{name}.Sanitize()).Scan(&n)
 	return n, err
 }

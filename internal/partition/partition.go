@@ -25,6 +25,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// DefaultDaysAhead is how many days of partitions beyond today Migrate
+// creates and partition upkeep keeps by default.
+const DefaultDaysAhead = 7
+
 // lockClass namespaces Wharf's advisory locks (two-key form) so they cannot
 // collide with an application's single-key locks. "whrf" as an int32.
 const lockClass int32 = 0x77687266
@@ -176,6 +180,9 @@ func IsMissing(err error) bool {
 type Cache struct {
 	pool  *pgxpool.Pool
 	known sync.Map // Name(parent, day) → struct{}
+	// slow serialises cache misses, so that a burst of first rows of a day
+	// opens one connection to create the partition, not one per row.
+	slow sync.Mutex
 }
 
 // NewCache returns a Cache for the partitions of pool's database.
@@ -199,6 +206,11 @@ func (c *Cache) Ensure(ctx context.Context, db Querier, parent string, t time.Ti
 	name := Name(parent, t)
 	if _, ok := c.known.Load(name); ok {
 		return nil
+	}
+	c.slow.Lock()
+	defer c.slow.Unlock()
+	if _, ok := c.known.Load(name); ok {
+		return nil // created while this caller waited
 	}
 	if db == nil {
 		db = c.pool
