@@ -43,6 +43,9 @@ local_url="postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 use_url() {
 	local url=$1 db=${WHARF_DB_NAME:-}
 	if [ -n "$db" ]; then
+		case "$db" in
+		*[!a-z0-9_]* | [!a-z_]*) say "WHARF_DB_NAME must be a lower-case identifier: $db"; exit 1 ;;
+		esac
 		if [ "$(psql "$url" -Atqc "SELECT 1 FROM pg_database WHERE datname = '$db'")" != 1 ]; then
 			say "creating database $db"
 			psql "$url" -qc "CREATE DATABASE \"$db\"" >&2
@@ -102,22 +105,22 @@ if [ -z "$bindir" ]; then
 	bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 	cluster=$(pg_lsclusters -h 2>/dev/null | awk '$3 == 5432 {print $1" "$2; exit}')
 	if [ -n "$cluster" ]; then
+		# Debian's new cluster asks for passwords over TCP. This cluster was
+		# installed just now, for development or CI: trust loopback, as the
+		# tests' local server does, before starting it.
+		hba=$(ls /etc/postgresql/*/main/pg_hba.conf | head -n 1)
+		if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
+			say "trusting loopback connections in $hba (a freshly installed development cluster)"
+			sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+		fi
 		say "starting the new cluster $cluster"
 		# shellcheck disable=SC2086
-		pg_ctlcluster --skip-systemctl-redirect $cluster start >&2 || true
+		pg_ctlcluster --skip-systemctl-redirect $cluster restart >&2 || true
 		if wait_reachable "$local_url"; then
-			# Debian's cluster uses peer/md5 for TCP; trust loopback for the tests.
-			hba=$(ls /etc/postgresql/*/main/pg_hba.conf | head -n 1)
-			if ! grep -q '^host all all 127.0.0.1/32 trust' "$hba"; then
-				sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
-				# shellcheck disable=SC2086
-				pg_ctlcluster --skip-systemctl-redirect $cluster reload >&2
-			fi
-			if wait_reachable "$local_url"; then
-				use_url "$local_url"
-				exit 0
-			fi
+			use_url "$local_url"
+			exit 0
 		fi
+		say "the new cluster $cluster did not become reachable; trying a throwaway cluster"
 	fi
 fi
 

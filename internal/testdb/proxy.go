@@ -74,6 +74,12 @@ func (p *Proxy) serve() {
 			continue
 		}
 		p.mu.Lock()
+		if p.down { // cut while dialing: this one must not survive the cut
+			p.mu.Unlock()
+			_ = client.Close()
+			_ = server.Close()
+			continue
+		}
 		p.conns[client], p.conns[server] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.wg.Add(2)

@@ -14,6 +14,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	neturl "net/url"
 	"os"
 	"sync"
 	"testing"
@@ -79,6 +80,10 @@ func config(tb testing.TB) pgtestdb.Config {
 	if err != nil {
 		tb.Fatalf("testdb: parse %s: %v", redact(url), err)
 	}
+	options := "sslmode=disable"
+	if u, err := neturl.Parse(url); err == nil && u.RawQuery != "" {
+		options = u.RawQuery // the server's own options (sslmode…) carry over
+	}
 	return pgtestdb.Config{
 		DriverName: "pgx",
 		Host:       pc.Host,
@@ -86,7 +91,7 @@ func config(tb testing.TB) pgtestdb.Config {
 		User:       pc.User,
 		Password:   pc.Password,
 		Database:   pc.Database,
-		Options:    "sslmode=disable",
+		Options:    options,
 	}
 }
 
