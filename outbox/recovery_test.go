@@ -261,12 +261,20 @@ func TestRecovery(t *testing.T) {
 		}
 		d := bundle.onlyDelivery(t, waiting)
 
-		// Six snoozes at 20 ms each would take about a tenth of a second;
-		// doubling, the five waits between them take at least
-		// 20+40+80+160+320 ms.
-		require.Eventually(t, func() bool { return snoozes(t, bundle.pool, d.ID) >= 6 },
-			15*time.Second, 5*time.Millisecond)
-		require.GreaterOrEqual(t, time.Since(first.At), 550*time.Millisecond, "the busy snooze grows")
+		// BusyRetryDelay is 20 ms: the sixth snooze, after five, waits
+		// 20 ms doubled five times (640 ms), where a fixed delay would wait
+		// 20 ms every time. River stamps a snoozed job's scheduled_at with
+		// the end of the wait and its attempted_at with the run that
+		// snoozed it.
+		require.Eventually(t, func() bool {
+			var n int
+			var state string
+			var wait float64
+			require.NoError(t, bundle.pool.QueryRow(ctx, `
+				SELECT COALESCE((metadata->>'snoozes')::int, 0), state, EXTRACT(EPOCH FROM scheduled_at - attempted_at)::float8
+				FROM river_job WHERE args->>'delivery_id' = $1`, d.ID.String()).Scan(&n, &state, &wait))
+			return n >= 6 && state != "running" && wait >= 0.6
+		}, 15*time.Second, 5*time.Millisecond, "the busy snooze grows with the snooze count")
 		require.Len(t, receiver.all(), 1, "the cap holds")
 
 		close(release)
