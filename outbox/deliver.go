@@ -221,7 +221,7 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 // deadWithoutAttempt dead-letters a delivery that cannot be attempted and
 // ends its job.
 func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *dbsqlc.OutboxDeliveryGetForWorkRow, reason string) error {
-	err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
+	_, err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
 		ID: row.ID, Generation: row.Generation, Reason: reason, Now: o.config.now(),
 	})
 	if err != nil {
@@ -241,13 +241,14 @@ func (o *Outbox) deadCancelled(ctx context.Context, job *river.Job[DeliveryArgs]
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 	log := o.config.Logger.With("delivery_id", job.Args.DeliveryID, "job_id", job.ID)
-	markErr := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
+	n, markErr := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
 		ID: job.Args.DeliveryID, Generation: int32(job.Args.Generation), Reason: reasonCancelled, Now: o.config.now(),
 	})
-	if markErr != nil {
+	switch {
+	case markErr != nil:
 		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; it stays unfinished until replayed",
 			"error", markErr)
-	} else {
+	case n > 0:
 		log.WarnContext(ctx, "outbox: job cancelled; delivery dead-lettered", "reason", reasonCancelled)
 	}
 	return river.JobCancel(err)

@@ -273,7 +273,7 @@ SELECT delivery.attempts,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
 FROM delivery, async_commit;
 
--- name: OutboxDeliveryMarkDead :exec
+-- name: OutboxDeliveryMarkDead :execrows
 -- Dead-letters an unfinished delivery of generation without an attempt (its
 -- endpoint was disabled, its event is gone, its attempts ran out or its job
 -- was cancelled). A delivery a replay took over is left alone.

@@ -386,7 +386,7 @@ func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryList
 	return items, nil
 }
 
-const outboxDeliveryMarkDead = `-- name: OutboxDeliveryMarkDead :exec
+const outboxDeliveryMarkDead = `-- name: OutboxDeliveryMarkDead :execrows
 UPDATE wharf_outbox_deliveries
 SET status = 'dead', last_error = $1::text, next_attempt_at = NULL, updated_at = $2::timestamptz
 WHERE id = $3::uuid AND generation = $4::int AND status IN ('pending', 'retrying')
@@ -402,14 +402,17 @@ type OutboxDeliveryMarkDeadParams struct {
 // Dead-letters an unfinished delivery of generation without an attempt (its
 // endpoint was disabled, its event is gone, its attempts ran out or its job
 // was cancelled). A delivery a replay took over is left alone.
-func (q *Queries) OutboxDeliveryMarkDead(ctx context.Context, arg OutboxDeliveryMarkDeadParams) error {
-	_, err := q.db.Exec(ctx, outboxDeliveryMarkDead,
+func (q *Queries) OutboxDeliveryMarkDead(ctx context.Context, arg OutboxDeliveryMarkDeadParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeliveryMarkDead,
 		arg.Reason,
 		arg.Now,
 		arg.ID,
 		arg.Generation,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const outboxDeliveryRequeue = `-- name: OutboxDeliveryRequeue :one
