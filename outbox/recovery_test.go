@@ -95,6 +95,9 @@ func TestRecovery(t *testing.T) {
 		startRiver(t, bundle.pool, redeployed)
 
 		d := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+		var maxAttempts int
+		require.NoError(t, bundle.pool.QueryRow(ctx, `SELECT max_attempts FROM river_job`).Scan(&maxAttempts))
+		require.Equal(t, 2+3, maxAttempts, "the schedule at insert and 3 spare runs")
 		require.Equal(t, 4, d.Attempts, "MaxAttempts less one: a spare run is left")
 		require.Nil(t, d.NextAttemptAt)
 		require.Eventually(t, func() bool {
@@ -232,6 +235,48 @@ func TestRecovery(t *testing.T) {
 		require.Equal(t, 1, attempt, "snoozes use no attempt")
 		require.Zero(t, errorCount, "no failed run")
 		require.Len(t, receiver.all(), 1)
+	})
+
+	t.Run("DatabaseLostAtTheLastAttemptStillDeadLetters", func(t *testing.T) {
+		t.Parallel()
+		url := testdb.NewURL(t)
+		proxy, proxied := testdb.NewProxy(t, url)
+		direct, err := pgxpool.New(ctx, url)
+		require.NoError(t, err)
+		t.Cleanup(direct.Close)
+		outboxPool, err := pgxpool.New(ctx, proxied)
+		require.NoError(t, err)
+		t.Cleanup(outboxPool.Close)
+
+		cfg := testConfig()
+		cfg.RetrySchedule = []time.Duration{0}
+		ob, err := outbox.New(outboxPool, cfg)
+		require.NoError(t, err)
+		bundle := &testBundle{pool: direct, outbox: ob}
+		// The only attempt is answered just after the outbox lost its
+		// database: its outcome cannot be recorded, and the runs after it
+		// cannot load the delivery until the database is back.
+		receiver := newSink(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+			proxy.SetDown(true)
+			w.WriteHeader(http.StatusInternalServerError)
+		})
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+		var deliveryID uuid.UUID
+		require.NoError(t, direct.QueryRow(ctx, `SELECT id FROM wharf_outbox_deliveries`).Scan(&deliveryID))
+		startRiver(t, direct, ob)
+
+		require.Eventually(t, func() bool { return snoozes(t, direct, deliveryID) >= 3 },
+			15*time.Second, 10*time.Millisecond, "later runs wait for the database without using River's attempts")
+		proxy.SetDown(false)
+
+		d := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+		require.Contains(t, d.LastError, "attempts exhausted")
+		require.Len(t, receiver.all(), 1)
+		require.Eventually(t, func() bool {
+			_, states := deliveryJobs(t, direct, deliveryID)
+			return states[0] == "cancelled"
+		}, 10*time.Second, 10*time.Millisecond)
 	})
 
 	t.Run("CappedEndpointBacklogSnoozesLonger", func(t *testing.T) {
