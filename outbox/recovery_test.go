@@ -193,6 +193,53 @@ func TestRecovery(t *testing.T) {
 		require.Len(t, attempts, 1)
 	})
 
+	t.Run("RecordNeverReopensAFinishedDelivery", func(t *testing.T) {
+		t.Parallel()
+		// While the attempt is in flight, another writer finishes the
+		// delivery (here by hand). The attempt's failure must not turn it
+		// back into retrying, nor count as one of its attempts.
+		bundle := setup(t, testConfig())
+		type finish struct {
+			at  time.Time
+			err error
+		}
+		finished := make(chan finish, 1)
+		receiver := newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			var f finish
+			f.err = bundle.pool.QueryRow(r.Context(), `
+				UPDATE wharf_outbox_deliveries SET status = 'succeeded', succeeded_at = now(), updated_at = now()
+				RETURNING updated_at`).Scan(&f.at)
+			finished <- f
+			w.WriteHeader(http.StatusInternalServerError)
+		})
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startRiver(t, bundle.pool, bundle.outbox)
+		res := bundle.publish(t, &outbox.Event{Type: "x"})
+
+		var f finish
+		select {
+		case f = <-finished:
+		case <-time.After(15 * time.Second):
+			t.Fatal("the delivery was never attempted")
+		}
+		require.NoError(t, f.err)
+		d := bundle.onlyDelivery(t, res[0].EventID)
+		require.Eventually(t, func() bool {
+			_, states := deliveryJobs(t, bundle.pool, d.ID)
+			return states[0] == "completed"
+		}, 10*time.Second, 10*time.Millisecond)
+		d = bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusSucceeded)
+		require.Zero(t, d.Attempts)
+		require.Empty(t, d.LastError)
+		require.Equal(t, f.at, d.UpdatedAt)
+		attempts, err := bundle.outbox.AttemptList(ctx, d.ID)
+		require.NoError(t, err)
+		require.Empty(t, attempts)
+		got, err := bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.NoError(t, err)
+		require.Equal(t, 1, got.ConsecutiveFailures, "the endpoint's health still counts the real request")
+	})
+
 	t.Run("TransientDatabaseErrorsSnoozeWithoutUsingAttempts", func(t *testing.T) {
 		t.Parallel()
 		url := testdb.NewURL(t)
