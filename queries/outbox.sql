@@ -136,7 +136,9 @@ LIMIT 1;
 -- worker is taking at this moment, for lease_seconds. No row means
 -- every slot is held, locked by another worker, or not created yet. Lease
 -- times are the database's clock, never a node's, so that nodes whose
--- clocks disagree still agree on which leases have expired. It commits
+-- clocks disagree still agree on which leases have expired: now(), the
+-- start of this statement's own transaction (run it outside any other),
+-- which unlike clock_timestamp() can bound the index scan. It commits
 -- without waiting for its WAL flush: a lease lost to a Postgres crash only
 -- lets one more request in flight for a while.
 WITH async_commit AS (
@@ -144,14 +146,14 @@ WITH async_commit AS (
 )
 UPDATE wharf_outbox_leases l
 SET delivery_id = @delivery_id::uuid,
-    expires_at = clock_timestamp() + make_interval(secs => @lease_seconds::float8)
+    expires_at = now() + make_interval(secs => @lease_seconds::float8)
 FROM async_commit
 WHERE l.ctid = (
     SELECT f.ctid
     FROM wharf_outbox_leases f
     WHERE f.endpoint_id = @endpoint_id::uuid
       AND f.slot <= @last_slot::int
-      AND f.expires_at <= clock_timestamp()
+      AND f.expires_at <= now()
     ORDER BY f.expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
@@ -166,7 +168,7 @@ ON CONFLICT (endpoint_id, slot) DO NOTHING;
 -- The endpoint's slots below last_slot, and how many of them are held (by
 -- the database's clock, as OutboxLeaseAcquire).
 SELECT count(*) AS slots,
-       count(*) FILTER (WHERE expires_at > clock_timestamp()) AS held
+       count(*) FILTER (WHERE expires_at > now()) AS held
 FROM wharf_outbox_leases
 WHERE endpoint_id = @endpoint_id::uuid AND slot <= @last_slot::int;
 

@@ -865,14 +865,14 @@ WITH async_commit AS (
 )
 UPDATE wharf_outbox_leases l
 SET delivery_id = $1::uuid,
-    expires_at = clock_timestamp() + make_interval(secs => $2::float8)
+    expires_at = now() + make_interval(secs => $2::float8)
 FROM async_commit
 WHERE l.ctid = (
     SELECT f.ctid
     FROM wharf_outbox_leases f
     WHERE f.endpoint_id = $3::uuid
       AND f.slot <= $4::int
-      AND f.expires_at <= clock_timestamp()
+      AND f.expires_at <= now()
     ORDER BY f.expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
@@ -890,7 +890,9 @@ type OutboxLeaseAcquireParams struct {
 // worker is taking at this moment, for lease_seconds. No row means
 // every slot is held, locked by another worker, or not created yet. Lease
 // times are the database's clock, never a node's, so that nodes whose
-// clocks disagree still agree on which leases have expired. It commits
+// clocks disagree still agree on which leases have expired: now(), the
+// start of this statement's own transaction (run it outside any other),
+// which unlike clock_timestamp() can bound the index scan. It commits
 // without waiting for its WAL flush: a lease lost to a Postgres crash only
 // lets one more request in flight for a while.
 func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquireParams) (int32, error) {
@@ -907,7 +909,7 @@ func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquire
 
 const outboxLeaseCount = `-- name: OutboxLeaseCount :one
 SELECT count(*) AS slots,
-       count(*) FILTER (WHERE expires_at > clock_timestamp()) AS held
+       count(*) FILTER (WHERE expires_at > now()) AS held
 FROM wharf_outbox_leases
 WHERE endpoint_id = $1::uuid AND slot <= $2::int
 `
