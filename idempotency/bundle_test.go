@@ -8,6 +8,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -56,6 +57,8 @@ type testOptions struct {
 	// gates are opened when the test ends, before the server shuts down
 	// (which waits for handlers blocked on them).
 	gates []*gate
+	// runtimeParams are set on every connection of the bundle's pool.
+	runtimeParams map[string]string
 }
 
 // setup starts a server on a fresh database. Routes: POST /payouts, POST
@@ -65,7 +68,10 @@ func setup(t *testing.T, opts testOptions) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	url := testdb.NewURL(t)
-	pool, err := pgxpool.New(ctx, url)
+	poolConfig, err := pgxpool.ParseConfig(url)
+	require.NoError(t, err)
+	maps.Copy(poolConfig.ConnConfig.RuntimeParams, opts.runtimeParams)
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	_, err = pool.Exec(ctx, appSchema)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -145,6 +146,32 @@ func (m *Middleware) complete(ctx context.Context, db dbsqlc.DBTX, req *keyedReq
 		return false, fmt.Errorf("complete key: %w", err)
 	}
 	return n == 1, nil
+}
+
+// completeTries and completeBackoff bound how hard completeRetrying tries to
+// record a non-transactional outcome: a brief database hiccup should not
+// leave the key in progress, where it would let a retry after
+// InProgressTimeout run the handler again.
+const completeTries = 3
+
+var completeBackoff = [completeTries - 1]time.Duration{50 * time.Millisecond, 250 * time.Millisecond}
+
+// completeRetrying is complete on the pool (non-transactional mode), tried up
+// to completeTries times while it fails and ctx allows.
+func (m *Middleware) completeRetrying(ctx context.Context, req *keyedRequest, rec *recorder) (bool, error) {
+	for try := 0; ; try++ {
+		kept, err := m.complete(ctx, m.pool, req, rec)
+		if err == nil || try == completeTries-1 {
+			return kept, err
+		}
+		m.conf.Logger.WarnContext(ctx, "idempotency: recording the response failed; retrying",
+			"route", req.route, "key", req.key, "try", try+1, "error", err)
+		select {
+		case <-ctx.Done():
+			return false, err
+		case <-time.After(completeBackoff[try]):
+		}
+	}
 }
 
 // release deletes req's in_progress claim so that a retry runs the handler

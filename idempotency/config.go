@@ -66,8 +66,8 @@ type Config struct {
 
 	// KeyRetention is how long a key, with its stored response, is kept
 	// after it is claimed. An expired key is treated as never used, even
-	// before DeleteExpired removes it. Defaults to DefaultKeyRetention (24
-	// hours).
+	// before DeleteExpired removes it. In non-transactional mode it must
+	// exceed InProgressTimeout. Defaults to DefaultKeyRetention (24 hours).
 	KeyRetention time.Duration
 
 	// InProgressTimeout is how long a key may stay in progress before a
@@ -75,8 +75,10 @@ type Config struct {
 	// the process that claimed it died. It matters in non-transactional mode
 	// only (a transactional claim is never committed in progress) and must
 	// exceed the longest the handler can run: a takeover while the first
-	// handler still runs would run the handler twice. Defaults to
-	// DefaultInProgressTimeout (5 minutes).
+	// handler still runs would run the handler twice. In non-transactional
+	// mode KeyRetention must be longer (New refuses it otherwise): a key
+	// that expired while in progress would be new again at once. Defaults
+	// to DefaultInProgressTimeout (5 minutes).
 	InProgressTimeout time.Duration
 
 	// RetryAfter is the delay suggested, in the Retry-After header rounded
@@ -146,6 +148,12 @@ func (c *Config) resolve() (Config, error) {
 		if *d.value == 0 {
 			*d.value = d.def
 		}
+	}
+	if !out.Transactional && out.KeyRetention <= out.InProgressTimeout {
+		// A key left in progress would expire, and so be free for a retry
+		// to run the handler again, before the takeover timeout protects it.
+		return out, fmt.Errorf("idempotency: Config.KeyRetention (%s) must be longer than Config.InProgressTimeout (%s) in non-transactional mode",
+			out.KeyRetention, out.InProgressTimeout)
 	}
 	limits := []struct {
 		name  string

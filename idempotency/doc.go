@@ -20,14 +20,18 @@
 //     escaped path; one longer than 512 bytes: 414.
 //   - First use of a key: the handler runs. Its response is stored (status,
 //     Config.ReplayHeaders, body up to Config.MaxStoredResponseBody) when
-//     its status is below 500, 4xx included, since those are deterministic.
+//     its status is below 500, 4xx included, since those are deterministic —
+//     except 408, 425 and 429, which are transient (see below).
 //   - Same key, same request (method, path and query, body): the stored
 //     response, with `Idempotent-Replayed: true`.
 //   - Same key, different request: 422.
 //   - Same key while the first request is still running: 409 with
 //     Retry-After, at once (never queued behind the running handler).
-//   - The handler panics or answers 5xx: nothing is stored and the key is
-//     released, so a retry runs the handler again.
+//   - The handler panics or answers 5xx, 408 Request Timeout, 425 Too Early
+//     or 429 Too Many Requests: nothing is stored and the key is released
+//     (in transactional mode the handler's writes roll back), so a retry
+//     runs the handler again. Those answers mean "not now", not a verdict a
+//     retry should get back for as long as the key is kept.
 //   - Request body over Config.MaxRequestBody: 413. The database unreachable,
 //     or the outcome not committed: 503, nothing recorded.
 //   - Keys expire Config.KeyRetention (default 24 h) after they are claimed;
@@ -84,19 +88,23 @@
 // Without Config.Transactional, the claim (same lock, same checks) commits
 // in a short transaction before the handler runs, so duplicates see
 // in_progress and answer 409; the response is recorded after the handler
-// returns, then sent. A 5xx or panic deletes the claim. A process that dies
-// mid-handler leaves the key in_progress: retries get 409 until
-// Config.InProgressTimeout (default 5 minutes) has passed since the claim,
-// after which a retry of the same request takes the key over and runs the
-// handler. The timeout must exceed the handler's longest run, or a slow
-// first request and its retry could both run; the default errs long because
-// a duplicate effect is worse than a client waiting. A late first request
-// then cannot overwrite the new claim's outcome: completion and release
+// returns, then sent. A 5xx, a transient 4xx or a panic deletes the claim.
+// A process that dies mid-handler leaves the key in_progress: retries get
+// 409 until Config.InProgressTimeout (default 5 minutes) has passed since
+// the claim, after which a retry of the same request takes the key over and
+// runs the handler. The timeout must exceed the handler's longest run, or a
+// slow first request and its retry could both run; the default errs long
+// because a duplicate effect is worse than a client waiting. KeyRetention
+// must exceed the timeout (New refuses a Config where it does not), or a
+// key left in progress would expire first and be free at once. A late first
+// request cannot overwrite the new claim's outcome: completion and release
 // name the claim they belong to.
 //
-// Recording after the fact cannot be atomic with the handler's own effects;
-// when recording fails, the handler's response is still sent and the key
-// stays in_progress until the timeout. Use transactional mode where the
+// Recording after the fact cannot be atomic with the handler's own effects.
+// Recording is tried three times within a fraction of a second; when it
+// still fails, the handler's response is sent anyway and the key stays
+// in_progress: retries get 409 until InProgressTimeout, and after it a retry
+// runs the handler a second time. Use transactional mode where the
 // handler's effects are in the same database.
 //
 // # Responses are buffered

@@ -217,20 +217,23 @@ func (m *Middleware) serveAlone(w http.ResponseWriter, r *http.Request, next htt
 	next.ServeHTTP(rec, r)
 	returned = true
 
-	if rec.finish() >= http.StatusInternalServerError {
+	if !storable(rec.finish()) {
 		m.release(ctx, req)
 		rec.sendTo(w)
 		return
 	}
 	fctx, cancel := finishContext(ctx)
 	defer cancel()
-	kept, err := m.complete(fctx, m.pool, req, rec)
+	kept, err := m.completeRetrying(fctx, req, rec)
 	switch {
 	case err != nil:
 		// The handler's effects happened and cannot be undone here; its
-		// answer is the truth, so send it. Leaving the key in progress makes
-		// retries wait (409) until InProgressTimeout rather than run again.
-		m.conf.Logger.ErrorContext(ctx, "idempotency: response not recorded; the key stays in progress until InProgressTimeout",
+		// answer is the truth, so send it. The key stays in progress:
+		// retries get 409 until InProgressTimeout has passed since the
+		// claim, and then a retry takes the key over and runs the handler
+		// again — a second effect, which is why completeRetrying tries
+		// more than once and why transactional mode exists.
+		m.conf.Logger.ErrorContext(ctx, "idempotency: response not recorded; the key stays in progress until InProgressTimeout, after which a retry runs the handler again",
 			"route", req.route, "key", req.key, "error", err)
 	case !kept:
 		m.conf.Logger.WarnContext(ctx, "idempotency: claim lost while the handler ran (it outlived InProgressTimeout); response not recorded",
@@ -294,8 +297,8 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	rec := newRecorder()
 	next.ServeHTTP(rec, r.WithContext(withTx(ctx, handlerTx)))
 
-	if rec.finish() >= http.StatusInternalServerError {
-		rec.sendTo(w) // the deferred rollback releases the key
+	if !storable(rec.finish()) {
+		rec.sendTo(w) // the deferred rollback undoes the handler's writes and releases the key
 		return
 	}
 	fctx, cancel := finishContext(ctx)
@@ -331,6 +334,21 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 	}
 	committed = true
 	rec.sendTo(w)
+}
+
+// storable reports whether a response with status is recorded for replay.
+// 5xx and the transient 4xx answers — 408 Request Timeout, 425 Too Early,
+// 429 Too Many Requests — say "not now" rather than decide the request: a
+// client is expected to retry them, so the key is released (and, in
+// transactional mode, the handler's writes roll back) for the retry to run
+// the handler again, where a stored answer would repeat "not now" for as
+// long as the key is kept.
+func storable(status int) bool {
+	switch status {
+	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
+		return false
+	}
+	return status < http.StatusInternalServerError
 }
 
 // finishContext returns a context for settling a request that outlives the

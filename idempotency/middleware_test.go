@@ -140,12 +140,20 @@ func TestChangedRequestIs422(t *testing.T) {
 
 func TestFailedRunReleasesKey(t *testing.T) {
 	t.Parallel()
+	answer := func(status int) func(w http.ResponseWriter) {
+		return func(w http.ResponseWriter) { http.Error(w, "not now", status) }
+	}
 	failures := []struct {
-		name string
-		fail func(w http.ResponseWriter)
+		name   string
+		status int // 0: the handler panics
+		fail   func(w http.ResponseWriter)
 	}{
-		{"ServerError", func(w http.ResponseWriter) { http.Error(w, "upstream failed", http.StatusBadGateway) }},
-		{"Panic", func(http.ResponseWriter) { panic("handler bug after its write") }},
+		{"ServerError", http.StatusBadGateway, answer(http.StatusBadGateway)},
+		{"Panic", 0, func(http.ResponseWriter) { panic("handler bug after its write") }},
+		// Transient 4xx answers are released like 5xx, not stored.
+		{"RequestTimeout", http.StatusRequestTimeout, answer(http.StatusRequestTimeout)},
+		{"TooEarly", http.StatusTooEarly, answer(http.StatusTooEarly)},
+		{"TooManyRequests", http.StatusTooManyRequests, answer(http.StatusTooManyRequests)},
 	}
 	for _, failure := range failures {
 		t.Run(failure.name, func(t *testing.T) {
@@ -169,11 +177,11 @@ func TestFailedRunReleasesKey(t *testing.T) {
 				})
 
 				res, err := b.send(payoutOf("key-1"))
-				if failure.name == "Panic" {
+				if failure.status == 0 {
 					require.Error(t, err, "net/http drops the connection of a panicking handler")
 				} else {
 					require.NoError(t, err)
-					require.Equal(t, http.StatusBadGateway, res.status, "the handler's own 5xx is sent")
+					require.Equal(t, failure.status, res.status, "the handler's own answer is sent")
 					require.False(t, res.replayed())
 				}
 				require.Empty(t, b.keyStatus(t, "key-1"), "the failed run must release the key")
@@ -489,9 +497,73 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"RequestLimit", idempotency.Config{MaxRequestBody: -2}, "Config.MaxRequestBody is -2"},
 		{"ResponseLimit", idempotency.Config{MaxStoredResponseBody: -2}, "Config.MaxStoredResponseBody is -2"},
 		{"HeaderName", idempotency.Config{ReplayHeaders: []string{"Bad Header"}}, `"Bad Header" is not a header name`},
+		{"RetentionNotAboveTimeout", idempotency.Config{KeyRetention: time.Minute, InProgressTimeout: time.Minute},
+			"KeyRetention (1m0s) must be longer than Config.InProgressTimeout (1m0s)"},
+		{"RetentionBelowDefaultTimeout", idempotency.Config{KeyRetention: time.Minute}, "must be longer than Config.InProgressTimeout (5m0s)"},
+		{"TimeoutAboveDefaultRetention", idempotency.Config{InProgressTimeout: 48 * time.Hour}, "KeyRetention (24h0m0s) must be longer"},
 	}
 	for _, tt := range tests {
 		_, err := idempotency.New(pool, accountPrincipal, &tt.config)
 		require.ErrorContains(t, err, tt.want, tt.name)
 	}
+
+	// A transactional claim is never committed in progress: no constraint.
+	_, err = idempotency.New(pool, accountPrincipal, &idempotency.Config{Transactional: true, KeyRetention: time.Minute})
+	require.NoError(t, err)
+}
+
+// TestFailedRecordingIsRetried checks that in non-transactional mode a
+// failure to record the response is retried: a key left in progress would
+// make retries wait, then run the handler a second time after
+// InProgressTimeout.
+func TestFailedRecordingIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	entered, locked := newGate(), newGate()
+	b := setup(t, testOptions{
+		// The first try to record waits for the row lock the test holds,
+		// and gives up after lock_timeout.
+		runtimeParams: map[string]string{"lock_timeout": "100ms"},
+		gates:         []*gate{entered, locked},
+		handler: func(b *testBundle) http.HandlerFunc {
+			return func(w http.ResponseWriter, r *http.Request) {
+				in, balance, ok := b.debitOrFail(w, r)
+				if !ok {
+					return
+				}
+				entered.open()
+				locked.wait()
+				b.created(w, in.Account, balance)
+			}
+		},
+	})
+	firstDone := b.sendAsync(payoutOf("key-1"))
+
+	// While the handler runs, lock the claimed key's row so that recording
+	// its response fails once.
+	entered.wait()
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var status string
+	require.NoError(t, tx.QueryRow(ctx,
+		"SELECT status FROM wharf_idempotency_keys WHERE idempotency_key = 'key-1' FOR UPDATE").Scan(&status))
+	require.Equal(t, "in_progress", status)
+	locked.open()
+	require.Eventually(t, func() bool {
+		return strings.Contains(b.logs.String(), "recording the response failed; retrying")
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx.Commit(ctx))
+
+	first := <-firstDone
+	require.Equal(t, http.StatusCreated, first.status, first.body)
+	require.Equal(t, "completed", b.keyStatus(t, "key-1"), "the retry recorded the response")
+	require.NotContains(t, b.logs.String(), "response not recorded")
+
+	again := b.do(t, payoutOf("key-1"))
+	require.Equal(t, http.StatusCreated, again.status, again.body)
+	require.True(t, again.replayed())
+	require.Equal(t, first.body, again.body)
+	require.EqualValues(t, 1, b.calls.Load())
+	require.EqualValues(t, 90, b.balance(t, "acct_1"))
 }

@@ -63,8 +63,15 @@ type Config struct {
 	Queue string
 
 	// RetrySchedule is the wait before each attempt: its length is the
-	// number of attempts, its first entry is normally 0 (deliver at once).
-	// After the last attempt fails the delivery is dead.
+	// number of attempts. The first entry is the wait between Publish
+	// and the first attempt, normally 0 (deliver at once; it is not
+	// jittered, and replays are always sent at once); each later one is the
+	// wait after a failed attempt. After the last attempt fails the
+	// delivery is dead.
+	//
+	// Deliveries already queued keep at most the number of attempts their
+	// jobs were inserted for (plus two, when the schedule grew): River's
+	// MaxAttempts is fixed at insert.
 	//
 	// Defaults to DefaultRetrySchedule (0, 5s, 5m, 30m, 2h, 5h, 10h, 10h).
 	RetrySchedule []time.Duration
@@ -88,9 +95,12 @@ type Config struct {
 	RetryAfterMax time.Duration
 
 	// BusyRetryDelay is how long a delivery waits (snoozed, without using an
-	// attempt) when its endpoint already has MaxInFlight requests in flight
-	// or, for an ordered endpoint, an earlier delivery with its ordering key
-	// is unfinished. A little jitter is added.
+	// attempt) when, for an ordered endpoint, an earlier delivery with its
+	// ordering key is unfinished. It is also the first wait when the
+	// endpoint already has MaxInFlight requests in flight, doubling with
+	// each snooze of the delivery up to a minute, and the first wait after
+	// a transient database error, doubling up to 10 seconds. Up to 25%
+	// jitter is added to each.
 	//
 	// Defaults to DefaultBusyRetryDelay (1 second).
 	BusyRetryDelay time.Duration
@@ -158,7 +168,10 @@ type Config struct {
 	// Defaults to slog.Default().
 	Logger *slog.Logger
 
-	// Now returns the current time; tests set it to control the clock.
+	// Now returns the current time; tests set it to control the clock. It
+	// stamps events, deliveries, attempts and endpoint health; concurrency
+	// leases use the database's clock instead, so that nodes whose clocks
+	// disagree agree on them.
 	//
 	// Defaults to time.Now.
 	Now func() time.Time

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
@@ -44,11 +48,15 @@ const recordTimeout = 10 * time.Second
 // with its ordering key, so a replay of that one is noticed soon.
 const maxOrderingWait = 5 * time.Minute
 
-// DeliveryArgs are the args of a delivery job: the delivery's id, never the
-// payload.
+// DeliveryArgs are the args of a delivery job: the delivery's id and
+// generation, never the payload.
 type DeliveryArgs struct {
 	// DeliveryID identifies the delivery (one event to one endpoint).
 	DeliveryID uuid.UUID `json:"delivery_id"`
+	// Generation is the delivery's generation the job was inserted for: 0
+	// when published, one more on each replay. A job of an older generation
+	// than the delivery's (a replay superseded it) finishes without sending.
+	Generation int `json:"generation,omitempty"`
 }
 
 // Kind returns DeliveryKind.
@@ -70,9 +78,18 @@ func (w *deliveryWorker) NextRetry(job *river.Job[DeliveryArgs]) time.Time {
 	return time.Now().Add(w.outbox.retries.scheduled(job.Attempt))
 }
 
-// Work makes one delivery attempt.
+// Work makes one delivery attempt. When River cancels the job remotely
+// (JobCancel from another process) while it runs, the delivery is
+// dead-lettered, since no job will attempt it again.
 func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
-	o := w.outbox
+	err := w.outbox.work(ctx, job)
+	if err != nil && errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+		return w.outbox.deadCancelled(context.WithoutCancel(ctx), job, err)
+	}
+	return err
+}
+
+func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	log := o.config.Logger.With("delivery_id", job.Args.DeliveryID, "job_id", job.ID, "attempt", job.Attempt)
 	row, err := o.queries.OutboxDeliveryGetForWork(ctx, job.Args.DeliveryID)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -80,11 +97,15 @@ func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[DeliveryArgs])
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("outbox: load delivery %s: %w", job.Args.DeliveryID, err)
+		return o.databaseError(ctx, log, job, "load delivery", err)
 	}
 	log = log.With("endpoint_id", row.EndpointID, "event_id", formatEventID(row.EventID))
 
 	switch {
+	case int(row.Generation) != job.Args.Generation:
+		log.InfoContext(ctx, "outbox: a replay superseded this job; nothing to send",
+			"job_generation", job.Args.Generation, "delivery_generation", row.Generation)
+		return nil
 	case row.Status == StatusSucceeded || row.Status == StatusDead:
 		// A rerun of a job whose outcome was recorded (the worker stopped
 		// before River marked the job done).
@@ -93,16 +114,18 @@ func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[DeliveryArgs])
 		return o.deadWithoutAttempt(ctx, log, &row, "endpoint disabled")
 	case row.Payload == nil:
 		return o.deadWithoutAttempt(ctx, log, &row, "event no longer stored")
-	case job.Attempt > o.retries.attempts():
-		// Only reachable when a worker stopped during the last attempt.
+	case job.Attempt > o.retries.attemptLimit(job):
+		// Only reachable when a run ended without recording its outcome
+		// (a crash, a panic, a failure to record) after the last attempt.
 		return o.deadWithoutAttempt(ctx, log, &row, "attempts exhausted; the outcome of the last one is unknown")
 	}
 
 	if row.Ordered && row.OrderingKey != "" {
-		if wait, blocked, err := o.orderingWait(ctx, &row); err != nil || blocked {
-			if err != nil {
-				return err
-			}
+		wait, blocked, err := o.orderingWait(ctx, &row)
+		if err != nil {
+			return o.databaseError(ctx, log, job, "ordering check", err)
+		}
+		if blocked {
 			return river.JobSnooze(wait)
 		}
 	}
@@ -113,10 +136,10 @@ func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[DeliveryArgs])
 		var ok bool
 		slot, ok, err = o.acquireLease(ctx, row.EndpointID, row.ID, row.MaxInFlight, timeout)
 		if err != nil {
-			return fmt.Errorf("outbox: concurrency slot: %w", err)
+			return o.databaseError(ctx, log, job, "take a concurrency slot", err)
 		}
 		if !ok {
-			return river.JobSnooze(o.retries.busy())
+			return river.JobSnooze(o.retries.capped(snoozeCount(job)))
 		}
 	}
 
@@ -128,11 +151,17 @@ func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[DeliveryArgs])
 		body:    row.Payload,
 		timeout: timeout,
 	})
-	if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) && !out.succeeded() {
-		// The client is stopping: this is no verdict on the endpoint. River
-		// makes the job available again.
-		o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
-		return ctx.Err()
+	if ctx.Err() != nil && !out.succeeded() {
+		switch {
+		case errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
+			// No job will try again: the attempt is the last one.
+			out.cancelled = true
+		case errors.Is(ctx.Err(), context.Canceled):
+			// The client is stopping: this is no verdict on the endpoint.
+			// River makes the job available again.
+			o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
+			return ctx.Err()
+		}
 	}
 	return o.finishAttempt(context.WithoutCancel(ctx), log, job, &row, slot, attemptedAt, out)
 }
@@ -146,7 +175,7 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 	defer cancel()
 
 	rec := &attemptRecord{row: row, slot: slot, attemptedAt: attemptedAt, out: out, status: StatusSucceeded}
-	final := job.Attempt >= o.retries.attempts() || out.gone()
+	final := job.Attempt >= o.retries.attemptLimit(job) || out.gone() || out.cancelled
 	var wait time.Duration
 	if !out.succeeded() {
 		rec.status = StatusRetrying
@@ -160,7 +189,10 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 	}
 	disabledReason, err := o.recordAttempt(ctx, rec)
 	if errors.Is(err, pgx.ErrNoRows) {
-		// The endpoint and its deliveries were deleted during the attempt.
+		// The delivery is no longer this job's to record: its endpoint was
+		// deleted, a replay took it over, or it finished meanwhile.
+		log.InfoContext(ctx, "outbox: attempt not recorded; the delivery was deleted, replayed or finished meanwhile",
+			"status_code", out.statusCode)
 		return nil
 	}
 	if err != nil {
@@ -189,12 +221,75 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 // deadWithoutAttempt dead-letters a delivery that cannot be attempted and
 // ends its job.
 func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *dbsqlc.OutboxDeliveryGetForWorkRow, reason string) error {
-	err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{ID: row.ID, Reason: reason, Now: o.config.now()})
+	_, err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
+		ID: row.ID, Generation: row.Generation, Reason: reason, Now: o.config.now(),
+	})
 	if err != nil {
 		return fmt.Errorf("outbox: dead-letter delivery %s: %w", row.ID, err)
 	}
 	log.InfoContext(ctx, "outbox: delivery dead-lettered without an attempt", "reason", reason)
 	return river.JobCancel(fmt.Errorf("outbox: delivery dead: %s", reason))
+}
+
+// reasonCancelled is the dead delivery's error when its job was cancelled.
+const reasonCancelled = "cancelled: its River job was cancelled"
+
+// deadCancelled dead-letters the delivery of a job River cancelled remotely
+// while it ran (unless the run recorded an outcome already): no job is left
+// to attempt it. A replay sends it again. err is what the run returned.
+func (o *Outbox) deadCancelled(ctx context.Context, job *river.Job[DeliveryArgs], err error) error {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	log := o.config.Logger.With("delivery_id", job.Args.DeliveryID, "job_id", job.ID)
+	n, markErr := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
+		ID: job.Args.DeliveryID, Generation: int32(job.Args.Generation), Reason: reasonCancelled, Now: o.config.now(),
+	})
+	switch {
+	case markErr != nil:
+		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; it stays unfinished until replayed",
+			"error", markErr)
+	case n > 0:
+		log.WarnContext(ctx, "outbox: job cancelled; delivery dead-lettered", "reason", reasonCancelled)
+	}
+	return river.JobCancel(err)
+}
+
+// databaseError decides what a database error before the attempt means for
+// the job. A transient one (connection lost, serialisation failure, server
+// shutting down…) snoozes the job, which uses no attempt, for a short,
+// growing, jittered wait; the job's context ending is returned as it is
+// (River retries a stopping client's job, and Work handles a remote
+// cancellation); any other error fails the run like an attempt.
+func (o *Outbox) databaseError(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryArgs], what string, err error) error {
+	err = fmt.Errorf("outbox: %s: %w", what, err)
+	if ctx.Err() != nil || !transientDatabaseError(err) {
+		return err
+	}
+	wait := o.retries.dbError(snoozeCount(job))
+	log.WarnContext(ctx, "outbox: database error before the attempt; snoozing without using an attempt",
+		"error", err, "retry_in", wait)
+	return river.JobSnooze(wait)
+}
+
+// transientDatabaseError reports whether err is a database error that a
+// later try may not meet: the connection failed or broke, or the server
+// reported a condition of the moment (serialisation failure or deadlock,
+// insufficient resources, shutdown or a cancelled statement, a lock not
+// available). A server error of any other class (a bad query, a constraint)
+// is not transient.
+func transientDatabaseError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgerrcode.IsConnectionException(pgErr.Code) ||
+			pgerrcode.IsTransactionRollback(pgErr.Code) ||
+			pgerrcode.IsInsufficientResources(pgErr.Code) ||
+			pgerrcode.IsOperatorIntervention(pgErr.Code) ||
+			pgErr.Code == pgerrcode.LockNotAvailable
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return pgconn.SafeToRetry(err) || errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // orderingWait reports whether an earlier delivery with the same ordering
@@ -207,7 +302,7 @@ func (o *Outbox) orderingWait(ctx context.Context, row *dbsqlc.OutboxDeliveryGet
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("outbox: ordering check: %w", err)
+		return 0, false, err
 	}
 	wait := o.retries.busy()
 	if earlier.NextAttemptAt != nil {

@@ -192,6 +192,21 @@ func TestDelivery(t *testing.T) {
 				w.WriteHeader(code)
 			}
 		}
+		// The last case retries after 10 ms: its second request is held
+		// until the test ends, so that its first attempt's record stays
+		// there to be read.
+		release := make(chan struct{})
+		thenHold := func(first func(int, http.ResponseWriter, *http.Request)) func(int, http.ResponseWriter, *http.Request) {
+			return func(n int, w http.ResponseWriter, r *http.Request) {
+				if n > 1 {
+					select {
+					case <-release:
+					case <-r.Context().Done():
+					}
+				}
+				first(n, w, r)
+			}
+		}
 		cases := []struct {
 			sink *sink
 			wait time.Duration
@@ -199,13 +214,14 @@ func TestDelivery(t *testing.T) {
 			{newSink(t, header(http.StatusServiceUnavailable, "120")), 120 * time.Second},
 			{newSink(t, header(http.StatusTooManyRequests, "")), time.Minute},
 			{newSink(t, header(http.StatusTooManyRequests, "86400")), 2 * time.Hour},
-			{newSink(t, header(http.StatusInternalServerError, "600")), 10 * time.Millisecond},
+			{newSink(t, thenHold(header(http.StatusInternalServerError, "600"))), 10 * time.Millisecond},
 		}
 		endpoints := make([]*outbox.EndpointWithSecret, len(cases))
 		for i, c := range cases {
 			endpoints[i] = bundle.endpoint(t, c.sink.URL(), nil)
 		}
 		startRiver(t, bundle.pool, bundle.outbox)
+		t.Cleanup(func() { close(release) }) // before River stops
 
 		res := bundle.publish(t, &outbox.Event{Type: "x"})
 		for i, c := range cases {

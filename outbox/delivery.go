@@ -2,12 +2,15 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
@@ -143,10 +146,18 @@ func (o *Outbox) AttemptList(ctx context.Context, deliveryID uuid.UUID) ([]*Atte
 	return out, nil
 }
 
-// DeliveryReplay sends a finished (succeeded or dead) delivery again, with
-// a fresh retry schedule and the same webhook-id. It returns an error where
-// errors.Is is true for ErrNotFound, ErrDeliveryInProgress (still pending or
-// retrying) or ErrEndpointDisabled.
+// DeliveryReplay sends a delivery again, at once, with a fresh retry
+// schedule and the same webhook-id. A finished (succeeded or dead) delivery
+// can always be replayed. An unfinished (pending or retrying) one can be
+// replayed only when no River job will attempt it any more — its job was
+// cancelled, discarded or deleted, say by hand in River — which recovers a
+// delivery that would otherwise stay unfinished for ever.
+//
+// It returns an error where errors.Is is true for ErrNotFound (no such
+// delivery), ErrDeliveryInProgress (pending or retrying, and a River job
+// of it is still waiting or running), ErrEndpointDisabled (enable the
+// endpoint first) or ErrEventGone (retention dropped or scrubbed its
+// event: there is nothing left to send).
 func (o *Outbox) DeliveryReplay(ctx context.Context, id uuid.UUID) error {
 	return o.inTx(ctx, func(tx pgx.Tx) error { return o.DeliveryReplayTx(ctx, tx, id) })
 }
@@ -158,32 +169,79 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 	if err := holdRetentionLock(ctx, q); err != nil {
 		return err
 	}
-	_, err := q.OutboxDeliveryRequeue(ctx, dbsqlc.OutboxDeliveryRequeueParams{ID: id, Now: o.config.now()})
+	requeue := dbsqlc.OutboxDeliveryRequeueParams{ID: id, Now: o.config.now()}
+	generation, err := q.OutboxDeliveryRequeue(ctx, requeue)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return o.whyNotReplayable(ctx, q, id)
-	}
-	if err != nil {
+		// Not finished (or not replayable at all): an unfinished delivery
+		// whose job is gone may be replayed all the same.
+		row, err := q.OutboxDeliveryGet(ctx, id)
+		if err != nil {
+			return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
+		}
+		if row.Status != StatusPending && row.Status != StatusRetrying {
+			return o.whyNotReplayable(ctx, q, id)
+		}
+		job, err := o.liveJob(ctx, tx, id, row.Generation)
+		if err != nil {
+			return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
+		}
+		if job != nil {
+			return fmt.Errorf("outbox: replay delivery %s: %w (%s; River job %d is %s)",
+				id, ErrDeliveryInProgress, row.Status, job.ID, job.State)
+		}
+		requeue.OrphanedGeneration = &row.Generation
+		generation, err = q.OutboxDeliveryRequeue(ctx, requeue)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return o.whyNotReplayable(ctx, q, id)
+		}
+		if err != nil {
+			return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
+		}
+		o.config.Logger.InfoContext(ctx, "outbox: replaying an unfinished delivery whose job is gone",
+			"delivery_id", id, "status", row.Status, "generation", generation)
+	} else if err != nil {
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
 	}
-	return o.insertDeliveryJobs(ctx, tx, []uuid.UUID{id})
+	return o.insertDeliveryJobs(ctx, tx, []DeliveryArgs{{DeliveryID: id, Generation: int(generation)}}, 0)
 }
 
+// liveJob returns a job of the delivery's generation that River may still
+// run (waiting, scheduled, retryable or running), or nil. It looks the job
+// up by kind and args; River indexes args (GIN), so this is no scan.
+func (o *Outbox) liveJob(ctx context.Context, tx pgx.Tx, id uuid.UUID, generation int32) (*rivertype.JobRow, error) {
+	params := river.NewJobListParams().
+		Kinds(DeliveryKind).
+		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
+			rivertype.JobStateRunning, rivertype.JobStateScheduled).
+		Where("args @> @delivery_args::jsonb", river.NamedArgs{"delivery_args": DeliveryArgs{DeliveryID: id}}).
+		First(100)
+	res, err := o.inserter.JobListTx(ctx, tx, params)
+	if err != nil {
+		return nil, fmt.Errorf("look up its jobs: %w", err)
+	}
+	for _, job := range res.Jobs {
+		var args DeliveryArgs
+		if err := json.Unmarshal(job.EncodedArgs, &args); err == nil && args.Generation == int(generation) {
+			return job, nil
+		}
+	}
+	return nil, nil
+}
+
+// whyNotReplayable returns the error of a replay of a delivery that could
+// not be requeued.
 func (o *Outbox) whyNotReplayable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) error {
-	row, err := q.OutboxDeliveryGet(ctx, id)
-	if err != nil {
+	row, err := q.OutboxDeliveryGetForWork(ctx, id)
+	switch {
+	case err != nil:
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
-	}
-	if row.Status == StatusPending || row.Status == StatusRetrying {
-		return fmt.Errorf("outbox: replay delivery %s: %w (%s)", id, ErrDeliveryInProgress, row.Status)
-	}
-	endpoint, err := q.OutboxEndpointGet(ctx, row.EndpointID)
-	if err != nil {
-		return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
-	}
-	if !endpoint.Enabled {
+	case !row.Enabled:
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEndpointDisabled)
+	case row.Payload == nil:
+		return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEventGone)
 	}
-	return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEventGone)
+	// Replayed or attempted by someone else meanwhile.
+	return fmt.Errorf("outbox: replay delivery %s: %w (%s)", id, ErrDeliveryInProgress, row.Status)
 }
 
 // DeliveryReplayDead sends again every dead delivery of an endpoint whose
@@ -214,16 +272,20 @@ func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID
 	if !endpoint.Enabled {
 		return 0, fmt.Errorf("outbox: replay dead deliveries of endpoint %s: %w", endpointID, ErrEndpointDisabled)
 	}
-	ids, err := q.OutboxDeliveryRequeueDead(ctx, dbsqlc.OutboxDeliveryRequeueDeadParams{
+	rows, err := q.OutboxDeliveryRequeueDead(ctx, dbsqlc.OutboxDeliveryRequeueDeadParams{
 		EndpointID: endpointID, Since: since, Now: o.config.now(),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("outbox: replay dead deliveries of endpoint %s: %w", endpointID, err)
 	}
-	if err := o.insertDeliveryJobs(ctx, tx, ids); err != nil {
+	jobs := make([]DeliveryArgs, len(rows))
+	for i, row := range rows {
+		jobs[i] = DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation)}
+	}
+	if err := o.insertDeliveryJobs(ctx, tx, jobs, 0); err != nil {
 		return 0, err
 	}
-	return len(ids), nil
+	return len(rows), nil
 }
 
 func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery) *Delivery {

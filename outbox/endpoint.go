@@ -13,6 +13,9 @@ import (
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
+// NoMaxInFlight is the MaxInFlight of an endpoint without a concurrency cap.
+const NoMaxInFlight = -1
+
 const (
 	maxURLLen         = 2048
 	maxDescriptionLen = 1024
@@ -37,13 +40,15 @@ type Endpoint struct {
 	EventTypes []string
 	// Tenant scopes the endpoint: it receives only events of its tenant.
 	Tenant string
-	// MaxInFlight caps the requests in flight to the endpoint at once; 0 is
-	// no cap.
+	// MaxInFlight caps the requests in flight to the endpoint at once; -1
+	// (NoMaxInFlight) is no cap, as in EndpointParams and
+	// EndpointUpdateParams, so a value read can be written back.
 	MaxInFlight int
 	// Timeout is the request timeout.
 	Timeout time.Duration
 	// Ordered makes deliveries with an ordering key wait for every earlier
-	// one with the same key.
+	// one with the same key (earlier in Publish order: see
+	// Event.OrderingKey).
 	Ordered bool
 	// Enabled is false once the endpoint is disabled, by EndpointDisable or
 	// for failing; disabled endpoints get no new deliveries.
@@ -94,14 +99,15 @@ type EndpointParams struct {
 	// Secret is the signing secret, "whsec_" and the base64 of 24 to 64
 	// bytes. Defaults to a new secret of 32 random bytes.
 	Secret string
-	// MaxInFlight caps the requests in flight to the endpoint at once.
-	// Defaults to Config.MaxInFlight; -1 means no cap.
+	// MaxInFlight caps the requests in flight to the endpoint at once, 1 to
+	// 1000. Defaults to Config.MaxInFlight; -1 (NoMaxInFlight) means no cap.
 	MaxInFlight int
 	// Timeout is the request timeout, at most 5 minutes. Defaults to
 	// Config.EndpointTimeout.
 	Timeout time.Duration
 	// Ordered makes deliveries with an ordering key wait for every earlier
-	// one with the same key. Defaults to false.
+	// one with the same key (earlier in Publish order: see
+	// Event.OrderingKey). Defaults to false.
 	Ordered bool
 }
 
@@ -114,7 +120,8 @@ type EndpointUpdateParams struct {
 	// EventTypes replaces the filter when not nil; an empty, non-nil slice
 	// subscribes to every type.
 	EventTypes []string
-	// MaxInFlight replaces the cap; -1 means no cap.
+	// MaxInFlight replaces the cap, 1 to 1000; -1 (NoMaxInFlight) means no
+	// cap.
 	MaxInFlight *int
 	// Timeout replaces the request timeout.
 	Timeout *time.Duration
@@ -410,7 +417,7 @@ func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
 		Description:             row.Description,
 		EventTypes:              row.EventTypes,
 		Tenant:                  row.Tenant,
-		MaxInFlight:             int(row.MaxInFlight),
+		MaxInFlight:             maxInFlightFromRow(row.MaxInFlight),
 		Timeout:                 time.Duration(row.TimeoutMs) * time.Millisecond,
 		Ordered:                 row.Ordered,
 		Enabled:                 row.Enabled,
@@ -436,12 +443,21 @@ func (o *Outbox) maxInFlight(n int) (int32, error) {
 	switch {
 	case n == 0:
 		return int32(o.config.MaxInFlight), nil
-	case n == -1:
+	case n == NoMaxInFlight:
 		return 0, nil
 	case n < 0 || n > maxMaxInFlight:
 		return 0, fmt.Errorf("%w: MaxInFlight must be 1 to %d, or -1 for no cap", ErrInvalidEndpoint, maxMaxInFlight)
 	}
 	return int32(n), nil
+}
+
+// maxInFlightFromRow returns the Endpoint.MaxInFlight of a stored cap (0
+// stored is no cap).
+func maxInFlightFromRow(n int32) int {
+	if n == 0 {
+		return NoMaxInFlight
+	}
+	return int(n)
 }
 
 func (o *Outbox) timeout(d time.Duration) (time.Duration, error) {

@@ -87,10 +87,27 @@ func TestEndpoint(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, url, updated.URL)
 		require.Empty(t, updated.EventTypes)
-		require.Zero(t, updated.MaxInFlight, "no cap")
+		require.Equal(t, outbox.NoMaxInFlight, updated.MaxInFlight, "no cap reads as it is written")
 		require.Equal(t, timeout, updated.Timeout)
 		require.True(t, updated.Ordered)
 		require.Equal(t, "acme", updated.Tenant)
+
+		// What is read can be written back, capped or not.
+		got, err := bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.NoError(t, err)
+		require.Equal(t, -1, got.MaxInFlight)
+		again, err := bundle.outbox.EndpointUpdate(ctx, ep.ID, &outbox.EndpointUpdateParams{MaxInFlight: &got.MaxInFlight})
+		require.NoError(t, err)
+		require.Equal(t, -1, again.MaxInFlight)
+		uncapped := bundle.endpoint(t, "https://example.com/uncapped", &outbox.EndpointParams{MaxInFlight: got.MaxInFlight})
+		require.Equal(t, -1, uncapped.MaxInFlight)
+		capped := 3
+		again, err = bundle.outbox.EndpointUpdate(ctx, ep.ID, &outbox.EndpointUpdateParams{MaxInFlight: &capped})
+		require.NoError(t, err)
+		require.Equal(t, 3, again.MaxInFlight)
+		zero := 0
+		_, err = bundle.outbox.EndpointUpdate(ctx, ep.ID, &outbox.EndpointUpdateParams{MaxInFlight: &zero})
+		require.ErrorIs(t, err, outbox.ErrInvalidEndpoint)
 
 		bad := "not a url"
 		_, err = bundle.outbox.EndpointUpdate(ctx, ep.ID, &outbox.EndpointUpdateParams{URL: &bad})
@@ -113,7 +130,7 @@ func TestEndpoint(t *testing.T) {
 		require.Len(t, list, 1)
 		all, err := bundle.outbox.EndpointList(ctx, &outbox.EndpointListParams{Limit: 10})
 		require.NoError(t, err)
-		require.Len(t, all, 2)
+		require.Len(t, all, 3)
 
 		require.NoError(t, bundle.outbox.EndpointDelete(ctx, ep.ID))
 		require.ErrorIs(t, bundle.outbox.EndpointDelete(ctx, ep.ID), outbox.ErrNotFound)

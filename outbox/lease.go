@@ -32,17 +32,17 @@ const acquireTries = 3
 // a time can take (FOR UPDATE SKIP LOCKED: workers never queue behind one
 // another). Leases expire instead of relying on their holder to release
 // them, so a crashed worker's slot frees itself; no lock or transaction is
-// held while the request is in flight.
+// held while the request is in flight. Expiry is set and judged by the
+// database's clock, so nodes whose clocks disagree (or tests that set
+// Config.Now) still agree on which slots are free.
 func (o *Outbox) acquireLease(ctx context.Context, endpointID, deliveryID uuid.UUID, maxInFlight int32, timeout time.Duration) (int32, bool, error) {
 	lastSlot := maxInFlight - 1
 	for range acquireTries {
-		now := o.config.now()
 		slot, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
-			EndpointID: endpointID,
-			DeliveryID: deliveryID,
-			ExpiresAt:  now.Add(timeout + leaseGrace),
-			LastSlot:   lastSlot,
-			Now:        now,
+			EndpointID:   endpointID,
+			DeliveryID:   deliveryID,
+			LeaseSeconds: (timeout + leaseGrace).Seconds(),
+			LastSlot:     lastSlot,
 		})
 		if err == nil {
 			return slot, true, nil
@@ -50,7 +50,7 @@ func (o *Outbox) acquireLease(ctx context.Context, endpointID, deliveryID uuid.U
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return noLease, false, err
 		}
-		count, err := o.queries.OutboxLeaseCount(ctx, dbsqlc.OutboxLeaseCountParams{EndpointID: endpointID, LastSlot: lastSlot, Now: now})
+		count, err := o.queries.OutboxLeaseCount(ctx, dbsqlc.OutboxLeaseCountParams{EndpointID: endpointID, LastSlot: lastSlot})
 		if err != nil {
 			return noLease, false, err
 		}

@@ -50,7 +50,8 @@ var (
 	// ErrEndpointDisabled is returned when replaying to a disabled endpoint.
 	ErrEndpointDisabled = errors.New("outbox: endpoint disabled")
 	// ErrDeliveryInProgress is returned when replaying a delivery that is
-	// still pending or retrying.
+	// still pending or retrying while a River job of it is waiting or
+	// running.
 	ErrDeliveryInProgress = errors.New("outbox: delivery in progress")
 	// ErrEventGone is returned when replaying a delivery whose event
 	// retention dropped or scrubbed: there is nothing left to send.

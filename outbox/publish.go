@@ -39,6 +39,15 @@ type Event struct {
 	// Ordered: such an endpoint gets an event only after every earlier event
 	// with the same key has been delivered or dead-lettered. At most 256
 	// characters.
+	//
+	// "Earlier" is the order of Publish calls (insert order), not of
+	// commits: if two transactions publish the same key concurrently and
+	// the later Publish commits first, its event can be sent first, since
+	// the earlier one is not yet visible. For a strict order, serialise the
+	// publishing transactions on the key before Publish — lock the row of
+	// the entity the key names (SELECT … FOR UPDATE, or the UPDATE the
+	// transaction makes anyway) before calling Publish, so the transaction
+	// that publishes first also commits first.
 	OrderingKey string
 	// Tenant, when set, limits delivery to the endpoints of that tenant;
 	// without one, the event goes to endpoints without a tenant. At most 256
@@ -86,13 +95,15 @@ func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([
 		return nil, nil
 	}
 	now := o.config.now()
+	firstDelay := o.retries.firstDelay()
 	params := dbsqlc.OutboxPublishParams{
-		CreatedAt:    now,
-		Ids:          make([]uuid.UUID, len(events)),
-		Types:        make([]string, len(events)),
-		Payloads:     make([][]byte, len(events)),
-		OrderingKeys: make([]string, len(events)),
-		Tenants:      make([]string, len(events)),
+		CreatedAt:      now,
+		FirstAttemptAt: now.Add(firstDelay),
+		Ids:            make([]uuid.UUID, len(events)),
+		Types:          make([]string, len(events)),
+		Payloads:       make([][]byte, len(events)),
+		OrderingKeys:   make([]string, len(events)),
+		Tenants:        make([]string, len(events)),
 	}
 	for i, event := range events {
 		body, err := o.encodeEvent(event, now)
@@ -123,7 +134,7 @@ func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([
 	if err != nil {
 		return nil, fmt.Errorf("outbox: publish: %w", err)
 	}
-	if err := o.insertDeliveryJobs(ctx, tx, deliveryIDs(rows)); err != nil {
+	if err := o.insertDeliveryJobs(ctx, tx, publishedJobs(rows), firstDelay); err != nil {
 		return nil, err
 	}
 
@@ -138,15 +149,16 @@ func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([
 	return results, nil
 }
 
-// insertDeliveryJobs inserts one delivery job per id in one round trip.
-func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, ids []uuid.UUID) error {
-	if len(ids) == 0 {
+// insertDeliveryJobs inserts one delivery job per args in one round trip,
+// to run after delay.
+func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, jobs []DeliveryArgs, delay time.Duration) error {
+	if len(jobs) == 0 {
 		return nil
 	}
-	params := make([]river.InsertManyParams, len(ids))
-	opts := o.jobInsertOpts()
-	for i, id := range ids {
-		params[i] = river.InsertManyParams{Args: DeliveryArgs{DeliveryID: id}, InsertOpts: opts}
+	params := make([]river.InsertManyParams, len(jobs))
+	opts := o.jobInsertOpts(delay)
+	for i, args := range jobs {
+		params[i] = river.InsertManyParams{Args: args, InsertOpts: opts}
 	}
 	if _, err := o.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("outbox: insert delivery jobs: %w", err)
@@ -154,20 +166,25 @@ func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, ids []uuid.U
 	return nil
 }
 
-// jobInsertOpts returns the options of every delivery job. MaxAttempts is
-// one more than the schedule: a run past the schedule (only possible after a
-// worker crashed during the last attempt) dead-letters the delivery instead
-// of River discarding the job with the delivery still marked pending.
-func (o *Outbox) jobInsertOpts() *river.InsertOpts {
-	return &river.InsertOpts{Queue: o.config.Queue, MaxAttempts: len(o.config.RetrySchedule) + 1}
+// jobInsertOpts returns the options of delivery jobs that first run after
+// delay. MaxAttempts is the schedule's length plus spareRuns: runs past the
+// schedule (after a run that recorded nothing: a crash, a panic, a failure
+// to record) dead-letter the delivery instead of River discarding the job
+// with the delivery still unfinished.
+func (o *Outbox) jobInsertOpts(delay time.Duration) *river.InsertOpts {
+	opts := &river.InsertOpts{Queue: o.config.Queue, MaxAttempts: len(o.config.RetrySchedule) + spareRuns}
+	if delay > 0 {
+		opts.ScheduledAt = time.Now().Add(delay)
+	}
+	return opts
 }
 
-func deliveryIDs(rows []dbsqlc.OutboxPublishRow) []uuid.UUID {
-	ids := make([]uuid.UUID, len(rows))
+func publishedJobs(rows []dbsqlc.OutboxPublishRow) []DeliveryArgs {
+	jobs := make([]DeliveryArgs, len(rows))
 	for i, row := range rows {
-		ids[i] = row.ID
+		jobs[i] = DeliveryArgs{DeliveryID: row.ID}
 	}
-	return ids
+	return jobs
 }
 
 // encodeEvent validates event and returns the body to send.

@@ -31,7 +31,8 @@ type attemptRecord struct {
 // (one round trip, atomic). It returns the reason when the attempt disabled
 // the endpoint: it answered 410 Gone, or it has failed for
 // Config.DisableAfter. An error where errors.Is(err, pgx.ErrNoRows) is true
-// means the delivery no longer exists.
+// means the delivery is no longer the attempt's to record: it no longer
+// exists, a replay moved it to a newer generation, or it is finished.
 func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string, error) {
 	if err := o.partitions.Ensure(ctx, nil, attemptsTable, rec.attemptedAt); err != nil {
 		return "", err
@@ -62,6 +63,7 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string,
 		Error:             truncate(rec.out.errorText(), 2048),
 		DurationUs:        rec.out.duration.Microseconds(),
 		DeliveryID:        rec.row.ID,
+		Generation:        rec.row.Generation,
 		EndpointID:        rec.row.EndpointID,
 		LeaseSlot:         rec.slot,
 		Gone:              rec.out.gone(),

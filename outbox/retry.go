@@ -1,12 +1,32 @@
 package outbox
 
 import (
+	"encoding/json"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/riverqueue/river"
+)
+
+// spareRuns is how many more runs than attempts a delivery job may have
+// (its River MaxAttempts is the schedule's length plus spareRuns). A run
+// that ends without a recorded outcome (the worker crashed or panicked, or
+// recording failed) still uses one of River's attempts; the spare runs let
+// the job then dead-letter the delivery itself rather than River discard the
+// job and leave the delivery pending with no job.
+const spareRuns = 3
+
+// Caps of the snoozes that grow with a job's snooze count.
+const (
+	// maxBusyWait caps the wait of a delivery whose endpoint is at its
+	// concurrency cap, so that a large backlog polls slowly.
+	maxBusyWait = time.Minute
+	// maxDBErrorWait caps the wait after a transient database error.
+	maxDBErrorWait = 10 * time.Second
 )
 
 // retryPlan turns the retry schedule and an attempt's outcome into the time
@@ -43,8 +63,21 @@ func newRetryPlan(c *Config) *retryPlan {
 	}
 }
 
-// attempts is how many attempts a delivery gets.
+// attempts is how many attempts a delivery gets under the current schedule.
 func (p *retryPlan) attempts() int { return len(p.schedule) }
+
+// attemptLimit is how many attempts job gets: the current schedule's length,
+// but never more than the job was inserted for (its MaxAttempts less one,
+// so that a run remains to dead-letter the delivery), so that a job inserted
+// under a shorter schedule before a redeploy still finishes its delivery
+// before River discards it.
+func (p *retryPlan) attemptLimit(job *river.Job[DeliveryArgs]) int {
+	return max(min(p.attempts(), job.MaxAttempts-1), 1)
+}
+
+// firstDelay is the wait before a published delivery's first attempt: the
+// schedule's first entry, without jitter.
+func (p *retryPlan) firstDelay() time.Duration { return p.schedule[0] }
 
 // scheduled returns the jittered wait after failed attempt number attempt
 // (1-based), before attempt+1.
@@ -76,9 +109,53 @@ func (p *retryPlan) wait(attempt int, out *sendOutcome) time.Duration {
 	return d
 }
 
-// busy returns how long to snooze a delivery that must wait its turn.
-func (p *retryPlan) busy() time.Duration {
-	return p.busyDelay + time.Duration(rand.Int64N(int64(p.busyDelay)/4+1)) //nolint:gosec // jitter needs no crypto
+// busy returns how long to snooze a delivery that must wait its turn (for
+// an ordered predecessor): busyDelay plus up to 25% jitter.
+func (p *retryPlan) busy() time.Duration { return withJitter(p.busyDelay) }
+
+// capped returns how long to snooze a delivery whose endpoint is at its
+// concurrency cap, after snoozes earlier snoozes: busyDelay doubled per
+// snooze up to maxBusyWait, plus up to 25% jitter. A large backlog for a
+// capped endpoint thus polls the database a few times a minute per
+// delivery, not every second.
+func (p *retryPlan) capped(snoozes int) time.Duration {
+	return withJitter(grown(p.busyDelay, snoozes, maxBusyWait))
+}
+
+// dbError returns how long to snooze a delivery after a transient database
+// error, after snoozes earlier snoozes: busyDelay doubled per snooze up to
+// maxDBErrorWait, plus up to 25% jitter.
+func (p *retryPlan) dbError(snoozes int) time.Duration {
+	return withJitter(grown(p.busyDelay, snoozes, maxDBErrorWait))
+}
+
+// grown returns base doubled n times, at most limit (and at least base).
+func grown(base time.Duration, n int, limit time.Duration) time.Duration {
+	d := base
+	for range n {
+		if d >= limit/2 {
+			return max(limit, base)
+		}
+		d *= 2
+	}
+	return min(d, max(limit, base))
+}
+
+// withJitter adds up to 25% to d.
+func withJitter(d time.Duration) time.Duration {
+	return d + time.Duration(rand.Int64N(int64(d)/4+1)) //nolint:gosec // jitter needs no crypto
+}
+
+// snoozeCount returns how often River has snoozed job: the "snoozes" count
+// River keeps in the job's metadata (0 when absent or unreadable).
+func snoozeCount(job *river.Job[DeliveryArgs]) int {
+	var meta struct {
+		Snoozes int `json:"snoozes"`
+	}
+	if job.JobRow == nil || json.Unmarshal(job.Metadata, &meta) != nil {
+		return 0
+	}
+	return max(meta.Snoozes, 0)
 }
 
 // decide records the next attempt of job id, for NextRetry.

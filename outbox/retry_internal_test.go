@@ -1,10 +1,18 @@
 package outbox
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -57,6 +65,56 @@ func TestRetryPlan(t *testing.T) {
 		busy := plan.busy()
 		require.GreaterOrEqual(t, busy, time.Second)
 		require.LessOrEqual(t, busy, time.Second+time.Second/4)
+		require.Equal(t, time.Duration(0), plan.firstDelay())
+		require.Equal(t, time.Minute, newRetryPlan(&Config{RetrySchedule: []time.Duration{time.Minute, 0}}).firstDelay())
+	})
+
+	t.Run("SnoozesGrowToTheirCaps", func(t *testing.T) {
+		t.Parallel()
+		plan := newRetryPlan(&Config{RetrySchedule: []time.Duration{0}, BusyRetryDelay: time.Second})
+		within := func(got, base time.Duration) {
+			t.Helper()
+			require.GreaterOrEqual(t, got, base)
+			require.LessOrEqual(t, got, base+base/4, "at most 25%% jitter")
+		}
+		for snoozes, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
+			16 * time.Second, 32 * time.Second, time.Minute, time.Minute} {
+			within(plan.capped(snoozes), want)
+		}
+		within(plan.capped(1_000_000), time.Minute)
+		for snoozes, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second} {
+			within(plan.dbError(snoozes), want)
+		}
+		within(plan.dbError(64), 10*time.Second)
+		within(plan.busy(), time.Second)
+
+		slow := newRetryPlan(&Config{RetrySchedule: []time.Duration{0}, BusyRetryDelay: 2 * time.Minute})
+		within(slow.capped(3), 2*time.Minute) // a delay above the cap is kept
+	})
+
+	t.Run("AttemptLimitIsTheJobsAsWellAsTheSchedules", func(t *testing.T) {
+		t.Parallel()
+		plan := newRetryPlan(&Config{RetrySchedule: make([]time.Duration, 8)})
+		job := func(maxAttempts int) *river.Job[DeliveryArgs] {
+			return &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{MaxAttempts: maxAttempts}}
+		}
+		require.Equal(t, 8, plan.attemptLimit(job(8+spareRuns)), "inserted under this schedule")
+		require.Equal(t, 4, plan.attemptLimit(job(2+spareRuns)), "inserted under a shorter one")
+		require.Equal(t, 2, plan.attemptLimit(job(3)), "inserted before the spare runs grew to 3")
+		require.Equal(t, 8, plan.attemptLimit(job(25)), "inserted under a longer one")
+		require.Equal(t, 1, plan.attemptLimit(job(1)))
+	})
+
+	t.Run("SnoozeCountFromMetadata", func(t *testing.T) {
+		t.Parallel()
+		job := func(metadata string) *river.Job[DeliveryArgs] {
+			return &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{Metadata: []byte(metadata)}}
+		}
+		require.Equal(t, 3, snoozeCount(job(`{"snoozes": 3, "other": true}`)))
+		require.Zero(t, snoozeCount(job(`{}`)))
+		require.Zero(t, snoozeCount(job(``)))
+		require.Zero(t, snoozeCount(job(`{"snoozes": "x"}`)))
+		require.Zero(t, snoozeCount(&river.Job[DeliveryArgs]{}))
 	})
 
 	t.Run("ParseRetryAfter", func(t *testing.T) {
@@ -92,4 +150,28 @@ func TestConfigValidation(t *testing.T) {
 		_, err := bad.withDefaults()
 		require.ErrorIs(t, err, ErrInvalidConfig, name)
 	}
+}
+
+func TestTransientDatabaseError(t *testing.T) {
+	t.Parallel()
+	for code, transient := range map[string]bool{
+		pgerrcode.ConnectionFailure:         true,
+		pgerrcode.SerializationFailure:      true,
+		pgerrcode.DeadlockDetected:          true,
+		pgerrcode.TooManyConnections:        true,
+		pgerrcode.AdminShutdown:             true,
+		pgerrcode.CannotConnectNow:          true,
+		pgerrcode.QueryCanceled:             true,
+		pgerrcode.LockNotAvailable:          true,
+		pgerrcode.UndefinedTable:            false,
+		pgerrcode.SyntaxError:               false,
+		pgerrcode.UniqueViolation:           false,
+		pgerrcode.InvalidTextRepresentation: false,
+	} {
+		err := fmt.Errorf("outbox: load delivery: %w", &pgconn.PgError{Code: code})
+		require.Equal(t, transient, transientDatabaseError(err), code)
+	}
+	require.True(t, transientDatabaseError(fmt.Errorf("x: %w", io.ErrUnexpectedEOF)))
+	require.True(t, transientDatabaseError(&net.OpError{Op: "dial", Err: errors.New("connection refused")}))
+	require.False(t, transientDatabaseError(errors.New("cannot scan")))
 }

@@ -1,8 +1,6 @@
 package outbox
 
 import (
-	"crypto/rand"
-	"encoding/base64"
 	"fmt"
 	"strings"
 	"time"
@@ -11,9 +9,6 @@ import (
 	"github.com/wharfhq/wharf/signature"
 )
 
-// secretBytes is the key size of generated secrets.
-const secretBytes = 32
-
 // Standard Webhooks allows keys of 24 to 64 bytes.
 const (
 	minSecretBytes = 24
@@ -21,13 +16,13 @@ const (
 )
 
 // NewSecret returns a new Standard Webhooks secret: "whsec_" followed by the
-// base64 of 32 random bytes.
+// base64 of 32 random bytes (signature.GenerateStandardSecret).
 func NewSecret() (string, error) {
-	key := make([]byte, secretBytes)
-	if _, err := rand.Read(key); err != nil {
-		return "", fmt.Errorf("outbox: generate secret: %w", err)
+	secret, err := signature.GenerateStandardSecret()
+	if err != nil {
+		return "", fmt.Errorf("outbox: %w", err)
 	}
-	return signature.StandardWebhooksSecretPrefix + base64.StdEncoding.EncodeToString(key), nil
+	return secret, nil
 }
 
 // secretOrNew returns secret when it is a usable whsec_ secret, a new one

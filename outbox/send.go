@@ -49,6 +49,7 @@ type sendOutcome struct {
 	err        error // transport error, or why nothing was sent
 	timedOut   bool
 	retryAfter time.Duration
+	cancelled  bool // River cancelled the job during the attempt: it is the last
 }
 
 func (s *sendOutcome) succeeded() bool {
@@ -61,6 +62,14 @@ func (s *sendOutcome) gone() bool { return s.err == nil && s.statusCode == http.
 // errorText describes a failed attempt without secrets, the URL (its query
 // may hold a token) or the body.
 func (s *sendOutcome) errorText() string {
+	text := s.failure()
+	if s.cancelled && text != "" {
+		return reasonCancelled + "; the attempt: " + text
+	}
+	return text
+}
+
+func (s *sendOutcome) failure() string {
 	err := s.err
 	var urlErr *url.Error
 	if errors.As(err, &urlErr) {

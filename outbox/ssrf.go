@@ -48,15 +48,15 @@ var (
 	classReserved    = addressClass{reason: "reserved"}
 )
 
-// metadataAddrs are cloud providers' instance metadata services, refused
-// even when private networks are allowed.
-var metadataAddrs = []netip.Addr{
-	netip.MustParseAddr("169.254.169.254"), // AWS, GCP, Azure, OpenStack…
-	netip.MustParseAddr("169.254.170.2"),   // AWS ECS task metadata
-	netip.MustParseAddr("169.254.169.253"), // AWS DNS
-	netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
-	netip.MustParseAddr("fd00:ec2::254"),   // AWS over IPv6
-	netip.MustParseAddr("fd00:ec2::253"),   // AWS DNS over IPv6
+// metadataPrefixes are cloud providers' instance metadata and host agent
+// services, refused even when private networks are allowed.
+var metadataPrefixes = []netip.Prefix{
+	netip.MustParsePrefix("169.254.169.0/24"),   // AWS, GCP, Azure IMDS, OpenStack, Oracle; AWS DNS and NTP (.253, .123)
+	netip.MustParsePrefix("169.254.170.2/32"),   // AWS ECS task metadata
+	netip.MustParsePrefix("168.63.129.16/32"),   // Azure WireServer (host agent, DNS)
+	netip.MustParsePrefix("100.100.100.200/32"), // Alibaba Cloud
+	netip.MustParsePrefix("fd00:ec2::254/128"),  // AWS over IPv6
+	netip.MustParsePrefix("fd00:ec2::253/128"),  // AWS DNS over IPv6
 }
 
 // reservedPrefixes are non-public ranges netip's predicates do not name.
@@ -128,8 +128,8 @@ func classify(addr netip.Addr) (addressClass, bool) {
 	if embedded, ok := embeddedIPv4(addr); ok {
 		return classify(embedded)
 	}
-	for _, m := range metadataAddrs {
-		if addr == m {
+	for _, m := range metadataPrefixes {
+		if m.Contains(addr) {
 			return classMetadata, true
 		}
 	}

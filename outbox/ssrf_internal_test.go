@@ -36,6 +36,14 @@ func TestSSRFGuardCheck(t *testing.T) {
 		{"::ffff:a9fe:a9fe", "cloud metadata"},
 		{"64:ff9b::a9fe:a9fe", "cloud metadata"},
 		{"fd00:ec2::254", "cloud metadata"},
+		{"169.254.169.1", "cloud metadata"},   // all of 169.254.169.0/24
+		{"169.254.169.123", "cloud metadata"}, // AWS time sync
+		{"169.254.169.255", "cloud metadata"},
+		{"168.63.129.16", "cloud metadata"}, // Azure WireServer, a public address
+		{"::ffff:168.63.129.16", "cloud metadata"},
+		{"168.63.129.17", ""},
+		{"169.254.168.255", "link-local"},
+		{"169.254.170.1", "link-local"},
 		{"169.254.1.1", "link-local"},
 		{"fe80::1", "link-local"},
 		{"fc00::1", "unique-local"},
@@ -72,14 +80,16 @@ func TestSSRFGuardCheck(t *testing.T) {
 	for _, allowed := range []string{"127.0.0.1", "::1", "10.0.0.1", "fd12::1", "169.254.1.1", "100.64.0.1"} {
 		require.NoError(t, private.check(netip.MustParseAddr(allowed)), allowed)
 	}
-	for _, refused := range []string{"169.254.169.254", "fd00:ec2::254", "::ffff:169.254.169.254", "0.0.0.0", "224.0.0.1"} {
+	for _, refused := range []string{"169.254.169.254", "169.254.169.7", "168.63.129.16", "fd00:ec2::254", "::ffff:169.254.169.254", "0.0.0.0", "224.0.0.1"} {
 		require.ErrorIs(t, private.check(netip.MustParseAddr(refused)), ErrBlockedAddress, refused)
 	}
 
-	listed := &ssrfGuard{allowed: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("169.254.169.254/32")}}
+	listed := &ssrfGuard{allowed: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("169.254.169.254/32"), netip.MustParsePrefix("168.63.129.16/32")}}
 	require.NoError(t, listed.check(netip.MustParseAddr("10.1.2.3")))
 	require.NoError(t, listed.check(netip.MustParseAddr("::ffff:10.1.2.3")))
 	require.NoError(t, listed.check(netip.MustParseAddr("169.254.169.254")))
+	require.NoError(t, listed.check(netip.MustParseAddr("168.63.129.16")))
+	require.ErrorIs(t, listed.check(netip.MustParseAddr("169.254.169.253")), ErrBlockedAddress, "only the listed metadata address")
 	require.ErrorIs(t, listed.check(netip.MustParseAddr("10.2.0.1")), ErrBlockedAddress)
 }
 

@@ -135,14 +135,21 @@ func TestSSRF(t *testing.T) {
 		bundle := setup(t, cfg)
 		receiver := okSink(t)
 		loopback := bundle.endpoint(t, receiver.URL(), nil)
-		metadata := bundle.endpoint(t, "http://169.254.169.254/latest/meta-data/", nil)
+		metadata := []*outbox.EndpointWithSecret{
+			bundle.endpoint(t, "http://169.254.169.254/latest/meta-data/", nil),
+			bundle.endpoint(t, "http://169.254.169.1/", nil),                       // anywhere in 169.254.169.0/24
+			bundle.endpoint(t, "http://168.63.129.16/machine?comp=goalstate", nil), // Azure WireServer
+		}
 		startRiver(t, bundle.pool, bundle.outbox)
 
 		res := bundle.publish(t, &outbox.Event{Type: "x"})
 		bundle.awaitDelivery(t, loopback.ID, res[0].EventID, outbox.StatusSucceeded)
-		d := bundle.awaitDelivery(t, metadata.ID, res[0].EventID, outbox.StatusDead)
-		require.Contains(t, d.LastError, "cloud metadata")
-		require.NotContains(t, hook.addresses(), "169.254.169.254:80")
+		for _, ep := range metadata {
+			d := bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+			require.Contains(t, d.LastError, "cloud metadata", ep.URL)
+		}
+		require.Equal(t, []string{receiver.server.Listener.Addr().String()}, hook.addresses(),
+			"only the loopback sink got past the guard")
 	})
 }
 

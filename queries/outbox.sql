@@ -69,7 +69,8 @@ RETURNING *;
 
 -- name: OutboxPublish :many
 -- Stores events and, for each, one pending delivery per enabled endpoint of
--- the event's tenant whose filter matches its type. Returns the deliveries.
+-- the event's tenant whose filter matches its type, due at first_attempt_at.
+-- Returns the deliveries.
 WITH input AS (
     SELECT i AS n,
            (@ids::uuid[])[i] AS id,
@@ -86,10 +87,10 @@ events AS (
     RETURNING wharf_outbox_events.id
 )
 INSERT INTO wharf_outbox_deliveries (
-    id, event_id, event_created_at, endpoint_id, ordering_key, status, created_at, updated_at
+    id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
 )
 SELECT gen_random_uuid(), input.id, @created_at::timestamptz, ep.id, input.ordering_key, 'pending',
-       @created_at::timestamptz, @created_at::timestamptz
+       @first_attempt_at::timestamptz, @created_at::timestamptz, @created_at::timestamptz
 FROM input
 JOIN events ON events.id = input.id
 JOIN wharf_outbox_endpoints ep
@@ -108,7 +109,7 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
 -- Everything a delivery attempt needs; payload is NULL when the event row is
 -- gone or its payload was scrubbed by retention.
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts,
+       d.status, d.attempts, d.generation,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload
@@ -132,21 +133,27 @@ LIMIT 1;
 
 -- name: OutboxLeaseAcquire :one
 -- Takes a free slot up to last_slot (the one free longest) that no other
--- worker is taking at this moment. No row means every slot is held, locked by another worker,
--- or not created yet. It commits without waiting for its WAL flush: a lease
--- lost to a Postgres crash only lets one more request in flight for a while.
+-- worker is taking at this moment, for lease_seconds. No row means
+-- every slot is held, locked by another worker, or not created yet. Lease
+-- times are the database's clock, never a node's, so that nodes whose
+-- clocks disagree still agree on which leases have expired: now(), the
+-- start of this statement's own transaction (run it outside any other),
+-- which unlike clock_timestamp() can bound the index scan. It commits
+-- without waiting for its WAL flush: a lease lost to a Postgres crash only
+-- lets one more request in flight for a while.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
 UPDATE wharf_outbox_leases l
-SET delivery_id = @delivery_id::uuid, expires_at = @expires_at::timestamptz
+SET delivery_id = @delivery_id::uuid,
+    expires_at = now() + make_interval(secs => @lease_seconds::float8)
 FROM async_commit
 WHERE l.ctid = (
     SELECT f.ctid
     FROM wharf_outbox_leases f
     WHERE f.endpoint_id = @endpoint_id::uuid
       AND f.slot <= @last_slot::int
-      AND f.expires_at <= @now::timestamptz
+      AND f.expires_at <= now()
     ORDER BY f.expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
@@ -158,9 +165,10 @@ SELECT @endpoint_id::uuid, s.slot FROM generate_series(0, @last_slot::int) AS s(
 ON CONFLICT (endpoint_id, slot) DO NOTHING;
 
 -- name: OutboxLeaseCount :one
--- The endpoint's slots below last_slot, and how many of them are held.
+-- The endpoint's slots below last_slot, and how many of them are held (by
+-- the database's clock, as OutboxLeaseAcquire).
 SELECT count(*) AS slots,
-       count(*) FILTER (WHERE expires_at > @now::timestamptz) AS held
+       count(*) FILTER (WHERE expires_at > now()) AS held
 FROM wharf_outbox_leases
 WHERE endpoint_id = @endpoint_id::uuid AND slot <= @last_slot::int;
 
@@ -172,11 +180,21 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- name: OutboxAttemptRecord :one
 -- Records one attempt in one statement: the attempt row, the delivery's new
 -- state, the release of the attempt's lease (slot -1 when it held none) and
--- the endpoint's health. A failure disables the endpoint when gone (410) or
--- when it has been failing since before disable_before (NULL: never). A
--- success skips the endpoint write while nothing would change but a
--- last_success_at newer than stale_before, so that busy endpoints do not
--- serialise on their row. No row means the delivery no longer exists.
+-- the endpoint's health. Only the job of the delivery's current generation
+-- records, and only while the delivery is pending or retrying: a job that a
+-- replay superseded, or that runs after the delivery finished, changes
+-- neither the delivery nor its attempt log (the endpoint's health and the
+-- lease are still settled: the request was real). No row means that, or
+-- that the delivery no longer exists.
+--
+-- A failure disables the endpoint when gone (410) or when it has been
+-- failing since before disable_before (NULL: never), decided once in
+-- endpoint. A success skips the endpoint write while nothing would change
+-- but a last_success_at newer than stale_before, so that busy endpoints do
+-- not serialise on their row. endpoint locks the row it decides on (FOR
+-- UPDATE returns its latest committed version), so the decision and the
+-- write see the same failure streak even when attempts of one endpoint
+-- finish together.
 --
 -- The statement commits without waiting for its WAL flush
 -- (synchronous_commit off for this transaction only): River records the
@@ -187,6 +205,14 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
+current_delivery AS (
+    SELECT d.id, d.endpoint_id, d.event_id, d.attempts
+    FROM wharf_outbox_deliveries d
+    WHERE d.id = @delivery_id::uuid
+      AND d.generation = @generation::int
+      AND d.status IN ('pending', 'retrying')
+    FOR UPDATE
+),
 attempt AS (
     INSERT INTO wharf_outbox_attempts (
         id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
@@ -196,13 +222,27 @@ attempt AS (
            d.attempts + 1, CASE WHEN @succeeded::boolean THEN 'succeeded' ELSE 'failed' END,
            sqlc.narg('status_code')::int, @response_body::bytea, @response_truncated::boolean,
            @error::text, @duration_us::bigint
-    FROM wharf_outbox_deliveries d
-    WHERE d.id = @delivery_id::uuid
+    FROM current_delivery d
 ),
 lease AS (
     UPDATE wharf_outbox_leases
     SET delivery_id = NULL, expires_at = '-infinity'
     WHERE endpoint_id = @endpoint_id::uuid AND slot = @lease_slot::int AND delivery_id = @delivery_id::uuid
+),
+endpoint AS (
+    SELECT ep.id,
+           ep.enabled AND (@gone::boolean
+               OR (NOT @succeeded::boolean
+                   AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE)
+               AS disable,
+           CASE WHEN @gone::boolean THEN @gone_reason::text ELSE @failing_reason::text END AS reason
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+      AND (NOT @succeeded::boolean
+           OR ep.consecutive_failures > 0
+           OR ep.last_success_at IS NULL
+           OR ep.last_success_at < @stale_before::timestamptz)
+    FOR UPDATE
 ),
 health AS (
     UPDATE wharf_outbox_endpoints ep
@@ -210,49 +250,38 @@ health AS (
         failing_since = CASE WHEN @succeeded::boolean THEN NULL ELSE COALESCE(ep.failing_since, @now::timestamptz) END,
         last_success_at = CASE WHEN @succeeded::boolean THEN @now::timestamptz ELSE ep.last_success_at END,
         last_failure_at = CASE WHEN @succeeded::boolean THEN ep.last_failure_at ELSE @now::timestamptz END,
-        enabled = ep.enabled AND NOT (@gone::boolean
-            OR (NOT @succeeded::boolean AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE),
-        disabled_reason = CASE
-            WHEN NOT ep.enabled THEN ep.disabled_reason
-            WHEN @gone::boolean THEN @gone_reason::text
-            WHEN (NOT @succeeded::boolean AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE
-                THEN @failing_reason::text
-            ELSE ep.disabled_reason END,
-        disabled_at = CASE
-            WHEN ep.enabled AND (@gone::boolean
-                OR (NOT @succeeded::boolean AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE)
-                THEN @now::timestamptz
-            ELSE ep.disabled_at END
-    WHERE ep.id = @endpoint_id::uuid
-      AND (NOT @succeeded::boolean
-           OR ep.consecutive_failures > 0
-           OR ep.last_success_at IS NULL
-           OR ep.last_success_at < @stale_before::timestamptz)
-    RETURNING ep.enabled, ep.disabled_at, ep.disabled_reason
+        enabled = ep.enabled AND NOT e.disable,
+        disabled_reason = CASE WHEN e.disable THEN e.reason ELSE ep.disabled_reason END,
+        disabled_at = CASE WHEN e.disable THEN @now::timestamptz ELSE ep.disabled_at END
+    FROM endpoint e
+    WHERE ep.id = e.id
+    RETURNING e.disable, ep.disabled_reason
 ),
 delivery AS (
-    UPDATE wharf_outbox_deliveries
+    UPDATE wharf_outbox_deliveries d
     SET status = @delivery_status::text,
-        attempts = attempts + 1,
+        attempts = d.attempts + 1,
         last_status_code = sqlc.narg('status_code')::int,
         last_error = @error::text,
         next_attempt_at = sqlc.narg('next_attempt_at')::timestamptz,
-        succeeded_at = CASE WHEN @succeeded::boolean THEN @now::timestamptz ELSE succeeded_at END,
+        succeeded_at = CASE WHEN @succeeded::boolean THEN @now::timestamptz ELSE d.succeeded_at END,
         updated_at = @now::timestamptz
-    WHERE id = @delivery_id::uuid
-    RETURNING attempts
+    FROM current_delivery c
+    WHERE d.id = c.id
+    RETURNING d.attempts
 )
 SELECT delivery.attempts,
-       COALESCE((SELECT NOT h.enabled AND h.disabled_at = @now::timestamptz FROM health h), false)::boolean AS disabled_now,
+       COALESCE((SELECT h.disable FROM health h), false)::boolean AS disabled_now,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
 FROM delivery, async_commit;
 
--- name: OutboxDeliveryMarkDead :exec
--- Dead-letters an unfinished delivery without an attempt (its endpoint was
--- disabled, or its event is gone).
+-- name: OutboxDeliveryMarkDead :execrows
+-- Dead-letters an unfinished delivery of generation without an attempt (its
+-- endpoint was disabled, its event is gone, its attempts ran out or its job
+-- was cancelled). A delivery a replay took over is left alone.
 UPDATE wharf_outbox_deliveries
 SET status = 'dead', last_error = @reason::text, next_attempt_at = NULL, updated_at = @now::timestamptz
-WHERE id = @id::uuid AND status IN ('pending', 'retrying');
+WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending', 'retrying');
 
 -- name: OutboxDeliveryGet :one
 SELECT * FROM wharf_outbox_deliveries WHERE id = @id::uuid;
@@ -267,30 +296,36 @@ ORDER BY seq DESC
 LIMIT @max_rows::int;
 
 -- name: OutboxDeliveryRequeue :one
--- Moves a finished delivery of an enabled endpoint back to pending, for
--- replay, while its event's payload is still stored.
+-- Moves a delivery of an enabled endpoint to pending in a new generation,
+-- for replay, while its event's payload is still stored: a finished one, or
+-- an unfinished one still at orphaned_generation (the caller found no live
+-- job of that generation). Returns the new generation.
 UPDATE wharf_outbox_deliveries d
-SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz
+SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
+    generation = d.generation + 1
 FROM wharf_outbox_endpoints ep
 WHERE d.id = @id::uuid
   AND ep.id = d.endpoint_id
   AND ep.enabled
-  AND d.status IN ('succeeded', 'dead')
+  AND (d.status IN ('succeeded', 'dead')
+       OR (d.status IN ('pending', 'retrying') AND d.generation = sqlc.narg('orphaned_generation')::int))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
-RETURNING d.id;
+RETURNING d.generation;
 
 -- name: OutboxDeliveryRequeueDead :many
 -- Moves an endpoint's dead deliveries published at or after since back to
--- pending, for replay; those whose event is gone or scrubbed stay dead.
+-- pending in a new generation, for replay; those whose event is gone or
+-- scrubbed stay dead.
 UPDATE wharf_outbox_deliveries d
-SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz
+SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
+    generation = d.generation + 1
 WHERE d.endpoint_id = @endpoint_id::uuid
   AND d.status = 'dead'
   AND d.created_at >= @since::timestamptz
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
-RETURNING d.id;
+RETURNING d.id, d.generation;
 
 -- name: OutboxAttemptList :many
 SELECT * FROM wharf_outbox_attempts

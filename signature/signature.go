@@ -4,8 +4,10 @@
 // time, accepts several secrets at once (rotation) and, where the scheme has a
 // timestamp, rejects requests outside a tolerance (default 5 minutes both
 // ways). Errors say which check failed — errors.Is matches ErrMissingHeader,
-// ErrMalformedHeader, ErrStaleTimestamp, ErrNoMatch or ErrNoSecrets — and
-// never contain a secret, an expected signature or a received one.
+// ErrMalformedHeader, ErrStaleTimestamp, ErrNoMatch, or, for a problem on
+// the receiving side, ErrNoSecrets (ErrInvalidOptions too when the Options
+// are invalid) — and never contain a secret, an expected signature or a
+// received one.
 //
 // Presets cover the common providers: NewStandardWebhooks (v1 HMAC and v1a
 // ed25519), NewSvix, NewStripe, NewGitHub, NewShopify, NewSlack, NewPaddle
@@ -38,12 +40,31 @@ var (
 	ErrStaleTimestamp = errors.New("signature: timestamp outside tolerance")
 	// ErrNoMatch means no signature in the request matches any secret (for
 	// Twilio, also: the body does not match the bodySHA256 it was sent with,
+	// a body that is neither a form nor covered by bodySHA256 is not empty,
 	// or the request URL is not absolute and Options.PublicBaseURL is unset).
 	ErrNoMatch = errors.New("signature: no matching signature")
-	// ErrNoSecrets means the verifier has no usable secret: a configuration
-	// problem on the receiving side, not the sender's fault.
+	// ErrNoSecrets means the verifier has no usable secret, or (see
+	// ErrInvalidOptions) invalid Options: a configuration problem on the
+	// receiving side, not the sender's fault.
 	ErrNoSecrets = errors.New("signature: no secret configured")
+	// ErrInvalidOptions means the verifier's Options are invalid, such as a
+	// negative Tolerance other than -1. Such a verifier fails closed: it
+	// refuses every request its check would apply to. Errors matching it
+	// also match ErrNoSecrets, so that callers that treat ErrNoSecrets as
+	// the receiving side's problem (the inbox answers 503 and logs an
+	// error) need nothing more.
+	ErrInvalidOptions = errors.New("signature: invalid options")
 )
+
+// optionsError is an ErrInvalidOptions error; it matches ErrNoSecrets too.
+type optionsError struct{ problem string }
+
+func (e *optionsError) Error() string { return ErrInvalidOptions.Error() + ": " + e.problem }
+
+// Is matches ErrInvalidOptions and ErrNoSecrets.
+func (e *optionsError) Is(target error) bool {
+	return target == ErrInvalidOptions || target == ErrNoSecrets
+}
 
 // Request is what a verifier sees of an incoming webhook.
 type Request struct {
@@ -119,7 +140,11 @@ func (s Secrets) Secrets(context.Context) ([]string, error) { return s, nil }
 type Options struct {
 	// Tolerance is how far the signed timestamp may be from now, in either
 	// direction, for schemes that sign one. Defaults to DefaultTolerance; -1
-	// disables the check.
+	// (exactly -1, one nanosecond) disables the check. Any other negative
+	// value, such as a mistyped -5*time.Minute, is a configuration error:
+	// the verifier then refuses every request of a timestamped scheme with
+	// an error matching ErrInvalidOptions (and ErrNoSecrets) rather than
+	// silently skip the check.
 	Tolerance time.Duration
 	// Now returns the current time. Defaults to time.Now.
 	Now func() time.Time
@@ -147,11 +172,17 @@ func (o *Options) now() time.Time {
 	return o.Now()
 }
 
+// toleranceDisabled is the one Tolerance value that disables the check.
+const toleranceDisabled = -1
+
 // checkTimestamp enforces the tolerance around now for a signed unix time.
 func (o *Options) checkTimestamp(signed time.Time) error {
 	tolerance := o.tolerance()
-	if tolerance < 0 {
+	switch {
+	case tolerance == toleranceDisabled:
 		return nil
+	case tolerance < 0:
+		return &optionsError{problem: fmt.Sprintf("Tolerance is %s; only -1 disables the timestamp check", tolerance)}
 	}
 	if d := o.now().Sub(signed); d > tolerance || d < -tolerance {
 		return fmt.Errorf("%w: signed %s, tolerance %s", ErrStaleTimestamp, signed.UTC().Format(time.RFC3339), tolerance)

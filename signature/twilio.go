@@ -30,7 +30,11 @@ const (
 // then value, sorted by name (several values of one name sorted, duplicates
 // once, as Twilio's Python library does). For other bodies (JSON) Twilio
 // adds bodySHA256=<hex SHA-256 of the body> to the URL's query and signs the
-// URL alone; the body must then match that hash.
+// URL alone; the body must then match that hash. A request whose body is
+// neither a form nor covered by bodySHA256 has a signature over the URL
+// alone, which says nothing about the body: it verifies only with an empty
+// body (ErrNoMatch otherwise), so that a captured URL-only signature cannot
+// carry a body of an attacker's choosing.
 //
 // Twilio signs the URL it was configured with, which behind a proxy is not
 // the one the server sees: set Options.PublicBaseURL. Because Twilio
@@ -87,7 +91,8 @@ func (t *Twilio) Verify(ctx context.Context, r *Request) error {
 
 // twilioParams returns the signed parameter string of r: empty when the URL
 // carries bodySHA256 (after checking the body against it), the sorted form
-// parameters of a form body, otherwise empty.
+// parameters of a form body, otherwise empty, which requires an empty body:
+// the signature covers no other body.
 func twilioParams(r *Request, signedURL string) ([]byte, error) {
 	_, rest := splitOrigin(signedURL)
 	_, query, _ := strings.Cut(rest, "?")
@@ -105,6 +110,9 @@ func twilioParams(r *Request, signedURL string) ([]byte, error) {
 	}
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType != "application/x-www-form-urlencoded" {
+		if len(r.Body) > 0 {
+			return nil, fmt.Errorf("%w: the body is neither a form nor covered by the URL's bodySHA256, so no signature covers it", ErrNoMatch)
+		}
 		return nil, nil
 	}
 	form, err := url.ParseQuery(string(r.Body))

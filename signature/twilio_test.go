@@ -2,7 +2,9 @@ package signature_test
 
 import (
 	"context"
+	"crypto/sha1" // Twilio signs with HMAC-SHA1.
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"net/http"
 	"net/url"
@@ -167,4 +169,31 @@ func FuzzTwilioVerify(f *testing.F) {
 		genuine := strings.Contains(rawURL, "mycompany.com")
 		requireOnlyGenuine(t, v.Verify(context.Background(), req), genuine, rawURL, sig, body, contentType)
 	})
+}
+
+// TestTwilioURLOnlySignatureCoversNoBody checks that a signature over the URL
+// alone (a request whose body is neither a form nor covered by bodySHA256)
+// verifies only with an empty body: otherwise an attacker who captured one
+// such request could send the same URL and signature with any JSON body.
+func TestTwilioURLOnlySignatureCoversNoBody(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const statusURL = "https://mycompany.com/status?CallSid=CA1234567890ABCDE"
+	urlOnly := base64.StdEncoding.EncodeToString(macOf(sha1.New, twilioToken, statusURL))
+	v := signature.NewTwilio(signature.Secrets{twilioToken}, nil)
+
+	// Genuine: no body (Twilio's GET callbacks, or an empty POST).
+	require.NoError(t, v.Verify(ctx, twilioJSON(statusURL, urlOnly, "")))
+	empty := twilioForm(statusURL, urlOnly, "")
+	empty.Header.Del("Content-Type")
+	require.NoError(t, v.Verify(ctx, empty))
+
+	// Forged: the captured URL and signature with a body of the attacker's.
+	for _, contentType := range []string{"application/json", "text/plain", ""} {
+		forged := twilioJSON(statusURL, urlOnly, `{"CallStatus":"completed","amount":1000000}`)
+		forged.Header.Set("Content-Type", contentType)
+		err := v.Verify(ctx, forged)
+		requireRejected(t, err, signature.ErrNoMatch, twilioToken)
+		require.ErrorContains(t, err, "no signature covers it", contentType)
+	}
 }

@@ -84,6 +84,7 @@ type WharfOutboxDelivery struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	SucceededAt    *time.Time
+	Generation     int32
 }
 
 type WharfOutboxEndpoint struct {

@@ -55,69 +55,80 @@ const outboxAttemptRecord = `-- name: OutboxAttemptRecord :one
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
+current_delivery AS (
+    SELECT d.id, d.endpoint_id, d.event_id, d.attempts
+    FROM wharf_outbox_deliveries d
+    WHERE d.id = $1::uuid
+      AND d.generation = $2::int
+      AND d.status IN ('pending', 'retrying')
+    FOR UPDATE
+),
 attempt AS (
     INSERT INTO wharf_outbox_attempts (
         id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
         status_code, response_body, response_truncated, error, duration_us
     )
-    SELECT $2::uuid, $3::timestamptz, d.id, d.endpoint_id, d.event_id,
-           d.attempts + 1, CASE WHEN $4::boolean THEN 'succeeded' ELSE 'failed' END,
-           $5::int, $6::bytea, $7::boolean,
-           $8::text, $9::bigint
-    FROM wharf_outbox_deliveries d
-    WHERE d.id = $10::uuid
+    SELECT $3::uuid, $4::timestamptz, d.id, d.endpoint_id, d.event_id,
+           d.attempts + 1, CASE WHEN $5::boolean THEN 'succeeded' ELSE 'failed' END,
+           $6::int, $7::bytea, $8::boolean,
+           $9::text, $10::bigint
+    FROM current_delivery d
 ),
 lease AS (
     UPDATE wharf_outbox_leases
     SET delivery_id = NULL, expires_at = '-infinity'
-    WHERE endpoint_id = $11::uuid AND slot = $12::int AND delivery_id = $10::uuid
+    WHERE endpoint_id = $11::uuid AND slot = $12::int AND delivery_id = $1::uuid
+),
+endpoint AS (
+    SELECT ep.id,
+           ep.enabled AND ($13::boolean
+               OR (NOT $5::boolean
+                   AND COALESCE(ep.failing_since, $14::timestamptz) <= $15::timestamptz) IS TRUE)
+               AS disable,
+           CASE WHEN $13::boolean THEN $16::text ELSE $17::text END AS reason
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $11::uuid
+      AND (NOT $5::boolean
+           OR ep.consecutive_failures > 0
+           OR ep.last_success_at IS NULL
+           OR ep.last_success_at < $18::timestamptz)
+    FOR UPDATE
 ),
 health AS (
     UPDATE wharf_outbox_endpoints ep
-    SET consecutive_failures = CASE WHEN $4::boolean THEN 0 ELSE ep.consecutive_failures + 1 END,
-        failing_since = CASE WHEN $4::boolean THEN NULL ELSE COALESCE(ep.failing_since, $1::timestamptz) END,
-        last_success_at = CASE WHEN $4::boolean THEN $1::timestamptz ELSE ep.last_success_at END,
-        last_failure_at = CASE WHEN $4::boolean THEN ep.last_failure_at ELSE $1::timestamptz END,
-        enabled = ep.enabled AND NOT ($13::boolean
-            OR (NOT $4::boolean AND COALESCE(ep.failing_since, $1::timestamptz) <= $14::timestamptz) IS TRUE),
-        disabled_reason = CASE
-            WHEN NOT ep.enabled THEN ep.disabled_reason
-            WHEN $13::boolean THEN $15::text
-            WHEN (NOT $4::boolean AND COALESCE(ep.failing_since, $1::timestamptz) <= $14::timestamptz) IS TRUE
-                THEN $16::text
-            ELSE ep.disabled_reason END,
-        disabled_at = CASE
-            WHEN ep.enabled AND ($13::boolean
-                OR (NOT $4::boolean AND COALESCE(ep.failing_since, $1::timestamptz) <= $14::timestamptz) IS TRUE)
-                THEN $1::timestamptz
-            ELSE ep.disabled_at END
-    WHERE ep.id = $11::uuid
-      AND (NOT $4::boolean
-           OR ep.consecutive_failures > 0
-           OR ep.last_success_at IS NULL
-           OR ep.last_success_at < $17::timestamptz)
-    RETURNING ep.enabled, ep.disabled_at, ep.disabled_reason
+    SET consecutive_failures = CASE WHEN $5::boolean THEN 0 ELSE ep.consecutive_failures + 1 END,
+        failing_since = CASE WHEN $5::boolean THEN NULL ELSE COALESCE(ep.failing_since, $14::timestamptz) END,
+        last_success_at = CASE WHEN $5::boolean THEN $14::timestamptz ELSE ep.last_success_at END,
+        last_failure_at = CASE WHEN $5::boolean THEN ep.last_failure_at ELSE $14::timestamptz END,
+        enabled = ep.enabled AND NOT e.disable,
+        disabled_reason = CASE WHEN e.disable THEN e.reason ELSE ep.disabled_reason END,
+        disabled_at = CASE WHEN e.disable THEN $14::timestamptz ELSE ep.disabled_at END
+    FROM endpoint e
+    WHERE ep.id = e.id
+    RETURNING e.disable, ep.disabled_reason
 ),
 delivery AS (
-    UPDATE wharf_outbox_deliveries
-    SET status = $18::text,
-        attempts = attempts + 1,
-        last_status_code = $5::int,
-        last_error = $8::text,
-        next_attempt_at = $19::timestamptz,
-        succeeded_at = CASE WHEN $4::boolean THEN $1::timestamptz ELSE succeeded_at END,
-        updated_at = $1::timestamptz
-    WHERE id = $10::uuid
-    RETURNING attempts
+    UPDATE wharf_outbox_deliveries d
+    SET status = $19::text,
+        attempts = d.attempts + 1,
+        last_status_code = $6::int,
+        last_error = $9::text,
+        next_attempt_at = $20::timestamptz,
+        succeeded_at = CASE WHEN $5::boolean THEN $14::timestamptz ELSE d.succeeded_at END,
+        updated_at = $14::timestamptz
+    FROM current_delivery c
+    WHERE d.id = c.id
+    RETURNING d.attempts
 )
 SELECT delivery.attempts,
-       COALESCE((SELECT NOT h.enabled AND h.disabled_at = $1::timestamptz FROM health h), false)::boolean AS disabled_now,
+       COALESCE((SELECT h.disable FROM health h), false)::boolean AS disabled_now,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
 FROM delivery, async_commit
 `
 
 type OutboxAttemptRecordParams struct {
-	Now               time.Time
+	DeliveryID        uuid.UUID
+	Generation        int32
 	AttemptID         uuid.UUID
 	AttemptedAt       time.Time
 	Succeeded         bool
@@ -126,10 +137,10 @@ type OutboxAttemptRecordParams struct {
 	ResponseTruncated bool
 	Error             string
 	DurationUs        int64
-	DeliveryID        uuid.UUID
 	EndpointID        uuid.UUID
 	LeaseSlot         int32
 	Gone              bool
+	Now               time.Time
 	DisableBefore     *time.Time
 	GoneReason        string
 	FailingReason     string
@@ -146,11 +157,21 @@ type OutboxAttemptRecordRow struct {
 
 // Records one attempt in one statement: the attempt row, the delivery's new
 // state, the release of the attempt's lease (slot -1 when it held none) and
-// the endpoint's health. A failure disables the endpoint when gone (410) or
-// when it has been failing since before disable_before (NULL: never). A
-// success skips the endpoint write while nothing would change but a
-// last_success_at newer than stale_before, so that busy endpoints do not
-// serialise on their row. No row means the delivery no longer exists.
+// the endpoint's health. Only the job of the delivery's current generation
+// records, and only while the delivery is pending or retrying: a job that a
+// replay superseded, or that runs after the delivery finished, changes
+// neither the delivery nor its attempt log (the endpoint's health and the
+// lease are still settled: the request was real). No row means that, or
+// that the delivery no longer exists.
+//
+// A failure disables the endpoint when gone (410) or when it has been
+// failing since before disable_before (NULL: never), decided once in
+// endpoint. A success skips the endpoint write while nothing would change
+// but a last_success_at newer than stale_before, so that busy endpoints do
+// not serialise on their row. endpoint locks the row it decides on (FOR
+// UPDATE returns its latest committed version), so the decision and the
+// write see the same failure streak even when attempts of one endpoint
+// finish together.
 //
 // The statement commits without waiting for its WAL flush
 // (synchronous_commit off for this transaction only): River records the
@@ -160,7 +181,8 @@ type OutboxAttemptRecordRow struct {
 // as after a worker crash.
 func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptRecordParams) (OutboxAttemptRecordRow, error) {
 	row := q.db.QueryRow(ctx, outboxAttemptRecord,
-		arg.Now,
+		arg.DeliveryID,
+		arg.Generation,
 		arg.AttemptID,
 		arg.AttemptedAt,
 		arg.Succeeded,
@@ -169,10 +191,10 @@ func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptReco
 		arg.ResponseTruncated,
 		arg.Error,
 		arg.DurationUs,
-		arg.DeliveryID,
 		arg.EndpointID,
 		arg.LeaseSlot,
 		arg.Gone,
+		arg.Now,
 		arg.DisableBefore,
 		arg.GoneReason,
 		arg.FailingReason,
@@ -219,7 +241,7 @@ func (q *Queries) OutboxDeliveryEarlierPending(ctx context.Context, arg OutboxDe
 }
 
 const outboxDeliveryGet = `-- name: OutboxDeliveryGet :one
-SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at FROM wharf_outbox_deliveries WHERE id = $1::uuid
+SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at, generation FROM wharf_outbox_deliveries WHERE id = $1::uuid
 `
 
 func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (WharfOutboxDelivery, error) {
@@ -240,13 +262,14 @@ func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (WharfOut
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SucceededAt,
+		&i.Generation,
 	)
 	return i, err
 }
 
 const outboxDeliveryGetForWork = `-- name: OutboxDeliveryGetForWork :one
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts,
+       d.status, d.attempts, d.generation,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload
@@ -265,6 +288,7 @@ type OutboxDeliveryGetForWorkRow struct {
 	OrderingKey             string
 	Status                  string
 	Attempts                int32
+	Generation              int32
 	Url                     string
 	Secret                  string
 	PreviousSecret          *string
@@ -290,6 +314,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.OrderingKey,
 		&i.Status,
 		&i.Attempts,
+		&i.Generation,
 		&i.Url,
 		&i.Secret,
 		&i.PreviousSecret,
@@ -304,7 +329,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 }
 
 const outboxDeliveryList = `-- name: OutboxDeliveryList :many
-SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at FROM wharf_outbox_deliveries
+SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at, generation FROM wharf_outbox_deliveries
 WHERE ($1::uuid IS NULL OR endpoint_id = $1::uuid)
   AND ($2::uuid IS NULL OR event_id = $2::uuid)
   AND ($3::text IS NULL OR status = $3::text)
@@ -349,6 +374,7 @@ func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryList
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.SucceededAt,
+			&i.Generation,
 		); err != nil {
 			return nil, err
 		}
@@ -360,61 +386,77 @@ func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryList
 	return items, nil
 }
 
-const outboxDeliveryMarkDead = `-- name: OutboxDeliveryMarkDead :exec
+const outboxDeliveryMarkDead = `-- name: OutboxDeliveryMarkDead :execrows
 UPDATE wharf_outbox_deliveries
 SET status = 'dead', last_error = $1::text, next_attempt_at = NULL, updated_at = $2::timestamptz
-WHERE id = $3::uuid AND status IN ('pending', 'retrying')
+WHERE id = $3::uuid AND generation = $4::int AND status IN ('pending', 'retrying')
 `
 
 type OutboxDeliveryMarkDeadParams struct {
-	Reason string
-	Now    time.Time
-	ID     uuid.UUID
+	Reason     string
+	Now        time.Time
+	ID         uuid.UUID
+	Generation int32
 }
 
-// Dead-letters an unfinished delivery without an attempt (its endpoint was
-// disabled, or its event is gone).
-func (q *Queries) OutboxDeliveryMarkDead(ctx context.Context, arg OutboxDeliveryMarkDeadParams) error {
-	_, err := q.db.Exec(ctx, outboxDeliveryMarkDead, arg.Reason, arg.Now, arg.ID)
-	return err
+// Dead-letters an unfinished delivery of generation without an attempt (its
+// endpoint was disabled, its event is gone, its attempts ran out or its job
+// was cancelled). A delivery a replay took over is left alone.
+func (q *Queries) OutboxDeliveryMarkDead(ctx context.Context, arg OutboxDeliveryMarkDeadParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeliveryMarkDead,
+		arg.Reason,
+		arg.Now,
+		arg.ID,
+		arg.Generation,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const outboxDeliveryRequeue = `-- name: OutboxDeliveryRequeue :one
 UPDATE wharf_outbox_deliveries d
-SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz
+SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz,
+    generation = d.generation + 1
 FROM wharf_outbox_endpoints ep
 WHERE d.id = $2::uuid
   AND ep.id = d.endpoint_id
   AND ep.enabled
-  AND d.status IN ('succeeded', 'dead')
+  AND (d.status IN ('succeeded', 'dead')
+       OR (d.status IN ('pending', 'retrying') AND d.generation = $3::int))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
-RETURNING d.id
+RETURNING d.generation
 `
 
 type OutboxDeliveryRequeueParams struct {
-	Now time.Time
-	ID  uuid.UUID
+	Now                time.Time
+	ID                 uuid.UUID
+	OrphanedGeneration *int32
 }
 
-// Moves a finished delivery of an enabled endpoint back to pending, for
-// replay, while its event's payload is still stored.
-func (q *Queries) OutboxDeliveryRequeue(ctx context.Context, arg OutboxDeliveryRequeueParams) (uuid.UUID, error) {
-	row := q.db.QueryRow(ctx, outboxDeliveryRequeue, arg.Now, arg.ID)
-	var id uuid.UUID
-	err := row.Scan(&id)
-	return id, err
+// Moves a delivery of an enabled endpoint to pending in a new generation,
+// for replay, while its event's payload is still stored: a finished one, or
+// an unfinished one still at orphaned_generation (the caller found no live
+// job of that generation). Returns the new generation.
+func (q *Queries) OutboxDeliveryRequeue(ctx context.Context, arg OutboxDeliveryRequeueParams) (int32, error) {
+	row := q.db.QueryRow(ctx, outboxDeliveryRequeue, arg.Now, arg.ID, arg.OrphanedGeneration)
+	var generation int32
+	err := row.Scan(&generation)
+	return generation, err
 }
 
 const outboxDeliveryRequeueDead = `-- name: OutboxDeliveryRequeueDead :many
 UPDATE wharf_outbox_deliveries d
-SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz
+SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz,
+    generation = d.generation + 1
 WHERE d.endpoint_id = $2::uuid
   AND d.status = 'dead'
   AND d.created_at >= $3::timestamptz
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
-RETURNING d.id
+RETURNING d.id, d.generation
 `
 
 type OutboxDeliveryRequeueDeadParams struct {
@@ -423,21 +465,27 @@ type OutboxDeliveryRequeueDeadParams struct {
 	Since      time.Time
 }
 
+type OutboxDeliveryRequeueDeadRow struct {
+	ID         uuid.UUID
+	Generation int32
+}
+
 // Moves an endpoint's dead deliveries published at or after since back to
-// pending, for replay; those whose event is gone or scrubbed stay dead.
-func (q *Queries) OutboxDeliveryRequeueDead(ctx context.Context, arg OutboxDeliveryRequeueDeadParams) ([]uuid.UUID, error) {
+// pending in a new generation, for replay; those whose event is gone or
+// scrubbed stay dead.
+func (q *Queries) OutboxDeliveryRequeueDead(ctx context.Context, arg OutboxDeliveryRequeueDeadParams) ([]OutboxDeliveryRequeueDeadRow, error) {
 	rows, err := q.db.Query(ctx, outboxDeliveryRequeueDead, arg.Now, arg.EndpointID, arg.Since)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []uuid.UUID
+	var items []OutboxDeliveryRequeueDeadRow
 	for rows.Next() {
-		var id uuid.UUID
-		if err := rows.Scan(&id); err != nil {
+		var i OutboxDeliveryRequeueDeadRow
+		if err := rows.Scan(&i.ID, &i.Generation); err != nil {
 			return nil, err
 		}
-		items = append(items, id)
+		items = append(items, i)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -816,14 +864,15 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
 UPDATE wharf_outbox_leases l
-SET delivery_id = $1::uuid, expires_at = $2::timestamptz
+SET delivery_id = $1::uuid,
+    expires_at = now() + make_interval(secs => $2::float8)
 FROM async_commit
 WHERE l.ctid = (
     SELECT f.ctid
     FROM wharf_outbox_leases f
     WHERE f.endpoint_id = $3::uuid
       AND f.slot <= $4::int
-      AND f.expires_at <= $5::timestamptz
+      AND f.expires_at <= now()
     ORDER BY f.expires_at
     LIMIT 1
     FOR UPDATE SKIP LOCKED)
@@ -831,24 +880,27 @@ RETURNING l.slot
 `
 
 type OutboxLeaseAcquireParams struct {
-	DeliveryID uuid.UUID
-	ExpiresAt  time.Time
-	EndpointID uuid.UUID
-	LastSlot   int32
-	Now        time.Time
+	DeliveryID   uuid.UUID
+	LeaseSeconds float64
+	EndpointID   uuid.UUID
+	LastSlot     int32
 }
 
 // Takes a free slot up to last_slot (the one free longest) that no other
-// worker is taking at this moment. No row means every slot is held, locked by another worker,
-// or not created yet. It commits without waiting for its WAL flush: a lease
-// lost to a Postgres crash only lets one more request in flight for a while.
+// worker is taking at this moment, for lease_seconds. No row means
+// every slot is held, locked by another worker, or not created yet. Lease
+// times are the database's clock, never a node's, so that nodes whose
+// clocks disagree still agree on which leases have expired: now(), the
+// start of this statement's own transaction (run it outside any other),
+// which unlike clock_timestamp() can bound the index scan. It commits
+// without waiting for its WAL flush: a lease lost to a Postgres crash only
+// lets one more request in flight for a while.
 func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquireParams) (int32, error) {
 	row := q.db.QueryRow(ctx, outboxLeaseAcquire,
 		arg.DeliveryID,
-		arg.ExpiresAt,
+		arg.LeaseSeconds,
 		arg.EndpointID,
 		arg.LastSlot,
-		arg.Now,
 	)
 	var slot int32
 	err := row.Scan(&slot)
@@ -857,13 +909,12 @@ func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquire
 
 const outboxLeaseCount = `-- name: OutboxLeaseCount :one
 SELECT count(*) AS slots,
-       count(*) FILTER (WHERE expires_at > $1::timestamptz) AS held
+       count(*) FILTER (WHERE expires_at > now()) AS held
 FROM wharf_outbox_leases
-WHERE endpoint_id = $2::uuid AND slot <= $3::int
+WHERE endpoint_id = $1::uuid AND slot <= $2::int
 `
 
 type OutboxLeaseCountParams struct {
-	Now        time.Time
 	EndpointID uuid.UUID
 	LastSlot   int32
 }
@@ -873,9 +924,10 @@ type OutboxLeaseCountRow struct {
 	Held  int64
 }
 
-// The endpoint's slots below last_slot, and how many of them are held.
+// The endpoint's slots below last_slot, and how many of them are held (by
+// the database's clock, as OutboxLeaseAcquire).
 func (q *Queries) OutboxLeaseCount(ctx context.Context, arg OutboxLeaseCountParams) (OutboxLeaseCountRow, error) {
-	row := q.db.QueryRow(ctx, outboxLeaseCount, arg.Now, arg.EndpointID, arg.LastSlot)
+	row := q.db.QueryRow(ctx, outboxLeaseCount, arg.EndpointID, arg.LastSlot)
 	var i OutboxLeaseCountRow
 	err := row.Scan(&i.Slots, &i.Held)
 	return i, err
@@ -917,12 +969,12 @@ func (q *Queries) OutboxLeaseSlotsCreate(ctx context.Context, arg OutboxLeaseSlo
 const outboxPublish = `-- name: OutboxPublish :many
 WITH input AS (
     SELECT i AS n,
-           ($2::uuid[])[i] AS id,
-           ($3::text[])[i] AS type,
-           ($4::bytea[])[i] AS payload,
-           ($5::text[])[i] AS ordering_key,
-           ($6::text[])[i] AS tenant
-    FROM generate_subscripts($2::uuid[], 1) AS i
+           ($3::uuid[])[i] AS id,
+           ($4::text[])[i] AS type,
+           ($5::bytea[])[i] AS payload,
+           ($6::text[])[i] AS ordering_key,
+           ($7::text[])[i] AS tenant
+    FROM generate_subscripts($3::uuid[], 1) AS i
 ),
 events AS (
     INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant)
@@ -931,10 +983,10 @@ events AS (
     RETURNING wharf_outbox_events.id
 )
 INSERT INTO wharf_outbox_deliveries (
-    id, event_id, event_created_at, endpoint_id, ordering_key, status, created_at, updated_at
+    id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
 )
 SELECT gen_random_uuid(), input.id, $1::timestamptz, ep.id, input.ordering_key, 'pending',
-       $1::timestamptz, $1::timestamptz
+       $2::timestamptz, $1::timestamptz, $1::timestamptz
 FROM input
 JOIN events ON events.id = input.id
 JOIN wharf_outbox_endpoints ep
@@ -951,12 +1003,13 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id
 `
 
 type OutboxPublishParams struct {
-	CreatedAt    time.Time
-	Ids          []uuid.UUID
-	Types        []string
-	Payloads     [][]byte
-	OrderingKeys []string
-	Tenants      []string
+	CreatedAt      time.Time
+	FirstAttemptAt time.Time
+	Ids            []uuid.UUID
+	Types          []string
+	Payloads       [][]byte
+	OrderingKeys   []string
+	Tenants        []string
 }
 
 type OutboxPublishRow struct {
@@ -965,10 +1018,12 @@ type OutboxPublishRow struct {
 }
 
 // Stores events and, for each, one pending delivery per enabled endpoint of
-// the event's tenant whose filter matches its type. Returns the deliveries.
+// the event's tenant whose filter matches its type, due at first_attempt_at.
+// Returns the deliveries.
 func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([]OutboxPublishRow, error) {
 	rows, err := q.db.Query(ctx, outboxPublish,
 		arg.CreatedAt,
+		arg.FirstAttemptAt,
 		arg.Ids,
 		arg.Types,
 		arg.Payloads,

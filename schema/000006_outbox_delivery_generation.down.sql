@@ -1,0 +1,1 @@
+ALTER TABLE wharf_outbox_deliveries DROP COLUMN IF EXISTS generation;
