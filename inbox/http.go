@@ -90,8 +90,14 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 	verifyReq := &signature.Request{Method: r.Method, URL: requestURL(r), Header: r.Header, Body: raw}
 	if err := src.Verifier.Verify(r.Context(), verifyReq); err != nil {
 		if errors.Is(err, signature.ErrNoSecrets) {
-			log.ErrorContext(r.Context(), "inbox: no usable signing secret", "error", err)
-			writeError(w, http.StatusServiceUnavailable, "signature secrets unavailable; retry later")
+			// Our configuration or secret store, not the sender: 503, so the
+			// sender retries once it is fixed.
+			msg := "inbox: no usable signing secret"
+			if errors.Is(err, signature.ErrInvalidOptions) {
+				msg = "inbox: invalid verifier options"
+			}
+			log.ErrorContext(r.Context(), msg, "error", err)
+			writeError(w, http.StatusServiceUnavailable, "signature verification unavailable; retry later")
 			return
 		}
 		log.InfoContext(r.Context(), "inbox: signature rejected", "error", err)
