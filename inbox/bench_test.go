@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,13 +35,8 @@ import (
 // WHARF_BENCH_REQUESTS sets the requests per phase (default 4000),
 // WHARF_BENCH_SENDERS the concurrency (default 32).
 func BenchmarkIngest(b *testing.B) {
-	senders, requests := 32, 4000
-	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_REQUESTS")); err == nil && v > 0 {
-		requests = v
-	}
-	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_SENDERS")); err == nil && v > 0 {
-		senders = v
-	}
+	senders := loadtest.EnvInt("WHARF_BENCH_SENDERS", 32)
+	requests := loadtest.EnvInt("WHARF_BENCH_REQUESTS", 4000)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(testdb.NewURL(b))
 	if err != nil {

@@ -7,9 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -37,13 +35,8 @@ import (
 //
 // WHARF_BENCH_PRUNE_ROWS sets N (default 1,000,000).
 func BenchmarkRetention(b *testing.B) {
-	rows, rate := 1_000_000, 200.0
-	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_PRUNE_ROWS")); err == nil && v > 0 {
-		rows = v
-	}
-	if v, err := strconv.ParseFloat(os.Getenv("WHARF_BENCH_INGEST_RATE"), 64); err == nil && v > 0 {
-		rate = v
-	}
+	rows := loadtest.EnvInt("WHARF_BENCH_PRUNE_ROWS", 1_000_000)
+	rate := loadtest.EnvFloat("WHARF_BENCH_INGEST_RATE", 200)
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(testdb.NewURL(b))
 	if err != nil {

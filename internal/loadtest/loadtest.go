@@ -3,7 +3,9 @@
 package loadtest
 
 import (
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,42 +29,55 @@ func (r Result) Percentile(p float64) time.Duration {
 	return s[min(len(s)-1, int(float64(len(s))*p/100))]
 }
 
-// Run calls op for i in [0, n) from workers goroutines and returns each
-// call's latency and the wall time, or the first error.
-func Run(workers, n int, op func(i int) error) (Result, error) {
+// run times op(i) for every i that start hands it, and collects the
+// latencies and the first error. start calls launch for each index, in
+// whatever goroutines and at whatever pace it likes, and returns once all
+// are launched.
+func run(n int, start func(launch func(i int) bool), op func(i int) error) (Result, error) {
 	res := Result{Latencies: make([]time.Duration, n)}
-	var next atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
+	t0 := time.Now()
+	start(func(i int) bool {
+		if firstErr.Load() != nil {
+			return false
+		}
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || firstErr.Load() != nil {
-					return
-				}
-				t0 := time.Now()
-				if err := op(i); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				res.Latencies[i] = time.Since(t0)
-			}
-		}()
-	}
+		defer wg.Done()
+		began := time.Now()
+		if err := op(i); err != nil {
+			firstErr.CompareAndSwap(nil, err)
+			return false
+		}
+		res.Latencies[i] = time.Since(began)
+		return true
+	})
 	wg.Wait()
-	res.Wall = time.Since(start)
+	res.Wall = time.Since(t0)
 	if err, ok := firstErr.Load().(error); ok {
 		return res, err
 	}
 	return res, nil
 }
 
-// Ms converts a duration to fractional milliseconds, for reports.
-func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+// Run calls op for i in [0, n) from workers goroutines (a closed loop:
+// each starts its next call when the last returns) and returns each call's
+// latency and the wall time, or the first error.
+func Run(workers, n int, op func(i int) error) (Result, error) {
+	return run(n, func(launch func(int) bool) {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1) - 1); i < n && launch(i); i = int(next.Add(1) - 1) {
+				}
+			}()
+		}
+		wg.Wait()
+	}, op)
+}
 
 // RunRate starts op for i in [0, n) at a fixed rate (an open loop: a slow
 // operation does not delay the next one's start), and returns each call's
@@ -70,30 +85,38 @@ func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // offered load shows interference that a saturating closed loop hides in
 // its queueing.
 func RunRate(perSecond float64, n int, op func(i int) error) (Result, error) {
-	res := Result{Latencies: make([]time.Duration, n)}
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / perSecond)
-	start := time.Now()
-	for i := range n {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			time.Sleep(wait)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t0 := time.Now()
-			if err := op(i); err != nil {
-				firstErr.CompareAndSwap(nil, err)
-				return
+	return run(n, func(launch func(int) bool) {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range n {
+			if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+				time.Sleep(wait) // pacing the offered load is the point here
 			}
-			res.Latencies[i] = time.Since(t0)
-		}()
+			wg.Add(1)
+			go func() { defer wg.Done(); launch(i) }()
+		}
+		wg.Wait()
+	}, op)
+}
+
+// Ms converts a duration to fractional milliseconds, for reports.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// EnvInt returns the positive integer in the environment variable name, or
+// def when it is unset or not one.
+func EnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
 	}
-	wg.Wait()
-	res.Wall = time.Since(start)
-	if err, ok := firstErr.Load().(error); ok {
-		return res, err
+	return def
+}
+
+// EnvFloat returns the positive number in the environment variable name,
+// or def when it is unset or not one.
+func EnvFloat(name string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil && v > 0 {
+		return v
 	}
-	return res, nil
+	return def
 }
