@@ -245,22 +245,9 @@ func TestRecovery(t *testing.T) {
 
 	t.Run("TransientDatabaseErrorsSnoozeWithoutUsingAttempts", func(t *testing.T) {
 		t.Parallel()
-		url := testdb.NewURL(t)
-		proxy, proxied := testdb.NewProxy(t, url)
-		direct, err := pgxpool.New(ctx, url)
-		require.NoError(t, err)
-		t.Cleanup(direct.Close)
-		outboxPool, err := pgxpool.New(ctx, proxied)
-		require.NoError(t, err)
-		t.Cleanup(outboxPool.Close)
-
 		// One attempt only: a database error that used it would leave
 		// nothing to deliver with.
-		cfg := testConfig()
-		cfg.RetrySchedule = []time.Duration{0}
-		ob, err := outbox.New(outboxPool, cfg)
-		require.NoError(t, err)
-		bundle := &testBundle{pool: direct, outbox: ob}
+		bundle, proxy, direct, ob := proxiedOneAttemptOutbox(t)
 		receiver := okSink(t)
 		ep := bundle.endpoint(t, receiver.URL(), nil)
 		res := bundle.publish(t, &outbox.Event{Type: "x"})
@@ -289,20 +276,7 @@ func TestRecovery(t *testing.T) {
 
 	t.Run("DatabaseLostAtTheLastAttemptStillDeadLetters", func(t *testing.T) {
 		t.Parallel()
-		url := testdb.NewURL(t)
-		proxy, proxied := testdb.NewProxy(t, url)
-		direct, err := pgxpool.New(ctx, url)
-		require.NoError(t, err)
-		t.Cleanup(direct.Close)
-		outboxPool, err := pgxpool.New(ctx, proxied)
-		require.NoError(t, err)
-		t.Cleanup(outboxPool.Close)
-
-		cfg := testConfig()
-		cfg.RetrySchedule = []time.Duration{0}
-		ob, err := outbox.New(outboxPool, cfg)
-		require.NoError(t, err)
-		bundle := &testBundle{pool: direct, outbox: ob}
+		bundle, proxy, direct, ob := proxiedOneAttemptOutbox(t)
 		// The only attempt is answered just after the outbox lost its
 		// database: its outcome cannot be recorded, and the runs after it
 		// cannot load the delivery until the database is back.
@@ -460,4 +434,25 @@ func TestRecovery(t *testing.T) {
 		b.awaitDelivery(t, ep.ID, resB[0].EventID, outbox.StatusSucceeded)
 		require.Equal(t, int64(1), receiver.maxSeen.Load())
 	})
+}
+
+// proxiedOneAttemptOutbox returns an outbox with a one-attempt schedule whose
+// database goes through a proxy the test can cut, with a bundle and a direct
+// pool (for River and the test's own queries) that stay connected.
+func proxiedOneAttemptOutbox(t *testing.T) (*testBundle, *testdb.Proxy, *pgxpool.Pool, *outbox.Outbox) {
+	t.Helper()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	proxy, proxied := testdb.NewProxy(t, url)
+	direct, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(direct.Close)
+	outboxPool, err := pgxpool.New(ctx, proxied)
+	require.NoError(t, err)
+	t.Cleanup(outboxPool.Close)
+	cfg := testConfig()
+	cfg.RetrySchedule = []time.Duration{0}
+	ob, err := outbox.New(outboxPool, cfg)
+	require.NoError(t, err)
+	return &testBundle{pool: direct, outbox: ob}, proxy, direct, ob
 }
