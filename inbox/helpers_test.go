@@ -161,7 +161,7 @@ func (b *testBundle) counts(t *testing.T) (keys, messages, jobs int) {
 	ctx := context.Background()
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_keys").Scan(&keys))
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages").Scan(&messages))
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process'").Scan(&jobs))
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind IN ('wharf_inbox_process', 'wharf_inbox_process_batch')").Scan(&jobs))
 	return keys, messages, jobs
 }
 

@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,8 +8,6 @@ import (
 	"path"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/signature"
 )
@@ -117,21 +114,22 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 	}
 	log = log.With("event_id", eventID, "event_type", eventType)
 
-	ctx, cancel := context.WithTimeout(r.Context(), ib.receiveTimeout)
-	defer cancel()
-	var res *Result
-	err = ib.txFunc(ctx, func(tx pgx.Tx) error {
-		var err error
-		res, err = ib.Receive(ctx, tx, Incoming{
-			Source:      src.Name,
-			EventID:     eventID,
-			EventType:   eventType,
-			Header:      r.Header,
-			Body:        raw,
-			PayloadHash: src.payloadHash(body),
-		})
-		return err
-	})
+	msg := Incoming{
+		Source:      src.Name,
+		EventID:     eventID,
+		EventType:   eventType,
+		Header:      r.Header,
+		Body:        raw,
+		PayloadHash: src.payloadHash(body),
+	}
+	if err := msg.validate(); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	res, err := ib.batcher.receive(r.Context(), msg)
+	if err == nil {
+		err = res.Err
+	}
 	switch {
 	case errors.Is(err, ErrInvalidMessage):
 		writeError(w, http.StatusBadRequest, err.Error())

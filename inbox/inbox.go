@@ -13,6 +13,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,12 @@ const (
 	DefaultMaxAttempts = 20
 	// DefaultMaxBodyBytes is the body limit of a Source unless it sets one.
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultBatchSize is how many messages share a receive transaction and
+	// a processing job unless Config.BatchSize says otherwise.
+	DefaultBatchSize = 100
+	// DefaultBatchWait is how long a delivery waits for others to share its
+	// transaction unless Config.BatchWait says otherwise.
+	DefaultBatchWait = time.Millisecond
 
 	messagesTable = "wharf_inbox_messages"
 )
@@ -61,6 +68,20 @@ type Config struct {
 	// it the delivery is answered 503 and nothing is recorded. Defaults to
 	// DefaultReceiveTimeout.
 	ReceiveTimeout time.Duration
+	// BatchSize caps how many messages share one transaction and one
+	// processing job. The HTTP handler gathers concurrent deliveries into
+	// one receive transaction (group commit: one WAL flush for the batch,
+	// each delivery answered after the commit that covers it), ReceiveMany
+	// gives up to BatchSize new messages one River job, and that job runs
+	// each handler in its own savepoint of one transaction. 1 turns batching
+	// off: each delivery commits alone and each message gets its own job.
+	// Defaults to DefaultBatchSize.
+	BatchSize int
+	// BatchWait is the longest a delivery waits for others to join its
+	// batch. It waits only while another batch of this Inbox is committing
+	// (an idle inbox commits at once) and stops waiting when the batch is
+	// full. Defaults to DefaultBatchWait; a negative value never waits.
+	BatchWait time.Duration
 	// Now returns the current time; tests inject a clock. Defaults to
 	// time.Now.
 	Now func() time.Time
@@ -79,6 +100,8 @@ type Inbox struct {
 	logger         *slog.Logger
 	now            func() time.Time
 	sources        map[string]*Source
+	batchSize      int
+	batcher        *receiveBatcher
 
 	mu       sync.RWMutex
 	handlers map[handlerKey]Handler
@@ -127,6 +150,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if ib.now == nil {
 		ib.now = time.Now
 	}
+	ib.batchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	batchWait := cmp.Or(cfg.BatchWait, DefaultBatchWait)
+	if batchWait < 0 {
+		batchWait = 0
+	}
+	ib.batcher = &receiveBatcher{ib: ib, maxSize: ib.batchSize, maxWait: batchWait}
 	for i := range cfg.Sources {
 		src := cfg.Sources[i] // a copy: later edits of cfg change nothing
 		ib.sources[src.Name] = &src
@@ -137,6 +166,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 func (c *Config) validate() error {
 	if c.MaxAttempts < 0 {
 		return errors.New("inbox: MaxAttempts must not be negative")
+	}
+	if c.BatchSize < 0 {
+		return errors.New("inbox: BatchSize must not be negative")
 	}
 	if c.ReceiveTimeout < 0 {
 		return errors.New("inbox: ReceiveTimeout must not be negative")
@@ -161,7 +193,10 @@ func (ib *Inbox) Queue() string { return ib.queue }
 // AddWorkers registers the inbox's River worker in workers, the Workers of
 // the River client that will process Queue().
 func (ib *Inbox) AddWorkers(workers *river.Workers) error {
-	return river.AddWorkerSafely(workers, &processWorker{ib: ib})
+	return errors.Join(
+		river.AddWorkerSafely(workers, &processWorker{ib: ib}),
+		river.AddWorkerSafely(workers, &processBatchWorker{ib: ib}),
+	)
 }
 
 // clock returns the current time in UTC at Postgres's microsecond precision,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -55,9 +56,13 @@ type Result struct {
 	// PayloadMismatch is true for a duplicate whose payload differs from the
 	// first receipt's. The mismatch is counted on the dedupe key.
 	PayloadMismatch bool
-	// JobID is the River job that will process a new message; 0 for a
-	// duplicate.
+	// JobID is the River job that will process a new message (shared by
+	// the messages of one batch); 0 for a duplicate.
 	JobID int64
+	// Err is set by ReceiveMany for a message it rejected before writing
+	// anything for it; it wraps ErrInvalidMessage and the other fields are
+	// zero. Receive returns such an error instead.
+	Err error
 }
 
 // processArgs are the River job args of a message: row ids only, never the
@@ -81,6 +86,88 @@ func (processArgs) Kind() string { return "wharf_inbox_process" }
 // was written. Any other error comes from the database; River's insert
 // aborts tx on failure, so roll back.
 func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result, error) {
+	results, err := ib.ReceiveMany(ctx, tx, []Incoming{msg})
+	if err != nil {
+		return nil, err
+	}
+	if results[0].Err != nil {
+		return nil, results[0].Err
+	}
+	return &results[0], nil
+}
+
+// ReceiveMany receives msgs in tx as Receive receives one, with a few
+// statements for the whole batch instead of a few per message: one commit
+// then makes them all durable (group commit). Results are in the order of
+// msgs and every guarantee holds per message: a message whose event id
+// appeared earlier in msgs is a duplicate of that one, and a message that
+// cannot be stored as given gets a Result whose Err wraps ErrInvalidMessage
+// while its neighbours are received. Up to Config.BatchSize new messages
+// share one River job, whose worker runs each handler in a savepoint of one
+// transaction (see Handler).
+//
+// An error comes from the database and covers the whole batch; River's
+// insert aborts tx on failure, so roll back.
+func (ib *Inbox) ReceiveMany(ctx context.Context, tx pgx.Tx, msgs []Incoming) ([]Result, error) {
+	results := make([]Result, len(msgs))
+	var claims, repeats []*claim
+	seen := make(map[eventKey]bool, len(msgs))
+	for i := range msgs {
+		c, err := newClaim(i, &msgs[i])
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		key := eventKey{msgs[i].Source, msgs[i].EventID}
+		if seen[key] {
+			repeats = append(repeats, c)
+			continue
+		}
+		seen[key] = true
+		claims = append(claims, c)
+	}
+	if len(claims) == 0 {
+		return results, nil
+	}
+	now := ib.clock()
+	if err := ib.partitions.Ensure(ctx, tx, messagesTable, now); err != nil {
+		return nil, err
+	}
+	won, err := ib.claimKeys(ctx, tx, msgs, claims, now, results)
+	if err != nil {
+		return nil, err
+	}
+	if err := ib.storeMessages(ctx, tx, msgs, won, now, results); err != nil {
+		return nil, err
+	}
+	// A repeat within the batch claims the key its first occurrence just
+	// took: a duplicate, with its payload mismatch counted on the key.
+	q := dbsqlc.New(tx)
+	for _, c := range repeats {
+		msg := &msgs[c.index]
+		key, err := q.InboxKeyClaim(ctx, dbsqlc.InboxKeyClaimParams{
+			Source: msg.Source, EventID: msg.EventID, PayloadHash: c.hash, MessageID: c.proposed, ReceivedAt: now,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("inbox: claim key: %w", err)
+		}
+		results[c.index] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, c.hash)
+	}
+	return results, nil
+}
+
+// eventKey is a dedupe key.
+type eventKey struct{ source, eventID string }
+
+// claim is a valid message of a batch on its way to the database.
+type claim struct {
+	index    int // in the batch
+	hash     []byte
+	headers  []byte
+	proposed uuid.UUID // the message id, if the claim wins
+}
+
+func newClaim(index int, msg *Incoming) (*claim, error) {
 	if err := msg.validate(); err != nil {
 		return nil, err
 	}
@@ -91,55 +178,114 @@ func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result,
 	}
 	headers, err := json.Marshal(storedHeaders(msg.Header))
 	if err != nil {
-		return nil, fmt.Errorf("inbox: encode headers: %w", err)
+		return nil, fmt.Errorf("%w: headers: %v", ErrInvalidMessage, err)
 	}
-	now := ib.clock()
-	if err := ib.partitions.Ensure(ctx, tx, messagesTable, now); err != nil {
-		return nil, err
-	}
-
 	proposed, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("inbox: message id: %w", err)
 	}
-	key, err := dbsqlc.New(tx).InboxKeyClaim(ctx, dbsqlc.InboxKeyClaimParams{
-		Source:      msg.Source,
-		EventID:     msg.EventID,
-		PayloadHash: hash,
-		MessageID:   proposed,
-		ReceivedAt:  now,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox: claim key: %w", err)
-	}
-	if key.MessageID != proposed {
-		return &Result{
-			MessageID:       key.MessageID,
-			Duplicate:       true,
-			ReceivedAt:      key.ReceivedAt,
-			PayloadMismatch: string(key.PayloadHash) != string(hash),
-		}, nil
-	}
+	return &claim{index: index, hash: hash, headers: headers, proposed: proposed}, nil
+}
 
-	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: proposed, ReceivedAt: now}, ib.insertOpts())
-	if err != nil {
-		return nil, fmt.Errorf("inbox: insert job: %w", err)
+// claimKeys claims the keys of claims (distinct) in one statement, fills
+// the results of those already claimed and returns the claims it won.
+func (ib *Inbox) claimKeys(ctx context.Context, tx pgx.Tx, msgs []Incoming, claims []*claim, now time.Time, results []Result) ([]*claim, error) {
+	params := dbsqlc.InboxKeyClaimManyParams{ReceivedAt: now}
+	for _, c := range claims {
+		params.Sources = append(params.Sources, msgs[c.index].Source)
+		params.EventIds = append(params.EventIds, msgs[c.index].EventID)
+		params.PayloadHashes = append(params.PayloadHashes, c.hash)
+		params.MessageIds = append(params.MessageIds, c.proposed)
 	}
-	err = dbsqlc.New(tx).InboxMessageInsert(ctx, dbsqlc.InboxMessageInsertParams{
-		ID:          proposed,
-		ReceivedAt:  now,
-		Source:      msg.Source,
-		EventID:     msg.EventID,
-		EventType:   msg.EventType,
-		Headers:     headers,
-		Body:        msg.Body,
-		PayloadHash: hash,
-		JobID:       &job.Job.ID,
-	})
+	rows, err := dbsqlc.New(tx).InboxKeyClaimMany(ctx, params)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: store message: %w", err)
+		return nil, fmt.Errorf("inbox: claim keys: %w", err)
 	}
-	return &Result{MessageID: proposed, ReceivedAt: now, JobID: job.Job.ID}, nil
+	keys := make(map[eventKey]*dbsqlc.InboxKeyClaimManyRow, len(rows))
+	for i := range rows {
+		keys[eventKey{rows[i].Source, rows[i].EventID}] = &rows[i]
+	}
+	var won []*claim
+	for _, c := range claims {
+		key, ok := keys[eventKey{msgs[c.index].Source, msgs[c.index].EventID}]
+		if !ok {
+			return nil, fmt.Errorf("inbox: claim keys: no row for key %d of the batch", c.index)
+		}
+		if key.MessageID == c.proposed {
+			won = append(won, c)
+			continue
+		}
+		results[c.index] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, c.hash)
+	}
+	return won, nil
+}
+
+func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte) Result {
+	return Result{
+		MessageID:       id,
+		Duplicate:       true,
+		ReceivedAt:      receivedAt,
+		PayloadMismatch: string(storedHash) != string(hash),
+	}
+}
+
+// storeMessages inserts the River jobs of the won claims (one job per
+// message when batches are off or there is only one, else one job per
+// BatchSize messages) and then their messages, in one statement each.
+func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, won []*claim, now time.Time, results []Result) error {
+	if len(won) == 0 {
+		return nil
+	}
+	var jobs []river.InsertManyParams
+	var chunks [][]*claim
+	if len(won) == 1 || ib.batchSize <= 1 {
+		for _, c := range won {
+			jobs = append(jobs, river.InsertManyParams{Args: processArgs{MessageID: c.proposed, ReceivedAt: now}, InsertOpts: ib.insertOpts()})
+			chunks = append(chunks, []*claim{c})
+		}
+	} else {
+		for chunk := range slices.Chunk(won, ib.batchSize) {
+			args := processBatchArgs{ReceivedAt: now, MessageIDs: make([]uuid.UUID, len(chunk))}
+			for i, c := range chunk {
+				args.MessageIDs[i] = c.proposed
+			}
+			jobs = append(jobs, river.InsertManyParams{Args: args, InsertOpts: ib.insertOpts()})
+			chunks = append(chunks, chunk)
+		}
+	}
+	inserted, err := ib.river.InsertManyTx(ctx, tx, jobs)
+	if err != nil {
+		return fmt.Errorf("inbox: insert jobs: %w", err)
+	}
+	params := dbsqlc.InboxMessageInsertManyParams{ReceivedAt: now}
+	for j, chunk := range chunks {
+		jobID := inserted[j].Job.ID
+		for _, c := range chunk {
+			msg := &msgs[c.index]
+			params.Ids = append(params.Ids, c.proposed)
+			params.Sources = append(params.Sources, msg.Source)
+			params.EventIds = append(params.EventIds, msg.EventID)
+			params.EventTypes = append(params.EventTypes, msg.EventType)
+			params.Headers = append(params.Headers, c.headers)
+			params.Bodies = append(params.Bodies, bodyBytes(msg.Body))
+			params.PayloadHashes = append(params.PayloadHashes, c.hash)
+			params.JobIds = append(params.JobIds, jobID)
+			results[c.index] = Result{MessageID: c.proposed, ReceivedAt: now, JobID: jobID}
+		}
+	}
+	if err := dbsqlc.New(tx).InboxMessageInsertMany(ctx, params); err != nil {
+		return fmt.Errorf("inbox: store messages: %w", err)
+	}
+	return nil
+}
+
+// bodyBytes keeps a nil body from becoming a NULL element of the bodies
+// array (the column is NOT NULL; an empty body is stored empty).
+func bodyBytes(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
 }
 
 func (ib *Inbox) insertOpts() *river.InsertOpts {
@@ -155,6 +301,12 @@ func (m *Incoming) validate() error {
 	}
 	if !validText(m.EventType, 0, MaxEventTypeLength) {
 		return fmt.Errorf("%w: event type must be at most %d characters of UTF-8 without NUL", ErrInvalidMessage, MaxEventTypeLength)
+	}
+	// Headers are stored as JSON text, which cannot hold NUL.
+	for name, values := range m.Header {
+		if strings.ContainsRune(name, 0) || slices.ContainsFunc(values, func(v string) bool { return strings.ContainsRune(v, 0) }) {
+			return fmt.Errorf("%w: header %q holds a NUL character", ErrInvalidMessage, strings.ReplaceAll(name, "\x00", ""))
+		}
 	}
 	return nil
 }

@@ -85,9 +85,8 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 		// The old job may wait for a retry; the new one replaces it. A
 		// running job cannot be deleted and needs not be: whichever job
 		// locks the message second finds it processed and does nothing.
-		if _, err := ib.river.JobDeleteTx(ctx, tx, oldJob.ID); err != nil &&
-			!errors.Is(err, rivertype.ErrNotFound) && !errors.Is(err, rivertype.ErrJobRunning) {
-			return fmt.Errorf("inbox: delete old job: %w", err)
+		if err := ib.deleteJobTx(ctx, tx, oldJob); err != nil {
+			return err
 		}
 		// Stay on the queue the application works, whatever this Inbox
 		// (the CLI's, say) was configured with.
@@ -107,6 +106,21 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	}
 	ib.logger.InfoContext(ctx, "inbox: message replayed", "message_id", id, "source", row.Source, "event_id", row.EventID,
 		"job_id", job.Job.ID, "queue", opts.Queue)
+	return nil
+}
+
+// deleteJobTx deletes a message's job that will not be needed, unless it is
+// running (whichever job locks the message second does nothing) or is a
+// batch's (other messages may still need it; its worker skips a message
+// that moved on).
+func (ib *Inbox) deleteJobTx(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow) error {
+	if job.Kind == (processBatchArgs{}).Kind() {
+		return nil
+	}
+	if _, err := ib.river.JobDeleteTx(ctx, tx, job.ID); err != nil &&
+		!errors.Is(err, rivertype.ErrNotFound) && !errors.Is(err, rivertype.ErrJobRunning) {
+		return fmt.Errorf("inbox: delete job %d: %w", job.ID, err)
+	}
 	return nil
 }
 
@@ -139,9 +153,15 @@ func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error
 				continue
 			}
 			// A job still waiting would only find the message erased.
-			if _, err := ib.river.JobDeleteTx(ctx, tx, *row.JobID); err != nil &&
-				!errors.Is(err, rivertype.ErrNotFound) && !errors.Is(err, rivertype.ErrJobRunning) {
-				return fmt.Errorf("inbox: delete job: %w", err)
+			job, err := ib.river.JobGetTx(ctx, tx, *row.JobID)
+			if errors.Is(err, rivertype.ErrNotFound) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("inbox: look up job: %w", err)
+			}
+			if err := ib.deleteJobTx(ctx, tx, job); err != nil {
+				return err
 			}
 		}
 		erased = len(rows)

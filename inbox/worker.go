@@ -186,37 +186,52 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 // recordFailure stores a failed attempt on the message (its transaction has
 // rolled back) and returns what River should do with the job.
 func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[processArgs], msg *Message, cause error, log *slog.Logger) error {
-	var perm *permanentError
-	var cancelled *river.JobCancelError
-	permanent := errors.As(cause, &perm) || errors.As(cause, &cancelled)
-	status := StatusFailed
-	if permanent || job.Attempt >= job.MaxAttempts {
-		status = StatusDead
-	}
+	status := failureStatus(cause, job.Attempt, job.MaxAttempts)
 	// Record even when the job's context is done (a timeout is a failure
 	// worth recording), but not forever.
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	lastError := truncateError(cause.Error())
 	if err := dbsqlc.New(w.ib.pool).InboxMessageMarkFailed(recordCtx, dbsqlc.InboxMessageMarkFailedParams{
 		Status:     string(status),
-		LastError:  lastError,
+		LastError:  truncateError(cause.Error()),
 		Now:        w.ib.clock(),
 		ReceivedAt: job.Args.ReceivedAt,
 		ID:         job.Args.MessageID,
 	}); err != nil {
 		log.ErrorContext(ctx, "inbox: recording failure", "error", err)
 	}
+	logFailure(ctx, log, msg, status, cause)
+	var cancelled *river.JobCancelError
+	if isPermanent(cause) && !errors.As(cause, &cancelled) {
+		return river.JobCancel(cause)
+	}
+	return cause
+}
+
+// isPermanent reports whether a handler's error fails its message without
+// retries: Permanent or river.JobCancel.
+func isPermanent(err error) bool {
+	var perm *permanentError
+	var cancelled *river.JobCancelError
+	return errors.As(err, &perm) || errors.As(err, &cancelled)
+}
+
+// failureStatus is a message's status after its handler failed with cause
+// on attempt of maxAttempts.
+func failureStatus(cause error, attempt, maxAttempts int) Status {
+	if isPermanent(cause) || attempt >= maxAttempts {
+		return StatusDead
+	}
+	return StatusFailed
+}
+
+func logFailure(ctx context.Context, log *slog.Logger, msg *Message, status Status, cause error) {
 	attrs := []any{"source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType, "status", status, "error", cause}
 	if status == StatusDead {
 		log.ErrorContext(ctx, "inbox: message dead", attrs...)
 	} else {
 		log.WarnContext(ctx, "inbox: message failed, will retry", attrs...)
 	}
-	if permanent && cancelled == nil {
-		return river.JobCancel(cause)
-	}
-	return cause
 }
 
 // runHandler calls h, turning a panic into an error so that the attempt is

@@ -75,3 +75,58 @@ SET body = '', headers = '{}', scrubbed_at = @now::timestamptz, updated_at = @no
                       ELSE 'erased on request' END
 WHERE source = @source AND event_id = @event_id
 RETURNING id, job_id;
+
+-- name: InboxKeyClaimMany :many
+-- Claims many keys in one statement, the batch form of InboxKeyClaim: the
+-- caller learns which claims it won by comparing each returned message_id
+-- with the one it proposed. Rows are inserted in key order, so two batches
+-- claiming overlapping keys take their row locks in the same order and
+-- cannot deadlock. The keys must be distinct (ON CONFLICT DO UPDATE cannot
+-- touch one row twice in a statement): the caller claims a key repeated
+-- within its batch afterwards, through InboxKeyClaim.
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
+SELECT c.source, c.event_id, c.payload_hash, c.message_id, @received_at::timestamptz
+FROM (
+    SELECT unnest(@sources::text[]) AS source,
+           unnest(@event_ids::text[]) AS event_id,
+           unnest(@payload_hashes::bytea[]) AS payload_hash,
+           unnest(@message_ids::uuid[]) AS message_id
+) c
+ORDER BY c.source, c.event_id
+ON CONFLICT (source, event_id) DO UPDATE
+SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
+    last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
+                            THEN excluded.received_at ELSE k.last_mismatch_at END
+RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash;
+
+-- name: InboxMessageInsertMany :exec
+-- Stores the messages of one receive batch; they share received_at, so one
+-- partition holds them all.
+INSERT INTO wharf_inbox_messages (
+    id, received_at, source, event_id, event_type, headers, body, payload_hash,
+    status, job_id, updated_at
+)
+SELECT unnest(@ids::uuid[]), @received_at::timestamptz, unnest(@sources::text[]),
+       unnest(@event_ids::text[]), unnest(@event_types::text[]), unnest(@headers::jsonb[]),
+       unnest(@bodies::bytea[]), unnest(@payload_hashes::bytea[]), 'received',
+       unnest(@job_ids::bigint[]), @received_at::timestamptz;
+
+-- name: InboxMessagesGetForUpdate :many
+-- Loads and locks the messages of one processing batch, in id order.
+SELECT * FROM wharf_inbox_messages
+WHERE received_at = @received_at AND id = ANY(@ids::uuid[])
+ORDER BY id
+FOR UPDATE;
+
+-- name: InboxMessagesMarkProcessed :exec
+UPDATE wharf_inbox_messages
+SET status = 'processed', attempts = attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
+WHERE received_at = @received_at AND id = ANY(@ids::uuid[]);
+
+-- name: InboxMessagesSetJob :exec
+-- Hands messages of a processing batch to jobs of their own (ids[i] to
+-- job_ids[i]).
+UPDATE wharf_inbox_messages AS m
+SET job_id = j.job_id, updated_at = @now::timestamptz
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@job_ids::bigint[]) AS job_id) AS j
+WHERE m.received_at = @received_at AND m.id = j.id;

@@ -56,6 +56,78 @@ func (q *Queries) InboxKeyClaim(ctx context.Context, arg InboxKeyClaimParams) (I
 	return i, err
 }
 
+const inboxKeyClaimMany = `-- name: InboxKeyClaimMany :many
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
+SELECT c.source, c.event_id, c.payload_hash, c.message_id, $1::timestamptz
+FROM (
+    SELECT unnest($2::text[]) AS source,
+           unnest($3::text[]) AS event_id,
+           unnest($4::bytea[]) AS payload_hash,
+           unnest($5::uuid[]) AS message_id
+) c
+ORDER BY c.source, c.event_id
+ON CONFLICT (source, event_id) DO UPDATE
+SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
+    last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
+                            THEN excluded.received_at ELSE k.last_mismatch_at END
+RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash
+`
+
+type InboxKeyClaimManyParams struct {
+	ReceivedAt    time.Time
+	Sources       []string
+	EventIds      []string
+	PayloadHashes [][]byte
+	MessageIds    []uuid.UUID
+}
+
+type InboxKeyClaimManyRow struct {
+	Source      string
+	EventID     string
+	MessageID   uuid.UUID
+	ReceivedAt  time.Time
+	PayloadHash []byte
+}
+
+// Claims many keys in one statement, the batch form of InboxKeyClaim: the
+// caller learns which claims it won by comparing each returned message_id
+// with the one it proposed. Rows are inserted in key order, so two batches
+// claiming overlapping keys take their row locks in the same order and
+// cannot deadlock. The keys must be distinct (ON CONFLICT DO UPDATE cannot
+// touch one row twice in a statement): the caller claims a key repeated
+// within its batch afterwards, through InboxKeyClaim.
+func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyParams) ([]InboxKeyClaimManyRow, error) {
+	rows, err := q.db.Query(ctx, inboxKeyClaimMany,
+		arg.ReceivedAt,
+		arg.Sources,
+		arg.EventIds,
+		arg.PayloadHashes,
+		arg.MessageIds,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxKeyClaimManyRow
+	for rows.Next() {
+		var i InboxKeyClaimManyRow
+		if err := rows.Scan(
+			&i.Source,
+			&i.EventID,
+			&i.MessageID,
+			&i.ReceivedAt,
+			&i.PayloadHash,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxMessageForget = `-- name: InboxMessageForget :many
 UPDATE wharf_inbox_messages
 SET body = '', headers = '{}', scrubbed_at = $1::timestamptz, updated_at = $1::timestamptz,
@@ -228,6 +300,46 @@ func (q *Queries) InboxMessageInsert(ctx context.Context, arg InboxMessageInsert
 	return err
 }
 
+const inboxMessageInsertMany = `-- name: InboxMessageInsertMany :exec
+INSERT INTO wharf_inbox_messages (
+    id, received_at, source, event_id, event_type, headers, body, payload_hash,
+    status, job_id, updated_at
+)
+SELECT unnest($1::uuid[]), $2::timestamptz, unnest($3::text[]),
+       unnest($4::text[]), unnest($5::text[]), unnest($6::jsonb[]),
+       unnest($7::bytea[]), unnest($8::bytea[]), 'received',
+       unnest($9::bigint[]), $2::timestamptz
+`
+
+type InboxMessageInsertManyParams struct {
+	Ids           []uuid.UUID
+	ReceivedAt    time.Time
+	Sources       []string
+	EventIds      []string
+	EventTypes    []string
+	Headers       []json.RawMessage
+	Bodies        [][]byte
+	PayloadHashes [][]byte
+	JobIds        []int64
+}
+
+// Stores the messages of one receive batch; they share received_at, so one
+// partition holds them all.
+func (q *Queries) InboxMessageInsertMany(ctx context.Context, arg InboxMessageInsertManyParams) error {
+	_, err := q.db.Exec(ctx, inboxMessageInsertMany,
+		arg.Ids,
+		arg.ReceivedAt,
+		arg.Sources,
+		arg.EventIds,
+		arg.EventTypes,
+		arg.Headers,
+		arg.Bodies,
+		arg.PayloadHashes,
+		arg.JobIds,
+	)
+	return err
+}
+
 const inboxMessageList = `-- name: InboxMessageList :many
 SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
 WHERE ($1::text IS NULL OR source = $1::text)
@@ -365,4 +477,96 @@ func (q *Queries) InboxMessageRequeue(ctx context.Context, arg InboxMessageReque
 		&i.ScrubbedAt,
 	)
 	return i, err
+}
+
+const inboxMessagesGetForUpdate = `-- name: InboxMessagesGetForUpdate :many
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
+WHERE received_at = $1 AND id = ANY($2::uuid[])
+ORDER BY id
+FOR UPDATE
+`
+
+type InboxMessagesGetForUpdateParams struct {
+	ReceivedAt time.Time
+	Ids        []uuid.UUID
+}
+
+// Loads and locks the messages of one processing batch, in id order.
+func (q *Queries) InboxMessagesGetForUpdate(ctx context.Context, arg InboxMessagesGetForUpdateParams) ([]WharfInboxMessage, error) {
+	rows, err := q.db.Query(ctx, inboxMessagesGetForUpdate, arg.ReceivedAt, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WharfInboxMessage
+	for rows.Next() {
+		var i WharfInboxMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ReceivedAt,
+			&i.Source,
+			&i.EventID,
+			&i.EventType,
+			&i.Headers,
+			&i.Body,
+			&i.PayloadHash,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.JobID,
+			&i.ProcessedAt,
+			&i.UpdatedAt,
+			&i.ScrubbedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxMessagesMarkProcessed = `-- name: InboxMessagesMarkProcessed :exec
+UPDATE wharf_inbox_messages
+SET status = 'processed', attempts = attempts + 1, processed_at = $1::timestamptz, updated_at = $1::timestamptz
+WHERE received_at = $2 AND id = ANY($3::uuid[])
+`
+
+type InboxMessagesMarkProcessedParams struct {
+	Now        time.Time
+	ReceivedAt time.Time
+	Ids        []uuid.UUID
+}
+
+func (q *Queries) InboxMessagesMarkProcessed(ctx context.Context, arg InboxMessagesMarkProcessedParams) error {
+	_, err := q.db.Exec(ctx, inboxMessagesMarkProcessed, arg.Now, arg.ReceivedAt, arg.Ids)
+	return err
+}
+
+const inboxMessagesSetJob = `-- name: InboxMessagesSetJob :exec
+UPDATE wharf_inbox_messages AS m
+SET job_id = j.job_id, updated_at = $1::timestamptz
+FROM (SELECT unnest($3::uuid[]) AS id, unnest($4::bigint[]) AS job_id) AS j
+WHERE m.received_at = $2 AND m.id = j.id
+`
+
+type InboxMessagesSetJobParams struct {
+	Now        time.Time
+	ReceivedAt time.Time
+	Ids        []uuid.UUID
+	JobIds     []int64
+}
+
+// Hands messages of a processing batch to jobs of their own (ids[i] to
+// job_ids[i]).
+func (q *Queries) InboxMessagesSetJob(ctx context.Context, arg InboxMessagesSetJobParams) error {
+	_, err := q.db.Exec(ctx, inboxMessagesSetJob,
+		arg.Now,
+		arg.ReceivedAt,
+		arg.Ids,
+		arg.JobIds,
+	)
+	return err
 }

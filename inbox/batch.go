@@ -1,0 +1,105 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// receiveBatcher gathers concurrent HTTP deliveries into one receive
+// transaction (group commit). There is no background goroutine: the first
+// delivery of a batch leads it. It waits, at most maxWait and only while
+// another batch is committing, for others to join; then it closes the batch
+// to newcomers (who start the next one), commits it and wakes the followers,
+// each of which answers its own request from its own result. Several
+// batches may commit at once, each on its own connection.
+type receiveBatcher struct {
+	ib      *Inbox
+	maxSize int
+	maxWait time.Duration
+
+	committing atomic.Int32 // batches between close and commit
+
+	mu   sync.Mutex
+	open *receiveBatch // taking members; nil when none is
+}
+
+type receiveBatch struct {
+	msgs []Incoming
+	full chan struct{} // closed when the batch reaches maxSize
+	done chan struct{} // closed when results and err are set
+
+	results []Result
+	err     error
+}
+
+// receive stores msg in the next batch's transaction and returns its result
+// once that transaction committed. An error means the whole batch failed
+// and nothing of it was written.
+func (b *receiveBatcher) receive(ctx context.Context, msg Incoming) (Result, error) {
+	b.mu.Lock()
+	batch, lead := b.open, false
+	if batch == nil {
+		batch = &receiveBatch{full: make(chan struct{}), done: make(chan struct{})}
+		b.open, lead = batch, true
+	}
+	index := len(batch.msgs)
+	batch.msgs = append(batch.msgs, msg)
+	if len(batch.msgs) >= b.maxSize {
+		b.open = nil
+		close(batch.full)
+	}
+	b.mu.Unlock()
+
+	if lead {
+		b.lead(ctx, batch)
+	} else {
+		<-batch.done // the leader never abandons its batch
+	}
+	if batch.err != nil {
+		return Result{}, batch.err
+	}
+	return batch.results[index], nil
+}
+
+// lead gathers followers into batch, then commits it.
+func (b *receiveBatcher) lead(ctx context.Context, batch *receiveBatch) {
+	defer close(batch.done)
+	if b.maxWait > 0 && b.committing.Load() > 0 {
+		timer := time.NewTimer(b.maxWait)
+		select {
+		case <-batch.full:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+	b.mu.Lock()
+	if b.open == batch {
+		b.open = nil
+	}
+	b.mu.Unlock()
+
+	b.committing.Add(1)
+	defer b.committing.Add(-1)
+	// The batch is everyone's: the leader's client going away must not
+	// fail the others, so only the receive timeout bounds it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.ib.receiveTimeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			batch.results, batch.err = nil, fmt.Errorf("inbox: receive batch panicked: %v", r)
+		}
+	}()
+	batch.err = b.ib.txFunc(ctx, func(tx pgx.Tx) error {
+		var err error
+		batch.results, err = b.ib.ReceiveMany(ctx, tx, batch.msgs)
+		return err
+	})
+	if batch.err != nil {
+		batch.results = nil
+	}
+}

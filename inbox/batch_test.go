@@ -1,0 +1,375 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+)
+
+// TestReceiveManyPerMessage: in one batch every message keeps its own
+// verdict: a repeat within the batch is a duplicate of its first occurrence
+// (a different payload counted as a mismatch), a key claimed before is a
+// duplicate, bad input is rejected alone, and the new messages share one job.
+func TestReceiveManyPerMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	msg := func(id, body string) inbox.Incoming {
+		return inbox.Incoming{Source: "payments", EventID: id, Body: []byte(body)}
+	}
+	var old *inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		old, err = b.inbox.Receive(ctx, tx, msg("evt_old", `{"n":0}`))
+		return err
+	}))
+
+	batch := []inbox.Incoming{
+		msg("evt_a", `{"n":1}`),
+		msg("", `{"n":2}`), // no event id
+		msg("evt_a", `{"n":1}`),
+		msg("evt_a", `{"n":"other"}`),
+		msg("evt_old", `{"n":0}`),
+		msg("evt_b", `{"n":3}`),
+		{Source: "payments", EventID: "evt_nul", Header: http.Header{"X-Bad": {"a\x00b"}}, Body: []byte(`{}`)},
+	}
+	var results []inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = b.inbox.ReceiveMany(ctx, tx, batch)
+		return err
+	}))
+	require.Len(t, results, len(batch))
+
+	a, bb := results[0], results[5]
+	require.NoError(t, a.Err)
+	require.False(t, a.Duplicate)
+	require.NoError(t, bb.Err)
+	require.False(t, bb.Duplicate)
+	require.Equal(t, a.JobID, bb.JobID, "the batch's new messages share one job")
+	require.Equal(t, a.ReceivedAt, bb.ReceivedAt)
+
+	require.ErrorIs(t, results[1].Err, inbox.ErrInvalidMessage)
+	require.ErrorIs(t, results[6].Err, inbox.ErrInvalidMessage)
+
+	require.True(t, results[2].Duplicate)
+	require.Equal(t, a.MessageID, results[2].MessageID)
+	require.False(t, results[2].PayloadMismatch)
+	require.True(t, results[3].Duplicate)
+	require.True(t, results[3].PayloadMismatch)
+	require.True(t, results[4].Duplicate)
+	require.Equal(t, old.MessageID, results[4].MessageID)
+
+	keys, messages, jobs := b.counts(t)
+	require.Equal(t, []int{3, 3, 2}, []int{keys, messages, jobs}, "keys, messages and jobs: evt_old's and one for the batch")
+	var mismatches int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT mismatch_count FROM wharf_inbox_keys WHERE event_id = 'evt_a'").Scan(&mismatches))
+	require.Equal(t, 1, mismatches)
+	var nulKeys int
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_keys WHERE event_id = 'evt_nul'").Scan(&nulKeys))
+	require.Zero(t, nulKeys, "a rejected message writes nothing")
+
+	createEffects(t, b.pool)
+	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
+	events := b.startWorkers(t)
+	awaitJob(t, events, river.EventKindJobCompleted)
+	awaitJob(t, events, river.EventKindJobCompleted)
+	for _, id := range []string{"evt_a", "evt_b", "evt_old"} {
+		require.Equal(t, 1, effectCount(t, b.pool, id), id)
+	}
+}
+
+// gate makes the receive transaction of one event ("gate") wait on an
+// advisory lock the test holds, so that the HTTP handler sees a commit in
+// flight and gathers the next deliveries into batches as they come.
+type gate struct {
+	conn *pgxpool.Conn
+	done chan answer
+}
+
+func holdGate(t *testing.T, b *testBundle) *gate {
+	t.Helper()
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION test_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.event_id = 'gate' THEN PERFORM pg_advisory_xact_lock(4242); END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_gate BEFORE INSERT ON wharf_inbox_keys FOR EACH ROW EXECUTE FUNCTION test_gate();`)
+	require.NoError(t, err)
+	conn, err := b.pool.Acquire(ctx)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "SELECT pg_advisory_lock(4242)")
+	require.NoError(t, err)
+	g := &gate{conn: conn, done: make(chan answer, 1)}
+	req := b.signed(t, "payments", "gate", []byte(`{}`), time.Now())
+	go func() { g.done <- do(t, req) }()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting)
+		return err == nil && waiting
+	}, 10*time.Second, 5*time.Millisecond, "the gate's receive never reached its lock")
+	return g
+}
+
+// open lets the gate's receive commit and returns its answer.
+func (g *gate) open(t *testing.T) answer {
+	t.Helper()
+	_, err := g.conn.Exec(context.Background(), "SELECT pg_advisory_unlock(4242)")
+	require.NoError(t, err)
+	g.conn.Release()
+	return <-g.done
+}
+
+// sendAll posts every request at once and returns the answers in order.
+func sendAll(t *testing.T, reqs []*http.Request) []answer {
+	t.Helper()
+	answers := make([]answer, len(reqs))
+	var wg sync.WaitGroup
+	for i, req := range reqs {
+		wg.Go(func() { answers[i] = do(t, req) })
+	}
+	wg.Wait()
+	return answers
+}
+
+// TestDuplicateStormThroughGroupCommit: deliveries gathered into shared
+// transactions keep exactly-once: each of 20 events sent 10 times at once is
+// accepted once and its effect applied once, and the deliveries did share
+// transactions (fewer batch jobs than events).
+func TestDuplicateStormThroughGroupCommit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{BatchSize: 16, BatchWait: 50 * time.Millisecond}})
+	createEffects(t, b.pool)
+	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
+	g := holdGate(t, b)
+
+	const events, copies = 20, 10
+	var reqs []*http.Request
+	for c := range copies {
+		for e := range events {
+			body := fmt.Appendf(nil, `{"type":"payment.succeeded","copy":%d}`, c%2) // half the copies differ
+			reqs = append(reqs, b.signed(t, "payments", fmt.Sprintf("evt_%d", e), body, time.Now()))
+		}
+	}
+	answers := sendAll(t, reqs)
+	require.Equal(t, http.StatusOK, g.open(t).Status)
+
+	accepted := map[string]int{}
+	for _, a := range answers {
+		require.Equal(t, http.StatusOK, a.Status, a.RawBody)
+		if a.Body["status"] == "accepted" {
+			accepted[a.Body["event_id"].(string)]++
+		} else {
+			require.Equal(t, "duplicate", a.Body["status"])
+		}
+	}
+	require.Len(t, accepted, events)
+	for id, n := range accepted {
+		require.Equal(t, 1, n, id)
+	}
+	var batchJobs, batched int
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		`SELECT count(*), coalesce(sum(jsonb_array_length(args->'message_ids')), 0) FROM river_job WHERE kind = 'wharf_inbox_process_batch'`).
+		Scan(&batchJobs, &batched))
+	require.Positive(t, batchJobs)
+	require.Less(t, batchJobs, batched, "deliveries shared transactions")
+
+	b.startWorkers(t)
+	require.Eventually(t, func() bool {
+		var unprocessed int
+		require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&unprocessed))
+		return unprocessed == 0
+	}, 20*time.Second, 10*time.Millisecond)
+	for e := range events {
+		require.Equal(t, 1, effectCount(t, b.pool, fmt.Sprintf("evt_%d", e)))
+	}
+	require.Equal(t, 1, effectCount(t, b.pool, "gate"))
+}
+
+// TestFailedBatchCommitAnswers503ToAll: when the shared transaction fails
+// at commit, every delivery in it is answered 503 and none is recorded.
+func TestFailedBatchCommitAnswers503ToAll(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{BatchSize: 5, BatchWait: 10 * time.Second}})
+	ctx := context.Background()
+	// A deferred constraint trigger fails the commit of any transaction
+	// that stores the event "poison".
+	_, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION test_poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.event_id = 'poison' THEN RAISE EXCEPTION 'poisoned commit'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE CONSTRAINT TRIGGER test_poison AFTER INSERT ON wharf_inbox_keys
+			DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_poison();`)
+	require.NoError(t, err)
+	g := holdGate(t, b)
+
+	var reqs []*http.Request
+	for _, id := range []string{"evt_1", "evt_2", "poison", "evt_3", "evt_4"} {
+		reqs = append(reqs, b.signed(t, "payments", id, []byte(`{}`), time.Now()))
+	}
+	for _, a := range sendAll(t, reqs) {
+		require.Equal(t, http.StatusServiceUnavailable, a.Status, a.RawBody)
+		require.Contains(t, a.Body["error"], "nothing was recorded")
+	}
+	require.Equal(t, http.StatusOK, g.open(t).Status)
+	keys, messages, jobs := b.counts(t)
+	require.Equal(t, []int{1, 1, 1}, []int{keys, messages, jobs}, "only the gate's delivery is stored")
+
+	// The senders retry; without the poison the others go through.
+	a := do(t, b.signed(t, "payments", "evt_1", []byte(`{}`), time.Now()))
+	require.Equal(t, "accepted", a.Body["status"])
+}
+
+// TestBatchWorkerIsolatesFailures: in one batch job, each handler runs in
+// its own savepoint: the successes commit, a failure rolls back only its own
+// writes and is retried alone on a job of its own, a permanent failure is
+// dead, a snooze uses no attempt.
+func TestBatchWorkerIsolatesFailures(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 3}})
+	ctx := context.Background()
+	createEffects(t, b.pool)
+	var calls sync.Map // event id → *atomic.Int32
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		n, _ := calls.LoadOrStore(msg.EventID, new(atomic.Int32))
+		call := n.(*atomic.Int32).Add(1)
+		if err := applyEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		switch msg.EventType {
+		case "fails_once":
+			if call == 1 {
+				return errors.New("flaky downstream")
+			}
+		case "bad_sql_once": // aborts the transaction, which the savepoint rescues
+			if call == 1 {
+				_, err := tx.Exec(ctx, "SELECT 1/0")
+				return err
+			}
+		case "panics":
+			panic("handler bug")
+		case "permanent":
+			return inbox.Permanent(errors.New("unknown account"))
+		case "snoozes_once":
+			if call == 1 {
+				return river.JobSnooze(10 * time.Millisecond)
+			}
+		}
+		return nil
+	})
+	types := []string{"ok", "fails_once", "ok", "bad_sql_once", "panics", "permanent", "snoozes_once", "ok"}
+	var batch []inbox.Incoming
+	for i, typ := range types {
+		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)})
+	}
+	var results []inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = b.inbox.ReceiveMany(ctx, tx, batch)
+		return err
+	}))
+	batchJob := results[0].JobID
+
+	b.startWorkers(t)
+	require.Eventually(t, func() bool {
+		var pending int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status NOT IN ('processed', 'dead')").Scan(&pending))
+		return pending == 0
+	}, 30*time.Second, 10*time.Millisecond)
+
+	for i, typ := range types {
+		id := batch[i].EventID
+		msg, err := b.inbox.Get(ctx, results[i].MessageID)
+		require.NoError(t, err)
+		var jobID int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT coalesce(job_id, 0) FROM wharf_inbox_messages WHERE id = $1", msg.ID).Scan(&jobID))
+		switch typ {
+		case "ok":
+			require.Equal(t, inbox.StatusProcessed, msg.Status, id)
+			require.Equal(t, 1, msg.Attempts, id)
+			require.Equal(t, batchJob, jobID, "%s stayed on the batch's job", id)
+			require.Equal(t, 1, effectCount(t, b.pool, id), id)
+		case "fails_once", "bad_sql_once":
+			require.Equal(t, inbox.StatusProcessed, msg.Status, id)
+			require.Equal(t, 2, msg.Attempts, "%s: the batch's attempt counted", id)
+			require.NotEqual(t, batchJob, jobID, "%s was retried on a job of its own", id)
+			require.Equal(t, 1, effectCount(t, b.pool, id), "%s: the failed attempt's write rolled back", id)
+		case "snoozes_once":
+			require.Equal(t, inbox.StatusProcessed, msg.Status, id)
+			require.Equal(t, 1, msg.Attempts, "%s: a snooze is not an attempt", id)
+			require.Equal(t, 1, effectCount(t, b.pool, id), id)
+		case "panics":
+			require.Equal(t, inbox.StatusDead, msg.Status, id)
+			require.Equal(t, 3, msg.Attempts, id)
+			require.Contains(t, msg.LastError, "handler bug")
+			require.Zero(t, effectCount(t, b.pool, id), id)
+		case "permanent":
+			require.Equal(t, inbox.StatusDead, msg.Status, id)
+			require.Equal(t, 1, msg.Attempts, id)
+			require.Contains(t, msg.LastError, "unknown account")
+			require.Zero(t, effectCount(t, b.pool, id), id)
+		}
+	}
+}
+
+// TestBatchSplitsWhenItsTransactionFails: a handler that ends its own
+// transaction makes the batch's outcome unknowable, so the whole batch rolls
+// back and each message continues on a job of its own: every effect still
+// commits once.
+func TestBatchSplitsWhenItsTransactionFails(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	createEffects(t, b.pool)
+	var rogueCalls atomic.Int32
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if err := applyEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		if msg.EventType == "rogue" && rogueCalls.Add(1) == 1 {
+			return tx.Commit(ctx) // not allowed: the batch cannot know what stands
+		}
+		return nil
+	})
+	var batch []inbox.Incoming
+	for i, typ := range []string{"ok", "rogue", "ok", "ok"} {
+		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d", i), EventType: typ, Body: []byte(`{}`)})
+	}
+	var results []inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = b.inbox.ReceiveMany(ctx, tx, batch)
+		return err
+	}))
+	b.startWorkers(t)
+	require.Eventually(t, func() bool {
+		var pending int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&pending))
+		return pending == 0
+	}, 20*time.Second, 10*time.Millisecond)
+	for i := range batch {
+		require.Equal(t, 1, effectCount(t, b.pool, batch[i].EventID), batch[i].EventID)
+		var jobID int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT job_id FROM wharf_inbox_messages WHERE id = $1", results[i].MessageID).Scan(&jobID))
+		require.NotEqual(t, results[i].JobID, jobID, "message %d moved to a job of its own", i)
+	}
+	var state string
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", results[0].JobID).Scan(&state))
+	require.Equal(t, "completed", state)
+}

@@ -1,0 +1,251 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+)
+
+// processBatchArgs are the River job args of the messages of one receive
+// batch: row ids only. The messages share ReceivedAt.
+type processBatchArgs struct {
+	ReceivedAt time.Time   `json:"received_at"`
+	MessageIDs []uuid.UUID `json:"message_ids"`
+}
+
+// Kind is the River job kind of batched inbox processing.
+func (processBatchArgs) Kind() string { return "wharf_inbox_process_batch" }
+
+// processBatchWorker processes a batch of messages in one transaction: each
+// handler runs in a savepoint, so its effect commits with its own processed
+// mark and one failure rolls back only itself. A failed message is handed,
+// in the same transaction, to a job of its own (processWorker) that retries
+// it alone with backoff. One commit covers the batch.
+type processBatchWorker struct {
+	river.WorkerDefaults[processBatchArgs]
+	ib *Inbox
+}
+
+// batchFailure is a message whose handler failed within a batch.
+type batchFailure struct {
+	msg   *Message
+	cause error
+}
+
+func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBatchArgs]) error {
+	ib := w.ib
+	log := ib.logger.With("job_id", job.ID, "attempt", job.Attempt)
+	if job.Attempt > 1 {
+		// The batch's transaction failed before (a crash, a timeout, a lost
+		// connection): let each message go its own way.
+		return w.split(ctx, job, log)
+	}
+	var processed []*Message
+	var failures []batchFailure
+	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
+		processed, failures = nil, nil
+		q := dbsqlc.New(tx)
+		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
+			ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs,
+		})
+		if err != nil {
+			return fmt.Errorf("inbox: load messages: %w", err)
+		}
+		var done []uuid.UUID
+		for i := range rows {
+			if !ownedBy(&rows[i], job.ID) {
+				continue
+			}
+			msg := messageFromRow(&rows[i])
+			if err := w.runInSavepoint(ctx, tx, msg); err != nil {
+				var fatal *batchFatalError
+				if errors.As(err, &fatal) {
+					return fatal.err
+				}
+				failures = append(failures, batchFailure{msg, err})
+				continue
+			}
+			processed = append(processed, msg)
+			done = append(done, msg.ID)
+		}
+		if len(done) > 0 {
+			if err := q.InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
+				Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: done,
+			}); err != nil {
+				return fmt.Errorf("inbox: mark processed: %w", err)
+			}
+		}
+		for _, f := range failures {
+			if err := ib.retryAlone(ctx, tx, f.msg, f.cause); err != nil {
+				return err
+			}
+		}
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err != nil {
+		// Nothing of the batch committed. Split it now, so that one bad
+		// message (a handler outliving the job's timeout, say) costs its
+		// neighbours one delay at most; if that fails too, River retries and
+		// the next attempt splits.
+		log.WarnContext(ctx, "inbox: batch transaction failed; its messages continue on jobs of their own", "error", err)
+		splitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if splitErr := w.split(splitCtx, job, log); splitErr != nil {
+			return errors.Join(err, splitErr)
+		}
+		return nil
+	}
+	for _, msg := range processed {
+		log.InfoContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
+	}
+	for _, f := range failures {
+		logFailure(ctx, log.With("message_id", f.msg.ID), f.msg, failureStatus(f.cause, 1, ib.maxAttempts), f.cause)
+	}
+	return nil
+}
+
+// ownedBy reports whether row still waits for job: not processed, erased or
+// moved to another job (a replay, a split) since the batch was enqueued.
+func ownedBy(row *dbsqlc.WharfInboxMessage, jobID int64) bool {
+	return row.JobID != nil && *row.JobID == jobID && row.ScrubbedAt == nil &&
+		(Status(row.Status) == StatusReceived || Status(row.Status) == StatusFailed)
+}
+
+// batchFatalError is a failure that lost the batch's transaction, not just
+// one handler's savepoint.
+type batchFatalError struct{ err error }
+
+func (e *batchFatalError) Error() string { return e.err.Error() }
+
+// runInSavepoint runs msg's handler in a savepoint of tx. A handler error
+// rolls back to the savepoint and is returned; an error that leaves tx
+// unusable is returned as a *batchFatalError.
+func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, msg *Message) error {
+	h := w.ib.handlerFor(msg.Source, msg.EventType)
+	if h == nil {
+		return fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
+	}
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return &batchFatalError{fmt.Errorf("inbox: savepoint: %w", err)}
+	}
+	herr := runHandler(ctx, h, sp, msg)
+	if herr == nil {
+		err := sp.Commit(ctx)
+		if err == nil {
+			return nil
+		}
+		// The handler committed or rolled back its tx itself, or the
+		// connection failed: which of its writes stand is unknown, so the
+		// whole batch rolls back.
+		return &batchFatalError{fmt.Errorf("inbox: release savepoint of message %s: %w", msg.ID, err)}
+	}
+	if err := sp.Rollback(ctx); err != nil {
+		return &batchFatalError{fmt.Errorf("inbox: roll back handler of message %s: %w (handler: %v)", msg.ID, err, herr)}
+	}
+	return herr
+}
+
+// retryAlone records a batch handler's failure on msg in tx and, unless the
+// message is now dead, inserts a job of its own that retries it. A snooze
+// uses no attempt and runs again after its duration.
+func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause error) error {
+	q := dbsqlc.New(tx)
+	opts := ib.insertOpts()
+	var snooze *river.JobSnoozeError
+	if errors.As(cause, &snooze) {
+		opts.ScheduledAt = time.Now().Add(snooze.Duration)
+	} else {
+		status := failureStatus(cause, 1, ib.maxAttempts)
+		if err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
+			Status:     string(status),
+			LastError:  truncateError(cause.Error()),
+			Now:        ib.clock(),
+			ReceivedAt: msg.ReceivedAt,
+			ID:         msg.ID,
+		}); err != nil {
+			return fmt.Errorf("inbox: record failure: %w", err)
+		}
+		if status == StatusDead {
+			return nil
+		}
+		// This attempt counted: the retry job has the rest, with River's
+		// backoff for a first failure.
+		opts.MaxAttempts = ib.maxAttempts - 1
+		now := time.Now().UTC()
+		opts.ScheduledAt = (&river.DefaultClientRetryPolicy{}).NextRetry(&rivertype.JobRow{Attempt: 1, AttemptedAt: &now})
+	}
+	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}, opts)
+	if err != nil {
+		return fmt.Errorf("inbox: insert retry job: %w", err)
+	}
+	return q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
+		Now: ib.clock(), ReceivedAt: msg.ReceivedAt, Ids: []uuid.UUID{msg.ID}, JobIds: []int64{job.Job.ID},
+	})
+}
+
+// split gives every message still waiting for job a job of its own, with a
+// full set of attempts (the batch's failed transaction recorded none), and
+// completes job, in one transaction.
+func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBatchArgs], log *slog.Logger) error {
+	ib := w.ib
+	var moved int
+	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
+			ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs,
+		})
+		if err != nil {
+			return fmt.Errorf("inbox: load messages: %w", err)
+		}
+		var params []river.InsertManyParams
+		var ids []uuid.UUID
+		for i := range rows {
+			if !ownedBy(&rows[i], job.ID) {
+				continue
+			}
+			// Stay on the queue the batch was on.
+			opts := ib.insertOpts()
+			opts.Queue = job.Queue
+			params = append(params, river.InsertManyParams{
+				Args:       processArgs{MessageID: rows[i].ID, ReceivedAt: rows[i].ReceivedAt},
+				InsertOpts: opts,
+			})
+			ids = append(ids, rows[i].ID)
+		}
+		if len(params) > 0 {
+			inserted, err := ib.river.InsertManyTx(ctx, tx, params)
+			if err != nil {
+				return fmt.Errorf("inbox: insert jobs: %w", err)
+			}
+			jobIDs := make([]int64, len(inserted))
+			for i, res := range inserted {
+				jobIDs[i] = res.Job.ID
+			}
+			if err := q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
+				Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: ids, JobIds: jobIDs,
+			}); err != nil {
+				return fmt.Errorf("inbox: hand messages to their jobs: %w", err)
+			}
+		}
+		moved = len(params)
+		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: split batch: %w", err)
+	}
+	log.InfoContext(ctx, "inbox: batch split into jobs of their own", "messages", moved)
+	return nil
+}
