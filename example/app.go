@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -22,6 +23,12 @@ import (
 	"github.com/wharfhq/wharf/outbox"
 	"github.com/wharfhq/wharf/signature"
 )
+
+// examplePoolSize is the example's connection pool size unless
+// DATABASE_URL sets pool_max_conns: enough for River's busy workers plus the
+// inbox's receive batches (a quarter of the pool) without crowding a small
+// server.
+const examplePoolSize = 16
 
 // riverConfig is the River configuration the example runs with.
 //
@@ -59,7 +66,16 @@ func riverConfig(workers *river.Workers, logger *slog.Logger) *river.Config {
 // gracefully: the HTTP server stops taking requests, in-flight River jobs
 // finish, and the pool closes.
 func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) error {
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	poolConfig, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("database url: %w", err)
+	}
+	if !strings.Contains(cfg.DatabaseURL, "pool_max_conns") {
+		// pgx's default, max(4, CPUs), starves River's workers and the
+		// receive batches of connections; the URL's pool_max_conns wins.
+		poolConfig.MaxConns = examplePoolSize
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, poolConfig)
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
 	}

@@ -27,13 +27,13 @@ import (
 // startExample runs the example in-process against a fresh database and
 // returns its base URL once it answers. It shuts down gracefully when the
 // test ends.
-func startExample(t *testing.T, cfg config) string {
+func startExample(t testing.TB, cfg config) string {
 	base, _ := startExampleDB(t, cfg)
 	return base
 }
 
 // startExampleDB is startExample that also returns the database URL.
-func startExampleDB(t *testing.T, cfg config) (string, string) {
+func startExampleDB(t testing.TB, cfg config) (string, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -13,16 +13,18 @@ import (
 // receiveBatcher gathers concurrent HTTP deliveries into one receive
 // transaction (group commit). There is no background goroutine: the first
 // delivery of a batch leads it. It waits, at most maxWait and only while
-// another batch is committing, for others to join; then it closes the batch
-// to newcomers (who start the next one), commits it and wakes the followers,
-// each of which answers its own request from its own result. Several
-// batches may commit at once, each on its own connection.
+// another batch is committing, for others to join; then for one of a few
+// commit slots, the batch still growing meanwhile (the busier the database,
+// the larger the batches); then it closes the batch to newcomers (who start
+// the next one), commits it and wakes the followers, each of which answers
+// its own request from its own result.
 type receiveBatcher struct {
 	ib      *Inbox
 	maxSize int
 	maxWait time.Duration
+	slots   chan struct{} // one per batch allowed to commit at once
 
-	committing atomic.Int32 // batches between close and commit
+	committing atomic.Int32 // batches holding a slot
 
 	mu   sync.Mutex
 	open *receiveBatch // taking members; nil when none is
@@ -77,18 +79,23 @@ func (b *receiveBatcher) lead(ctx context.Context, batch *receiveBatch) {
 		}
 		timer.Stop()
 	}
-	b.mu.Lock()
-	if b.open == batch {
-		b.open = nil
-	}
-	b.mu.Unlock()
-
-	b.committing.Add(1)
-	defer b.committing.Add(-1)
 	// The batch is everyone's: the leader's client going away must not
 	// fail the others, so only the receive timeout bounds it.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.ib.receiveTimeout)
 	defer cancel()
+	select {
+	case b.slots <- struct{}{}:
+	case <-ctx.Done():
+		b.closeBatch(batch)
+		batch.err = fmt.Errorf("inbox: no receive slot within the receive timeout: %w", ctx.Err())
+		return
+	}
+	b.committing.Add(1)
+	defer func() {
+		b.committing.Add(-1)
+		<-b.slots
+	}()
+	b.closeBatch(batch)
 	defer func() {
 		if r := recover(); r != nil {
 			batch.results, batch.err = nil, fmt.Errorf("inbox: receive batch panicked: %v", r)
@@ -101,5 +108,14 @@ func (b *receiveBatcher) lead(ctx context.Context, batch *receiveBatch) {
 	})
 	if batch.err != nil {
 		batch.results = nil
+	}
+}
+
+// closeBatch stops batch from taking members, if it still does.
+func (b *receiveBatcher) closeBatch(batch *receiveBatch) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.open == batch {
+		b.open = nil
 	}
 }

@@ -328,10 +328,10 @@ func TestBatchWorkerIsolatesFailures(t *testing.T) {
 	}
 }
 
-// TestBatchSplitsWhenItsTransactionFails: a handler that ends its own
-// transaction makes the batch's outcome unknowable, so the whole batch rolls
-// back and each message continues on a job of its own: every effect still
-// commits once.
+// TestBatchSplitsWhenItsTransactionFails: when the batch's transaction is
+// lost (here a handler kills its own connection), nothing of the batch
+// commits and each message continues on a job of its own: every effect
+// still commits once.
 func TestBatchSplitsWhenItsTransactionFails(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -343,7 +343,8 @@ func TestBatchSplitsWhenItsTransactionFails(t *testing.T) {
 			return err
 		}
 		if msg.EventType == "rogue" && rogueCalls.Add(1) == 1 {
-			return tx.Commit(ctx) // not allowed: the batch cannot know what stands
+			_, err := tx.Exec(ctx, "SELECT pg_terminate_backend(pg_backend_pid())")
+			return err
 		}
 		return nil
 	})
@@ -372,4 +373,48 @@ func TestBatchSplitsWhenItsTransactionFails(t *testing.T) {
 	var state string
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT state FROM river_job WHERE id = $1", results[0].JobID).Scan(&state))
 	require.Equal(t, "completed", state)
+}
+
+// TestHandlerCannotEndItsTransaction: a handler's Commit or Rollback fails
+// and changes nothing, alone or in a batch: its effect commits once, with
+// its message's processed mark.
+func TestHandlerCannotEndItsTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	createEffects(t, b.pool)
+	var endErrs sync.Map
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if err := applyEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		endErrs.Store(msg.EventID+"/commit", tx.Commit(ctx))
+		endErrs.Store(msg.EventID+"/rollback", tx.Rollback(ctx))
+		return nil // ignoring the errors, as a careless handler would
+	})
+	receive := func(ids ...string) {
+		var batch []inbox.Incoming
+		for _, id := range ids {
+			batch = append(batch, inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{}`)})
+		}
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, err := b.inbox.ReceiveMany(ctx, tx, batch)
+			return err
+		}))
+	}
+	receive("alone")
+	receive("batched_1", "batched_2")
+	b.startWorkers(t)
+	require.Eventually(t, func() bool {
+		var pending int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&pending))
+		return pending == 0
+	}, 20*time.Second, 10*time.Millisecond)
+	for _, id := range []string{"alone", "batched_1", "batched_2"} {
+		require.Equal(t, 1, effectCount(t, b.pool, id), id)
+		for _, op := range []string{"/commit", "/rollback"} {
+			err, _ := endErrs.Load(id + op)
+			require.ErrorIs(t, err.(error), inbox.ErrHandlerEndedTx, id+op)
+		}
+	}
 }

@@ -156,3 +156,125 @@ func hammer(b *testing.B, workers, n int, op func(i int) error) loadtest.Result 
 	}
 	return res
 }
+
+// BenchmarkProcess measures inbox processing with a no-op handler against
+// River's own no-op job rate, under the same River config (one queue of 50
+// workers, a 10 ms fetch cooldown: the example's) in the same run. N
+// messages are received in batches of 50 (as group commit stores them
+// under load), then a River client works them; the rate is N over the time
+// until the last is processed. The baseline inserts N no-op jobs and times
+// their completion the same way. Target: ratio ≥ 0.5.
+//
+// WHARF_BENCH_MESSAGES sets N (default 10000).
+func BenchmarkProcess(b *testing.B) {
+	n := loadtest.EnvInt("WHARF_BENCH_MESSAGES", 10000)
+	ctx := context.Background()
+	riverConfig := func(workers *river.Workers) *river.Config {
+		return &river.Config{
+			Queues:        map[string]river.QueueConfig{inbox.DefaultQueue: {MaxWorkers: 50}},
+			Workers:       workers,
+			FetchCooldown: 10 * time.Millisecond,
+			Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		}
+	}
+	// work starts a client with workers, waits until done() reports every
+	// item finished, and returns the elapsed time.
+	work := func(pool *pgxpool.Pool, workers *river.Workers, done func() (int, error)) time.Duration {
+		client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(workers))
+		if err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if err := client.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		defer func() { _ = client.Stop(ctx) }()
+		for {
+			got, err := done()
+			if err != nil {
+				b.Fatal(err)
+			}
+			if got >= n {
+				return time.Since(start)
+			}
+			time.Sleep(5 * time.Millisecond) // polling the database for progress
+		}
+	}
+	count := func(pool *pgxpool.Pool, sql string) func() (int, error) {
+		return func() (int, error) {
+			var got int
+			err := pool.QueryRow(ctx, sql).Scan(&got)
+			return got, err
+		}
+	}
+
+	for b.Loop() {
+		pool := benchPool(b, 32)
+		ib, err := inbox.New(pool, &inbox.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ib.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error { return nil })
+		for start := 0; start < n; start += 50 {
+			var batch []inbox.Incoming
+			for i := start; i < min(n, start+50); i++ {
+				batch = append(batch, inbox.Incoming{Source: "bench", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{"type":"noop"}`)})
+			}
+			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				_, err := ib.ReceiveMany(ctx, tx, batch)
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		workers := river.NewWorkers()
+		if err := ib.AddWorkers(workers); err != nil {
+			b.Fatal(err)
+		}
+		inboxTime := work(pool, workers, count(pool, "SELECT count(*) FROM wharf_inbox_messages WHERE status = 'processed'"))
+
+		rpool := benchPool(b, 32)
+		rclient, err := river.NewClient(riverpgxv5.New(rpool), &river.Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for start := 0; start < n; start += 1000 {
+			var params []river.InsertManyParams
+			for range min(n-start, 1000) {
+				params = append(params, river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Queue: inbox.DefaultQueue}})
+			}
+			if _, err := rclient.InsertMany(ctx, params); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rworkers := river.NewWorkers()
+		river.AddWorker(rworkers, river.WorkFunc(func(context.Context, *river.Job[noopArgs]) error { return nil }))
+		riverTime := work(rpool, rworkers, count(rpool, "SELECT count(*) FROM river_job WHERE state = 'completed'"))
+
+		inboxRate := float64(n) / inboxTime.Seconds()
+		riverRate := float64(n) / riverTime.Seconds()
+		b.ReportMetric(inboxRate, "inbox_msg/s")
+		b.ReportMetric(riverRate, "river_noop_job/s")
+		b.Logf("%d messages: inbox no-op handler %.0f/s, River no-op jobs %.0f/s, ratio %.2f", n, inboxRate, riverRate, inboxRate/riverRate)
+		loadtest.Bench("process_noop_handler_vs_river_noop_job_per_s", inboxRate, riverRate)
+	}
+}
+
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "bench_noop" }
+
+// benchPool opens a pool of size connections on a fresh database.
+func benchPool(b *testing.B, size int32) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(testdb.NewURL(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = size
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}

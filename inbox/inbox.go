@@ -155,7 +155,14 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if batchWait < 0 {
 		batchWait = 0
 	}
-	ib.batcher = &receiveBatcher{ib: ib, maxSize: ib.batchSize, maxWait: batchWait}
+	// A quarter of the pool commits receive batches at most (two at
+	// least): the rest serves the workers, and deliveries that wait for a
+	// slot join the waiting batch instead of taking a connection each.
+	slots := 2
+	if ib.batchSize <= 1 {
+		slots = int(pool.Config().MaxConns) // no batching: a connection each
+	}
+	ib.batcher = &receiveBatcher{ib: ib, maxSize: ib.batchSize, maxWait: batchWait, slots: make(chan struct{}, slots)}
 	for i := range cfg.Sources {
 		src := cfg.Sources[i] // a copy: later edits of cfg change nothing
 		ib.sources[src.Name] = &src

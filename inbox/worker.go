@@ -68,7 +68,13 @@ type Message struct {
 // everything back and have River retry with backoff; wrap it with Permanent
 // (or return river.JobCancel) to fail the message without retries; return
 // river.JobSnooze to roll back and run again later without using an
-// attempt. A Handler must not commit or roll back tx.
+// attempt. A Handler cannot commit or roll back tx: its Commit and Rollback
+// return ErrHandlerEndedTx and change nothing.
+//
+// The messages of one received batch (see Config.BatchSize) are processed
+// in one transaction, each handler in its own savepoint: an error rolls
+// back that handler's writes only, and its message is retried alone. Row
+// locks a handler takes are held until the batch commits.
 type Handler func(ctx context.Context, tx pgx.Tx, msg *Message) error
 
 // ErrNoHandler is the error recorded for a message for which no handler is
@@ -234,16 +240,28 @@ func logFailure(ctx context.Context, log *slog.Logger, msg *Message, status Stat
 	}
 }
 
-// runHandler calls h, turning a panic into an error so that the attempt is
-// recorded like any other failure.
+// runHandler calls h in tx, turning a panic into an error so that the
+// attempt is recorded like any other failure.
 func runHandler(ctx context.Context, h Handler, tx pgx.Tx, msg *Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("inbox: handler panicked: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return h(ctx, tx, msg)
+	return h(ctx, handlerTx{tx}, msg)
 }
+
+// ErrHandlerEndedTx is returned by the Commit and Rollback of the
+// transaction a Handler gets: only the worker may end it, since it also
+// holds the message's processed mark and its job's completion.
+var ErrHandlerEndedTx = errors.New("inbox: a Handler must not commit or roll back its transaction; return nil or an error instead")
+
+// handlerTx is the worker's transaction as a Handler sees it: everything
+// but ending it. Begin still opens a savepoint.
+type handlerTx struct{ pgx.Tx }
+
+func (handlerTx) Commit(context.Context) error   { return ErrHandlerEndedTx }
+func (handlerTx) Rollback(context.Context) error { return ErrHandlerEndedTx }
 
 // maxErrorLength bounds the last_error stored on a message.
 const maxErrorLength = 4096

@@ -3,6 +3,7 @@
 package loadtest
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -32,19 +33,23 @@ func (r Result) Percentile(p float64) time.Duration {
 // run times op(i) for every i that start hands it, and collects the
 // latencies and the first error. start calls launch for each index, in
 // whatever goroutines and at whatever pace it likes, and returns once all
-// are launched.
-func run(n int, start func(launch func(i int) bool), op func(i int) error) (Result, error) {
+// are launched. A latency runs from the time launch is given as the call's
+// scheduled start (zero: when launch is called), so that an open loop that
+// falls behind its schedule counts the delay (no coordinated omission).
+func run(n int, start func(launch func(i int, scheduled time.Time) bool), op func(i int) error) (Result, error) {
 	res := Result{Latencies: make([]time.Duration, n)}
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	t0 := time.Now()
-	start(func(i int) bool {
+	start(func(i int, began time.Time) bool {
 		if firstErr.Load() != nil {
 			return false
 		}
 		wg.Add(1)
 		defer wg.Done()
-		began := time.Now()
+		if began.IsZero() {
+			began = time.Now()
+		}
 		if err := op(i); err != nil {
 			firstErr.CompareAndSwap(nil, err)
 			return false
@@ -64,14 +69,14 @@ func run(n int, start func(launch func(i int) bool), op func(i int) error) (Resu
 // each starts its next call when the last returns) and returns each call's
 // latency and the wall time, or the first error.
 func Run(workers, n int, op func(i int) error) (Result, error) {
-	return run(n, func(launch func(int) bool) {
+	return run(n, func(launch func(int, time.Time) bool) {
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for i := int(next.Add(1) - 1); i < n && launch(i); i = int(next.Add(1) - 1) {
+				for i := int(next.Add(1) - 1); i < n && launch(i, time.Time{}); i = int(next.Add(1) - 1) {
 				}
 			}()
 		}
@@ -81,20 +86,22 @@ func Run(workers, n int, op func(i int) error) (Result, error) {
 
 // RunRate starts op for i in [0, n) at a fixed rate (an open loop: a slow
 // operation does not delay the next one's start), and returns each call's
-// latency and the wall time, or the first error. Latency under a fixed
+// latency, measured from its scheduled start, and the wall time, or the
+// first error. Latency under a fixed
 // offered load shows interference that a saturating closed loop hides in
 // its queueing.
 func RunRate(perSecond float64, n int, op func(i int) error) (Result, error) {
 	interval := time.Duration(float64(time.Second) / perSecond)
-	return run(n, func(launch func(int) bool) {
+	return run(n, func(launch func(int, time.Time) bool) {
 		var wg sync.WaitGroup
 		start := time.Now()
 		for i := range n {
-			if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			scheduled := start.Add(time.Duration(i) * interval)
+			if wait := time.Until(scheduled); wait > 0 {
 				time.Sleep(wait) // pacing the offered load is the point here
 			}
 			wg.Add(1)
-			go func() { defer wg.Done(); launch(i) }()
+			go func() { defer wg.Done(); launch(i, scheduled) }()
 		}
 		wg.Wait()
 	}, op)
@@ -119,4 +126,16 @@ func EnvFloat(name string, def float64) float64 {
 		return v
 	}
 	return def
+}
+
+// Bench prints a summary line that make bench collects at its end:
+// "BENCH <name> <ratio> <wharf figure> <baseline figure>", the ratio being
+// wharf/baseline (higher is better for rates; for latencies the name says
+// which way). Units belong in the name.
+func Bench(name string, wharf, baseline float64) {
+	ratio := 0.0
+	if baseline != 0 {
+		ratio = wharf / baseline
+	}
+	fmt.Printf("BENCH %s %.3f %.2f %.2f\n", name, ratio, wharf, baseline)
 }
