@@ -37,10 +37,12 @@ test: ## Run all tests with -race against a real Postgres (started when needed)
 	@url=$$($(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) test $(TESTFLAGS) ./...
 
 .PHONY: bench
-bench: ## Run the benchmarks (each reports ratios against a baseline of the same run)
-	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && \
-	  $(GO) test -run '^$$' -bench . -benchtime 1s ./signature/ ./idempotency/ && \
-	  $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./inbox/ ./outbox/ ./jobs/
+bench: ## Run the benchmarks; ends with one "BENCH <name> <ratio> <wharf> <baseline>" line per figure
+	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && log=$$(mktemp) && \
+	  { $(GO) test -run '^$$' -bench . -benchtime 1s ./signature/ ./idempotency/ && \
+	    $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./inbox/ ./outbox/ ./jobs/ ./example/; } 2>&1 | tee "$$log"; \
+	  status=$${PIPESTATUS[0]}; echo; echo "== summary (ratio = wharf / baseline, same run)"; \
+	  grep -h '^BENCH ' "$$log"; rm -f "$$log"; exit $$status
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME each

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -416,5 +417,90 @@ func TestHandlerCannotEndItsTransaction(t *testing.T) {
 			err, _ := endErrs.Load(id + op)
 			require.ErrorIs(t, err.(error), inbox.ErrHandlerEndedTx, id+op)
 		}
+	}
+}
+
+// TestBatchHandlersReachTheDatabaseEveryWay: the savepoint taken before a
+// handler's first statement works whichever way the handler reaches the
+// database (Exec, Query read to its end without Close, QueryRow, a nested
+// transaction, CopyFrom, SendBatch), and a handler that fails before any
+// statement leaves the previous handler's writes alone.
+func TestBatchHandlersReachTheDatabaseEveryWay(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 1}})
+	ctx := context.Background()
+	createEffects(t, b.pool)
+	const insert = "INSERT INTO effects (event_id) VALUES ($1)"
+	ways := map[string]inbox.Handler{
+		"exec": applyEffect,
+		"query": func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			rows, err := tx.Query(ctx, insert+" RETURNING event_id", msg.EventID)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+			}
+			return rows.Err()
+		},
+		"query_row": func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			var id string
+			return tx.QueryRow(ctx, insert+" RETURNING event_id", msg.EventID).Scan(&id)
+		},
+		"nested": func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			return pgx.BeginFunc(ctx, tx, func(nested pgx.Tx) error { return applyEffect(ctx, nested, msg) })
+		},
+		"copy": func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"effects"}, []string{"event_id"}, pgx.CopyFromRows([][]any{{msg.EventID}}))
+			return err
+		},
+		"batch": func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			batch := &pgx.Batch{}
+			batch.Queue(insert, msg.EventID)
+			return tx.SendBatch(ctx, batch).Close()
+		},
+		"query_row_then_fail": func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			var id string
+			if err := tx.QueryRow(ctx, insert+" RETURNING event_id", msg.EventID).Scan(&id); err != nil {
+				return err
+			}
+			return errors.New("fails after writing")
+		},
+		"fail_before_any_statement": func(context.Context, pgx.Tx, *inbox.Message) error {
+			return errors.New("fails before writing")
+		},
+	}
+	order := []string{"exec", "query", "fail_before_any_statement", "query_row", "query_row_then_fail", "nested", "copy", "batch", "exec"}
+	for typ, h := range ways {
+		b.inbox.Handle("payments", typ, h)
+	}
+	var batch []inbox.Incoming
+	for i, typ := range order {
+		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)})
+	}
+	var results []inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = b.inbox.ReceiveMany(ctx, tx, batch)
+		return err
+	}))
+	b.startWorkers(t)
+	require.Eventually(t, func() bool {
+		var pending int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status NOT IN ('processed', 'dead')").Scan(&pending))
+		return pending == 0
+	}, 20*time.Second, 10*time.Millisecond)
+	for i, typ := range order {
+		msg, err := b.inbox.Get(ctx, results[i].MessageID)
+		require.NoError(t, err)
+		if strings.HasPrefix(typ, "fail") || strings.HasSuffix(typ, "fail") {
+			require.Equal(t, inbox.StatusDead, msg.Status, typ)
+			require.Zero(t, effectCount(t, b.pool, batch[i].EventID), typ)
+			continue
+		}
+		require.Equal(t, inbox.StatusProcessed, msg.Status, "%s: %s", typ, msg.LastError)
+		require.Equal(t, 1, effectCount(t, b.pool, batch[i].EventID), typ)
+		var jobID int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT job_id FROM wharf_inbox_messages WHERE id = $1", msg.ID).Scan(&jobID))
+		require.Equal(t, results[0].JobID, jobID, "%s was processed in the batch", typ)
 	}
 }

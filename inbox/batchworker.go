@@ -62,15 +62,13 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 			return fmt.Errorf("inbox: load messages: %w", err)
 		}
 		var done []uuid.UUID
-		first := true
+		sp := &savepoints{}
 		for i := range rows {
 			if !ownedBy(&rows[i], job.ID) {
 				continue
 			}
 			msg := messageFromRow(&rows[i])
-			err := w.runInSavepoint(ctx, tx, msg, first)
-			first = false
-			if err != nil {
+			if err := w.runInSavepoint(ctx, tx, sp, msg); err != nil {
 				var fatal *batchFatalError
 				if errors.As(err, &fatal) {
 					return fatal.err
@@ -131,36 +129,23 @@ type batchFatalError struct{ err error }
 
 func (e *batchFatalError) Error() string { return e.err.Error() }
 
-// Savepoints of a batch, one statement each (simple protocol): the
-// savepoint of the next handler releases the last one's in the same round
-// trip, and the transaction's commit releases the last.
-const (
-	firstSavepoint = "SAVEPOINT wharf_handler"
-	nextSavepoint  = "RELEASE SAVEPOINT wharf_handler; SAVEPOINT wharf_handler"
-	undoSavepoint  = "ROLLBACK TO SAVEPOINT wharf_handler"
-)
-
-// runInSavepoint runs msg's handler in a savepoint of tx (first says
-// whether it is the batch's first). A handler error rolls back to the
-// savepoint and is returned; an error that leaves tx unusable is returned
-// as a *batchFatalError.
-func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, msg *Message, first bool) error {
+// runInSavepoint runs msg's handler in a savepoint of tx (see handlerTx).
+// A handler error rolls back to the savepoint and is returned; an error
+// that leaves tx unusable is returned as a *batchFatalError.
+func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *savepoints, msg *Message) error {
 	h := w.ib.handlerFor(msg.Source, msg.EventType)
 	if h == nil {
 		return fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
 	}
-	savepoint := nextSavepoint
-	if first {
-		savepoint = firstSavepoint
+	sp.start()
+	herr := runHandlerIn(ctx, h, handlerTx{Tx: tx, sp: sp}, msg)
+	if sp.broken != nil {
+		return &batchFatalError{fmt.Errorf("inbox: savepoint of message %s: %w", msg.ID, sp.broken)}
 	}
-	if _, err := tx.Exec(ctx, savepoint); err != nil {
-		return &batchFatalError{fmt.Errorf("inbox: savepoint: %w", err)}
-	}
-	herr := runHandler(ctx, h, tx, msg)
 	if herr == nil {
 		return nil
 	}
-	if _, err := tx.Exec(ctx, undoSavepoint); err != nil {
+	if err := sp.undo(ctx, tx); err != nil {
 		return &batchFatalError{fmt.Errorf("inbox: roll back handler of message %s: %w (handler: %v)", msg.ID, err, herr)}
 	}
 	return herr

@@ -131,6 +131,7 @@ func BenchmarkIngest(b *testing.B) {
 		b.ReportMetric(rawRes.Rate(), "raw_req/s")
 		b.ReportMetric(httpRes.Rate(), "ingest_req/s")
 		b.ReportMetric(ratio, "ratio")
+		loadtest.Bench(fmt.Sprintf("inbox_http_ingest_%d_senders_vs_raw_three_inserts_per_s", senders), httpRes.Rate(), rawRes.Rate())
 		b.ReportMetric(loadtest.Ms(httpRes.Percentile(50)), "ingest_p50_ms")
 		b.ReportMetric(loadtest.Ms(httpRes.Percentile(99)), "ingest_p99_ms")
 		b.ReportMetric(loadtest.Ms(rawRes.Percentile(99)), "raw_p99_ms")

@@ -243,25 +243,18 @@ func logFailure(ctx context.Context, log *slog.Logger, msg *Message, status Stat
 // runHandler calls h in tx, turning a panic into an error so that the
 // attempt is recorded like any other failure.
 func runHandler(ctx context.Context, h Handler, tx pgx.Tx, msg *Message) (err error) {
+	return runHandlerIn(ctx, h, handlerTx{Tx: tx}, msg)
+}
+
+// runHandlerIn is runHandler with the handler's transaction given.
+func runHandlerIn(ctx context.Context, h Handler, tx handlerTx, msg *Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("inbox: handler panicked: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return h(ctx, handlerTx{tx}, msg)
+	return h(ctx, tx, msg)
 }
-
-// ErrHandlerEndedTx is returned by the Commit and Rollback of the
-// transaction a Handler gets: only the worker may end it, since it also
-// holds the message's processed mark and its job's completion.
-var ErrHandlerEndedTx = errors.New("inbox: a Handler must not commit or roll back its transaction; return nil or an error instead")
-
-// handlerTx is the worker's transaction as a Handler sees it: everything
-// but ending it. Begin still opens a savepoint.
-type handlerTx struct{ pgx.Tx }
-
-func (handlerTx) Commit(context.Context) error   { return ErrHandlerEndedTx }
-func (handlerTx) Rollback(context.Context) error { return ErrHandlerEndedTx }
 
 // maxErrorLength bounds the last_error stored on a message.
 const maxErrorLength = 4096

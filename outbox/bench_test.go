@@ -1,9 +1,11 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,8 +17,10 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/loadtest"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/outbox"
+	"github.com/wharfhq/wharf/signature"
 )
 
 // Benchmark sizes: each iteration delivers benchDeliveries events and works
@@ -37,6 +41,45 @@ type noopWorker struct {
 }
 
 func (noopWorker) Work(context.Context, *river.Job[noopArgs]) error { return nil }
+
+// plainSendArgs is what a River user would write instead of the outbox: a
+// job that signs a body (Standard Webhooks) and POSTs it, done on 2xx.
+type plainSendArgs struct {
+	URL  string `json:"url"`
+	ID   string `json:"id"`
+	Body []byte `json:"body"`
+}
+
+func (plainSendArgs) Kind() string { return "wharf_bench_plain_send" }
+
+type plainSendWorker struct {
+	river.WorkerDefaults[plainSendArgs]
+	client *http.Client
+	secret string
+}
+
+func (w *plainSendWorker) Work(ctx context.Context, job *river.Job[plainSendArgs]) error {
+	header, err := signature.SignStandardWebhooks([]string{w.secret}, job.Args.ID, time.Now(), job.Args.Body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, job.Args.URL, bytes.NewReader(job.Args.Body))
+	if err != nil {
+		return err
+	}
+	req.Header = header
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
 
 // benchRiverConfig is the River config of both halves of BenchmarkDelivery:
 // 100 workers on the outbox queue, fetch cooldown 2 ms (River's default of
@@ -97,9 +140,10 @@ func workAll(b *testing.B, pool *pgxpool.Pool, cfg *river.Config, n int) time.Du
 
 // BenchmarkDelivery compares the outbox's delivery throughput (1 KB events
 // to a loopback sink answering 204, one endpoint with a cap of 100 in
-// flight) with River's throughput for no-op jobs under the same River
-// config, in the same run. Reported: deliveries/s, noop_jobs/s and their
-// ratio.
+// flight) with River's throughput for no-op jobs and with a plain River
+// sender (a job signing and POSTing the same body to the same sink), under
+// the same River config, in the same run. Reported: deliveries/s,
+// noop_jobs/s, plain_sends/s and the ratios, as BENCH lines too.
 func BenchmarkDelivery(b *testing.B) {
 	ctx := context.Background()
 	pool := benchPool(b)
@@ -111,8 +155,21 @@ func BenchmarkDelivery(b *testing.B) {
 	require.NoError(b, err)
 	data := json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))
 
-	var deliveryTime, noopTime time.Duration
+	var deliveryTime, noopTime, plainTime time.Duration
 	for b.Loop() {
+		plain := make([]river.InsertManyParams, benchDeliveries)
+		for i := range plain {
+			body, _ := json.Marshal(map[string]any{"type": "bench.event", "data": data})
+			plain[i] = river.InsertManyParams{Args: plainSendArgs{URL: receiver.URL(), ID: fmt.Sprintf("msg_%d", i), Body: body}, InsertOpts: &river.InsertOpts{Queue: ob.Queue()}}
+		}
+		plainInserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+		require.NoError(b, err)
+		_, err = plainInserter.InsertManyFast(ctx, plain)
+		require.NoError(b, err)
+		plainCfg := benchRiverConfig(ob)
+		river.AddWorker(plainCfg.Workers, &plainSendWorker{client: &http.Client{Timeout: 15 * time.Second}, secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+		plainTime += workAll(b, pool, plainCfg, benchDeliveries)
+
 		noops := make([]river.InsertManyParams, benchDeliveries)
 		for i := range noops {
 			noops[i] = river.InsertManyParams{Args: noopArgs{}, InsertOpts: &river.InsertOpts{Queue: ob.Queue()}}
@@ -138,9 +195,13 @@ func BenchmarkDelivery(b *testing.B) {
 	noopsPerSec := float64(b.N*benchDeliveries) / noopTime.Seconds()
 	b.ReportMetric(deliveriesPerSec, "deliveries/s")
 	b.ReportMetric(noopsPerSec, "noop_jobs/s")
+	plainPerSec := float64(b.N*benchDeliveries) / plainTime.Seconds()
+	b.ReportMetric(plainPerSec, "plain_sends/s")
 	b.ReportMetric(deliveriesPerSec/noopsPerSec, "ratio")
 	b.ReportMetric(0, "ns/op")
-	require.GreaterOrEqual(b, len(receiver.all()), b.N*benchDeliveries)
+	loadtest.Bench("outbox_delivery_vs_river_noop_job_per_s", deliveriesPerSec, noopsPerSec)
+	loadtest.Bench("outbox_delivery_vs_plain_river_sender_per_s", deliveriesPerSec, plainPerSec)
+	require.GreaterOrEqual(b, len(receiver.all()), 2*b.N*benchDeliveries)
 }
 
 // BenchmarkPublishOverhead measures what Publish adds to an application
