@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testdb"
 )
 
 // TestReceiveManyPerMessage: in one batch every message keeps its own
@@ -502,5 +503,59 @@ func TestBatchHandlersReachTheDatabaseEveryWay(t *testing.T) {
 		var jobID int64
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT job_id FROM wharf_inbox_messages WHERE id = $1", msg.ID).Scan(&jobID))
 		require.Equal(t, results[0].JobID, jobID, "%s was processed in the batch", typ)
+	}
+}
+
+// TestBatchSurvivesLosingTheDatabase: the database goes away while a batch
+// is being processed; nothing of the batch commits, and once the database
+// is back every message is processed exactly once.
+func TestBatchSurvivesLosingTheDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	proxy, proxied := testdb.NewProxy(t, testdb.NewURL(t))
+	cfg, err := pgxpool.ParseConfig(proxied)
+	require.NoError(t, err)
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	b := setup(t, &setupOpts{pool: pool})
+	createEffects(t, pool)
+	inHandler := make(chan struct{})
+	var cut sync.Once
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if err := applyEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		cut.Do(func() { proxy.SetDown(true); close(inHandler) })
+		return nil
+	})
+	var batch []inbox.Incoming
+	for i := range 5 {
+		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{}`)})
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := b.inbox.ReceiveMany(ctx, tx, batch)
+		return err
+	}))
+	b.startWorkers(t)
+	select {
+	case <-inHandler:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the batch never reached a handler")
+	}
+	time.Sleep(200 * time.Millisecond) // the outage lasts a while: the batch and its split fail meanwhile
+	proxy.SetDown(false)
+	require.Eventually(t, func() bool {
+		var pending int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&pending)
+		return err == nil && pending == 0
+	}, 30*time.Second, 20*time.Millisecond)
+	for i := range batch {
+		var n int
+		require.Eventually(t, func() bool {
+			return pool.QueryRow(ctx, "SELECT count(*) FROM effects WHERE event_id = $1", batch[i].EventID).Scan(&n) == nil
+		}, 10*time.Second, 10*time.Millisecond)
+		require.Equal(t, 1, n, batch[i].EventID)
 	}
 }

@@ -31,9 +31,23 @@ const (
 // TestWorkerKilledMidHandler kills -9 a worker process while its handler is
 // inside the transaction (the effect written, not committed), then starts a
 // fresh worker: River's rescuer must hand the job over and the effect must
-// be applied exactly once.
+// be applied exactly once. "batch" does the same to a job of several
+// messages received together: the killed batch commits nothing, and its
+// rescue hands each message to a job of its own.
 func TestWorkerKilledMidHandler(t *testing.T) {
 	t.Parallel()
+	for name, events := range map[string][]string{
+		"single": {"msg_chaos"},
+		"batch":  {"msg_chaos_1", "msg_chaos_2", "msg_chaos_3"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			killMidHandler(t, events)
+		})
+	}
+}
+
+func killMidHandler(t *testing.T, eventIDs []string) {
 	ctx := context.Background()
 	url := testdb.NewURL(t)
 	pool, err := pgxpool.New(ctx, url)
@@ -41,7 +55,14 @@ func TestWorkerKilledMidHandler(t *testing.T) {
 	t.Cleanup(pool.Close)
 	createEffects(t, pool)
 	b := setup(t, &setupOpts{pool: pool})
-	do(t, b.signed(t, "payments", "msg_chaos", []byte(`{"type":"payment.succeeded"}`), time.Now()))
+	var batch []inbox.Incoming
+	for _, id := range eventIDs {
+		batch = append(batch, inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{"type":"payment.succeeded"}`)})
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := b.inbox.ReceiveMany(ctx, tx, batch)
+		return err
+	}))
 
 	// A worker process that blocks inside the handler.
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosWorkerProcess$", "-test.v")
@@ -69,26 +90,31 @@ func TestWorkerKilledMidHandler(t *testing.T) {
 	_ = cmd.Wait()
 
 	// The killed transaction left nothing; the job is stuck in running.
-	require.Zero(t, effectCount(t, pool, "msg_chaos"))
+	for _, id := range eventIDs {
+		require.Zero(t, effectCount(t, pool, id))
+	}
 	var state string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT state FROM river_job WHERE kind = 'wharf_inbox_process'").Scan(&state))
+	require.NoError(t, pool.QueryRow(ctx, "SELECT state FROM river_job WHERE kind LIKE 'wharf_inbox_process%'").Scan(&state))
 	require.Equal(t, "running", state)
 
 	// Once the job is older than the rescue window, a new worker's rescuer
 	// (its first run is at start) retries it.
 	require.Eventually(t, func() bool {
 		var stuck bool
-		err := pool.QueryRow(ctx, "SELECT attempted_at < now() - $1::interval FROM river_job WHERE kind = 'wharf_inbox_process'",
+		err := pool.QueryRow(ctx, "SELECT attempted_at < now() - $1::interval FROM river_job WHERE kind LIKE 'wharf_inbox_process%'",
 			chaosRescue.String()).Scan(&stuck)
 		return err == nil && stuck
 	}, 10*time.Second, 20*time.Millisecond)
 	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
-	events := startChaosClient(t, pool, b.inbox, false)
-	awaitJob(t, events, river.EventKindJobCompleted)
-
-	require.Equal(t, 1, effectCount(t, pool, "msg_chaos"))
-	msg := onlyMessage(t, b)
-	require.Equal(t, inbox.StatusProcessed, msg.Status)
+	startChaosClient(t, pool, b.inbox, false)
+	require.Eventually(t, func() bool {
+		var pending int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&pending))
+		return pending == 0
+	}, 20*time.Second, 10*time.Millisecond)
+	for _, id := range eventIDs {
+		require.Equal(t, 1, effectCount(t, pool, id), id)
+	}
 }
 
 // TestChaosWorkerProcess is the worker process of TestWorkerKilledMidHandler;
