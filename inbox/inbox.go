@@ -42,7 +42,12 @@ const (
 	DefaultMaxBodyBytes = 1 << 20
 	// DefaultBatchSize is how many messages share a receive transaction and
 	// a processing job unless Config.BatchSize says otherwise.
-	DefaultBatchSize = 100
+	DefaultBatchSize = 50
+	// maxJobMessages caps the messages of one processing job whatever
+	// BatchSize: each handler that writes takes a subtransaction, and more
+	// than 64 in one transaction overflow Postgres's per-backend cache of
+	// them, which slows every other session's snapshots.
+	maxJobMessages = 50
 	// DefaultBatchWait is how long a delivery waits for others to share its
 	// transaction unless Config.BatchWait says otherwise.
 	DefaultBatchWait = time.Millisecond
@@ -73,9 +78,10 @@ type Config struct {
 	// one receive transaction (group commit: one WAL flush for the batch,
 	// each delivery answered after the commit that covers it), ReceiveMany
 	// gives up to BatchSize new messages one River job, and that job runs
-	// each handler in its own savepoint of one transaction. 1 turns batching
-	// off: each delivery commits alone and each message gets its own job.
-	// Defaults to DefaultBatchSize.
+	// each handler in its own savepoint of one transaction (a job takes 50
+	// messages at most, whatever BatchSize). 1 turns batching off: each
+	// delivery commits alone and each message gets its own job. Defaults to
+	// DefaultBatchSize.
 	BatchSize int
 	// BatchWait is the longest a delivery waits for others to join its
 	// batch. It waits only while another batch of this Inbox is committing

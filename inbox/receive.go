@@ -102,9 +102,9 @@ func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result,
 // msgs and every guarantee holds per message: a message whose event id
 // appeared earlier in msgs is a duplicate of that one, and a message that
 // cannot be stored as given gets a Result whose Err wraps ErrInvalidMessage
-// while its neighbours are received. Up to Config.BatchSize new messages
-// share one River job, whose worker runs each handler in a savepoint of one
-// transaction (see Handler).
+// while its neighbours are received. Up to Config.BatchSize (at most 50)
+// new messages share one River job, whose worker runs each handler in a
+// savepoint of one transaction (see Handler).
 //
 // An error comes from the database and covers the whole batch; River's
 // insert aborts tx on failure, so roll back.
@@ -231,7 +231,8 @@ func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte
 
 // storeMessages inserts the River jobs of the won claims (one job per
 // message when batches are off or there is only one, else one job per
-// BatchSize messages) and then their messages, in one statement each.
+// BatchSize messages, 50 at most) and then their messages, in one statement
+// each.
 func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, won []*claim, now time.Time, results []Result) error {
 	if len(won) == 0 {
 		return nil
@@ -244,7 +245,7 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 			chunks = append(chunks, []*claim{c})
 		}
 	} else {
-		for chunk := range slices.Chunk(won, ib.batchSize) {
+		for chunk := range slices.Chunk(won, min(ib.batchSize, maxJobMessages)) {
 			args := processBatchArgs{ReceivedAt: now, MessageIDs: make([]uuid.UUID, len(chunk))}
 			for i, c := range chunk {
 				args.MessageIDs[i] = c.proposed
