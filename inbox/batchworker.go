@@ -1,10 +1,12 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,19 +57,18 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		processed, failures = nil, nil
 		q := dbsqlc.New(tx)
-		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
-			ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs,
+		rows, err := q.InboxMessagesClaimBatch(ctx, dbsqlc.InboxMessagesClaimBatchParams{
+			Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs, JobID: job.ID,
 		})
 		if err != nil {
-			return fmt.Errorf("inbox: load messages: %w", err)
+			return fmt.Errorf("inbox: claim batch: %w", err)
 		}
-		var done []uuid.UUID
+		slices.SortFunc(rows, func(a, b dbsqlc.WharfInboxMessage) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 		sp := &savepoints{}
 		for i := range rows {
-			if !ownedBy(&rows[i], job.ID) {
-				continue
-			}
 			msg := messageFromRow(&rows[i])
+			// The handler sees the message as it was before the claim.
+			msg.Status, msg.Attempts, msg.ProcessedAt = StatusReceived, msg.Attempts-1, nil
 			if err := w.runInSavepoint(ctx, tx, sp, msg); err != nil {
 				var fatal *batchFatalError
 				if errors.As(err, &fatal) {
@@ -77,14 +78,6 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				continue
 			}
 			processed = append(processed, msg)
-			done = append(done, msg.ID)
-		}
-		if len(done) > 0 {
-			if err := q.InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
-				Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: done,
-			}); err != nil {
-				return fmt.Errorf("inbox: mark processed: %w", err)
-			}
 		}
 		for _, f := range failures {
 			if err := ib.retryAlone(ctx, tx, f.msg, f.cause); err != nil {
@@ -151,34 +144,34 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 	return herr
 }
 
-// retryAlone records a batch handler's failure on msg in tx and, unless the
-// message is now dead, inserts a job of its own that retries it. A snooze
-// uses no attempt and runs again after its duration.
+// retryAlone records a batch handler's failure on msg in tx (undoing the
+// batch's processed mark) and, unless the message is now dead, inserts a
+// job of its own that retries it. A snooze uses no attempt and runs again
+// after its duration.
 func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause error) error {
 	q := dbsqlc.New(tx)
 	opts := ib.insertOpts()
+	setBack := dbsqlc.InboxMessageBatchSetBackParams{
+		Status: string(StatusReceived), Now: ib.clock(), ReceivedAt: msg.ReceivedAt, ID: msg.ID,
+	}
 	var snooze *river.JobSnoozeError
 	if errors.As(cause, &snooze) {
 		opts.ScheduledAt = time.Now().Add(snooze.Duration)
 	} else {
 		status := failureStatus(cause, 1, ib.maxAttempts)
-		if err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
-			Status:     string(status),
-			LastError:  truncateError(cause.Error()),
-			Now:        ib.clock(),
-			ReceivedAt: msg.ReceivedAt,
-			ID:         msg.ID,
-		}); err != nil {
-			return fmt.Errorf("inbox: record failure: %w", err)
-		}
-		if status == StatusDead {
-			return nil
-		}
+		lastError := truncateError(cause.Error())
+		setBack.Status, setBack.AttemptsUsed, setBack.LastError = string(status), 1, &lastError
 		// This attempt counted: the retry job has the rest, with River's
 		// backoff for a first failure.
 		opts.MaxAttempts = ib.maxAttempts - 1
 		now := time.Now().UTC()
 		opts.ScheduledAt = (&river.DefaultClientRetryPolicy{}).NextRetry(&rivertype.JobRow{Attempt: 1, AttemptedAt: &now})
+	}
+	if err := q.InboxMessageBatchSetBack(ctx, setBack); err != nil {
+		return fmt.Errorf("inbox: record failure: %w", err)
+	}
+	if Status(setBack.Status) == StatusDead {
+		return nil
 	}
 	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}, opts)
 	if err != nil {

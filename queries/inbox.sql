@@ -118,10 +118,29 @@ WHERE received_at = @received_at AND id = ANY(@ids::uuid[])
 ORDER BY id
 FOR UPDATE;
 
--- name: InboxMessagesMarkProcessed :exec
+-- name: InboxMessagesClaimBatch :many
+-- Starts a processing batch: marks processed, in one statement, the
+-- messages of the batch that still wait for its job (received, not erased,
+-- not handed to another job), locking them until the transaction ends. One
+-- new row version each, where a lock and a later update would write two. A
+-- handler that fails is set back by InboxMessageBatchSetBack in the same
+-- transaction; a lost transaction takes the marks with it. Only a received
+-- message can still be on its batch's job (a failed one has a job of its
+-- own), so the status before was 'received' and the attempts one fewer.
+UPDATE wharf_inbox_messages AS m
+SET status = 'processed', attempts = m.attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
+WHERE m.received_at = @received_at AND m.id = ANY(@ids::uuid[]) AND m.job_id = @job_id::bigint
+  AND m.status = 'received' AND m.scrubbed_at IS NULL
+RETURNING m.*;
+
+-- name: InboxMessageBatchSetBack :exec
+-- Undoes InboxMessagesClaimBatch's mark for a message whose handler failed
+-- or snoozed: status as given, attempts_used of the attempt kept (1 for a
+-- failure, 0 for a snooze), last_error replaced when given.
 UPDATE wharf_inbox_messages
-SET status = 'processed', attempts = attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
-WHERE received_at = @received_at AND id = ANY(@ids::uuid[]);
+SET status = @status::text, attempts = attempts - 1 + @attempts_used::int, processed_at = NULL,
+    last_error = coalesce(sqlc.narg('last_error')::text, last_error), updated_at = @now::timestamptz
+WHERE received_at = @received_at AND id = @id;
 
 -- name: InboxMessagesSetJob :exec
 -- Hands messages of a processing batch to jobs of their own (ids[i] to
