@@ -32,6 +32,9 @@ import (
 // no verification). It reports both rates, their ratio (target ≥ 0.5) and
 // ingest latency percentiles (target p99 ≤ 10 ms).
 //
+// It then compares group commit (the default) with one transaction per
+// delivery (BatchSize 1) at that concurrency and for a single sender.
+//
 // WHARF_BENCH_REQUESTS sets the requests per phase (default 4000),
 // WHARF_BENCH_SENDERS the concurrency (default 32).
 func BenchmarkIngest(b *testing.B) {
@@ -49,15 +52,21 @@ func BenchmarkIngest(b *testing.B) {
 	}
 	b.Cleanup(pool.Close)
 
-	ib, err := inbox.New(pool, &inbox.Config{
-		Sources: []inbox.Source{{Name: "bench", Verifier: signature.NewStandardWebhooks(signature.Secrets{testSecret}, nil)}},
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	if err != nil {
-		b.Fatal(err)
+	newServer := func(batchSize int) *httptest.Server {
+		ib, err := inbox.New(pool, &inbox.Config{
+			Sources:   []inbox.Source{{Name: "bench", Verifier: signature.NewStandardWebhooks(signature.Secrets{testSecret}, nil)}},
+			Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+			BatchSize: batchSize,
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		server := httptest.NewServer(ib.SourceHandler("bench"))
+		b.Cleanup(server.Close)
+		return server
 	}
-	server := httptest.NewServer(ib.SourceHandler("bench"))
-	b.Cleanup(server.Close)
+	server := newServer(0)          // group commit (the default)
+	unbatchedServer := newServer(1) // each delivery its own transaction
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: senders, MaxConnsPerHost: senders}}
 	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
@@ -93,7 +102,7 @@ func BenchmarkIngest(b *testing.B) {
 			})
 		})
 	}
-	ingest := func(run string, n int) loadtest.Result {
+	ingestTo := func(server *httptest.Server, senders int, run string, n int) loadtest.Result {
 		reqs := make([]*http.Request, n)
 		for i := range reqs {
 			data := body(i, run)
@@ -120,6 +129,8 @@ func BenchmarkIngest(b *testing.B) {
 		})
 	}
 
+	ingest := func(run string, n int) loadtest.Result { return ingestTo(server, senders, run, n) }
+
 	for b.Loop() {
 		// Warm both paths (connections, partitions, caches), then measure.
 		raw("warm", 200)
@@ -138,6 +149,23 @@ func BenchmarkIngest(b *testing.B) {
 		b.Logf("%d requests, %d senders: raw %.0f/s (p50 %.2f ms, p99 %.2f ms); ingest %.0f/s (p50 %.2f ms, p99 %.2f ms); ratio %.2f",
 			requests, senders, rawRes.Rate(), loadtest.Ms(rawRes.Percentile(50)), loadtest.Ms(rawRes.Percentile(99)),
 			httpRes.Rate(), loadtest.Ms(httpRes.Percentile(50)), loadtest.Ms(httpRes.Percentile(99)), ratio)
+
+		// Group commit against none, at full concurrency and for a lone
+		// sender (where an idle inbox must not wait).
+		for _, n := range []int{senders, 1} {
+			reqs := requests
+			if n == 1 {
+				reqs = requests / 4
+			}
+			ingestTo(unbatchedServer, n, fmt.Sprintf("warm_unbatched_%d", n), 100)
+			unbatched := ingestTo(unbatchedServer, n, fmt.Sprintf("unbatched_%d", n), reqs)
+			batched := ingestTo(server, n, fmt.Sprintf("batched_%d", n), reqs)
+			b.Logf("%d senders: group commit %.0f/s (p99 %.2f ms), one transaction per delivery %.0f/s (p99 %.2f ms)",
+				n, batched.Rate(), loadtest.Ms(batched.Percentile(99)), unbatched.Rate(), loadtest.Ms(unbatched.Percentile(99)))
+			loadtest.Bench(fmt.Sprintf("inbox_group_commit_vs_unbatched_%d_senders_per_s", n), batched.Rate(), unbatched.Rate())
+			loadtest.Bench(fmt.Sprintf("inbox_group_commit_vs_unbatched_%d_senders_p99_ms_lower_is_better", n),
+				loadtest.Ms(batched.Percentile(99)), loadtest.Ms(unbatched.Percentile(99)))
+		}
 	}
 }
 
