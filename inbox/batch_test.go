@@ -559,3 +559,46 @@ func TestBatchSurvivesLosingTheDatabase(t *testing.T) {
 		require.Equal(t, 1, n, batch[i].EventID)
 	}
 }
+
+// TestForgetInABatch: erasing a message of a batch keeps the batch's job
+// for its neighbour, which is still processed; erasing the last one the job
+// waits for deletes the job.
+func TestForgetInABatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	createEffects(t, b.pool)
+	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
+	receive := func(ids ...string) int64 {
+		var batch []inbox.Incoming
+		for _, id := range ids {
+			batch = append(batch, inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{}`)})
+		}
+		var results []inbox.Result
+		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			results, err = b.inbox.ReceiveMany(ctx, tx, batch)
+			return err
+		}))
+		return results[0].JobID
+	}
+	jobExists := func(id int64) bool {
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE id = $1", id).Scan(&n))
+		return n == 1
+	}
+	kept := receive("kept_forgotten", "kept_processed")
+	gone := receive("gone_1", "gone_2")
+	for _, id := range []string{"kept_forgotten", "gone_1", "gone_2"} {
+		_, err := b.inbox.Forget(ctx, "payments", id)
+		require.NoError(t, err)
+	}
+	require.True(t, jobExists(kept), "a neighbour still waits for the job")
+	require.False(t, jobExists(gone), "no message waits for the job")
+
+	b.startWorkers(t)
+	require.Eventually(t, func() bool { return effectCount(t, b.pool, "kept_processed") == 1 }, 20*time.Second, 10*time.Millisecond)
+	for _, id := range []string{"kept_forgotten", "gone_1", "gone_2"} {
+		require.Zero(t, effectCount(t, b.pool, id), id)
+	}
+}

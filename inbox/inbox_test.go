@@ -574,7 +574,7 @@ func TestReplayReceivedWithLostJob(t *testing.T) {
 	msg := onlyMessage(t, b)
 	require.ErrorIs(t, b.inbox.Replay(ctx, msg.ID), inbox.ErrNotReplayable, "its job is still available")
 
-	_, err := b.pool.Exec(ctx, "UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE kind = 'wharf_inbox_process'")
+	_, err := b.pool.Exec(ctx, "UPDATE river_job SET state = 'discarded', finalized_at = now() WHERE kind LIKE 'wharf_inbox_process%'")
 	require.NoError(t, err)
 	require.NoError(t, b.inbox.Replay(ctx, msg.ID))
 	events := b.startWorkers(t)

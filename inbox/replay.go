@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -111,11 +112,25 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 
 // deleteJobTx deletes a message's job that will not be needed, unless it is
 // running (whichever job locks the message second does nothing) or is a
-// batch's (other messages may still need it; its worker skips a message
+// batch's that another message still waits for (its worker skips a message
 // that moved on).
 func (ib *Inbox) deleteJobTx(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow) error {
 	if job.Kind == (processBatchArgs{}).Kind() {
-		return nil
+		var args processBatchArgs
+		if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
+			return fmt.Errorf("inbox: job %d: decode args: %w", job.ID, err)
+		}
+		rows, err := dbsqlc.New(tx).InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
+			ReceivedAt: args.ReceivedAt, Ids: args.MessageIDs,
+		})
+		if err != nil {
+			return fmt.Errorf("inbox: messages of job %d: %w", job.ID, err)
+		}
+		for i := range rows {
+			if ownedBy(&rows[i], job.ID) {
+				return nil
+			}
+		}
 	}
 	if _, err := ib.river.JobDeleteTx(ctx, tx, job.ID); err != nil &&
 		!errors.Is(err, rivertype.ErrNotFound) && !errors.Is(err, rivertype.ErrJobRunning) {
