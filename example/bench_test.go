@@ -67,6 +67,10 @@ func BenchmarkEndToEnd(b *testing.B) {
 		for b.Loop() {
 			w := wharf.closedLoop(b, "profile", senders, requests)
 			b.Logf("wharf alone: %.0f effects/s (%.0f answers/s, p99 %.1f ms)", w.rate, w.ingest, w.p99)
+			if os.Getenv("WHARF_BENCH_RATE") != "" {
+				o := wharf.openLoop(b, "profile_open", rate, int(rate*5))
+				b.Logf("wharf alone, open loop %.0f/s: p50 %.1f ms, p99 %.1f ms (effects %.0f/s)", rate, o.p50, o.p99, o.rate)
+			}
 		}
 		return
 	}
