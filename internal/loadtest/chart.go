@@ -66,13 +66,13 @@ func ChartSVG(title, xLabel, yLabel string, xs []float64, series []Series) strin
 	return sb.String()
 }
 
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
+// niceCeil rounds v up to a round multiple of a power of ten.
 func niceCeil(v float64) float64 {
 	if v <= 0 {
 		return 1
 	}
 	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 5, 10} {
+	for _, m := range []float64{1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10} {
 		if m*p >= v {
 			return m * p
 		}
