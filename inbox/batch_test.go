@@ -47,12 +47,7 @@ func TestReceiveManyPerMessage(t *testing.T) {
 		msg("evt_b", `{"n":3}`),
 		{Source: "payments", EventID: "evt_nul", Header: http.Header{"X-Bad": {"a\x00b"}}, Body: []byte(`{}`)},
 	}
-	var results []inbox.Result
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		results, err = b.inbox.ReceiveMany(ctx, tx, batch)
-		return err
-	}))
+	results := receiveMany(t, b.pool, b.inbox, batch)
 	require.Len(t, results, len(batch))
 
 	a, bb := results[0], results[5]
@@ -280,20 +275,11 @@ func TestBatchWorkerIsolatesFailures(t *testing.T) {
 	for i, typ := range types {
 		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)})
 	}
-	var results []inbox.Result
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		results, err = b.inbox.ReceiveMany(ctx, tx, batch)
-		return err
-	}))
+	results := receiveMany(t, b.pool, b.inbox, batch)
 	batchJob := results[0].JobID
 
 	b.startWorkers(t)
-	require.Eventually(t, func() bool {
-		var pending int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status NOT IN ('processed', 'dead')").Scan(&pending))
-		return pending == 0
-	}, 30*time.Second, 10*time.Millisecond)
+	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
 
 	for i, typ := range types {
 		id := batch[i].EventID
@@ -354,18 +340,9 @@ func TestBatchSplitsWhenItsTransactionFails(t *testing.T) {
 	for i, typ := range []string{"ok", "rogue", "ok", "ok"} {
 		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d", i), EventType: typ, Body: []byte(`{}`)})
 	}
-	var results []inbox.Result
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		results, err = b.inbox.ReceiveMany(ctx, tx, batch)
-		return err
-	}))
+	results := receiveMany(t, b.pool, b.inbox, batch)
 	b.startWorkers(t)
-	require.Eventually(t, func() bool {
-		var pending int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&pending))
-		return pending == 0
-	}, 20*time.Second, 10*time.Millisecond)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
 	for i := range batch {
 		require.Equal(t, 1, effectCount(t, b.pool, batch[i].EventID), batch[i].EventID)
 		var jobID int64
@@ -383,7 +360,6 @@ func TestBatchSplitsWhenItsTransactionFails(t *testing.T) {
 func TestHandlerCannotEndItsTransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	ctx := context.Background()
 	createEffects(t, b.pool)
 	var endErrs sync.Map
 	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
@@ -394,24 +370,10 @@ func TestHandlerCannotEndItsTransaction(t *testing.T) {
 		endErrs.Store(msg.EventID+"/rollback", tx.Rollback(ctx))
 		return nil // ignoring the errors, as a careless handler would
 	})
-	receive := func(ids ...string) {
-		var batch []inbox.Incoming
-		for _, id := range ids {
-			batch = append(batch, inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{}`)})
-		}
-		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, err := b.inbox.ReceiveMany(ctx, tx, batch)
-			return err
-		}))
-	}
-	receive("alone")
-	receive("batched_1", "batched_2")
+	receiveMany(t, b.pool, b.inbox, payments("alone"))
+	receiveMany(t, b.pool, b.inbox, payments("batched_1", "batched_2"))
 	b.startWorkers(t)
-	require.Eventually(t, func() bool {
-		var pending int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&pending))
-		return pending == 0
-	}, 20*time.Second, 10*time.Millisecond)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
 	for _, id := range []string{"alone", "batched_1", "batched_2"} {
 		require.Equal(t, 1, effectCount(t, b.pool, id), id)
 		for _, op := range []string{"/commit", "/rollback"} {
@@ -478,18 +440,9 @@ func TestBatchHandlersReachTheDatabaseEveryWay(t *testing.T) {
 	for i, typ := range order {
 		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)})
 	}
-	var results []inbox.Result
-	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		var err error
-		results, err = b.inbox.ReceiveMany(ctx, tx, batch)
-		return err
-	}))
+	results := receiveMany(t, b.pool, b.inbox, batch)
 	b.startWorkers(t)
-	require.Eventually(t, func() bool {
-		var pending int
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status NOT IN ('processed', 'dead')").Scan(&pending))
-		return pending == 0
-	}, 20*time.Second, 10*time.Millisecond)
+	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
 	for i, typ := range order {
 		msg, err := b.inbox.Get(ctx, results[i].MessageID)
 		require.NoError(t, err)
@@ -534,10 +487,7 @@ func TestBatchSurvivesLosingTheDatabase(t *testing.T) {
 	for i := range 5 {
 		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{}`)})
 	}
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := b.inbox.ReceiveMany(ctx, tx, batch)
-		return err
-	}))
+	receiveMany(t, pool, b.inbox, batch)
 	b.startWorkers(t)
 	select {
 	case <-inHandler:
@@ -546,11 +496,7 @@ func TestBatchSurvivesLosingTheDatabase(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // the outage lasts a while: the batch and its split fail meanwhile
 	proxy.SetDown(false)
-	require.Eventually(t, func() bool {
-		var pending int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&pending)
-		return err == nil && pending == 0
-	}, 30*time.Second, 20*time.Millisecond)
+	awaitSettled(t, pool, inbox.StatusProcessed)
 	for i := range batch {
 		var n int
 		require.Eventually(t, func() bool {
@@ -569,19 +515,7 @@ func TestForgetInABatch(t *testing.T) {
 	ctx := context.Background()
 	createEffects(t, b.pool)
 	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
-	receive := func(ids ...string) int64 {
-		var batch []inbox.Incoming
-		for _, id := range ids {
-			batch = append(batch, inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{}`)})
-		}
-		var results []inbox.Result
-		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			var err error
-			results, err = b.inbox.ReceiveMany(ctx, tx, batch)
-			return err
-		}))
-		return results[0].JobID
-	}
+	receive := func(ids ...string) int64 { return receiveMany(t, b.pool, b.inbox, payments(ids...))[0].JobID }
 	jobExists := func(id int64) bool {
 		var n int
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE id = $1", id).Scan(&n))

@@ -59,10 +59,7 @@ func killMidHandler(t *testing.T, eventIDs []string) {
 	for _, id := range eventIDs {
 		batch = append(batch, inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{"type":"payment.succeeded"}`)})
 	}
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := b.inbox.ReceiveMany(ctx, tx, batch)
-		return err
-	}))
+	receiveMany(t, pool, b.inbox, batch)
 
 	// A worker process that blocks inside the handler.
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosWorkerProcess$", "-test.v")
@@ -107,11 +104,7 @@ func killMidHandler(t *testing.T, eventIDs []string) {
 	}, 10*time.Second, 20*time.Millisecond)
 	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
 	startChaosClient(t, pool, b.inbox, false)
-	require.Eventually(t, func() bool {
-		var pending int
-		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status <> 'processed'").Scan(&pending))
-		return pending == 0
-	}, 20*time.Second, 10*time.Millisecond)
+	awaitSettled(t, pool, inbox.StatusProcessed)
 	for _, id := range eventIDs {
 		require.Equal(t, 1, effectCount(t, pool, id), id)
 	}

@@ -183,3 +183,39 @@ func effectCount(t *testing.T, pool *pgxpool.Pool, eventID string) int {
 	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM effects WHERE event_id = $1", eventID).Scan(&n))
 	return n
 }
+
+// receiveMany stores msgs with ReceiveMany in a transaction of its own.
+func receiveMany(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, msgs []inbox.Incoming) []inbox.Result {
+	t.Helper()
+	ctx := context.Background()
+	var results []inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var err error
+		results, err = ib.ReceiveMany(ctx, tx, msgs)
+		return err
+	}))
+	return results
+}
+
+// awaitSettled waits until no message is in another status than settled.
+func awaitSettled(t *testing.T, pool *pgxpool.Pool, settled ...inbox.Status) {
+	t.Helper()
+	names := make([]string, len(settled))
+	for i, s := range settled {
+		names[i] = string(s)
+	}
+	require.Eventually(t, func() bool {
+		var pending int
+		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM wharf_inbox_messages WHERE status <> ALL($1)", names).Scan(&pending)
+		return err == nil && pending == 0
+	}, 30*time.Second, 10*time.Millisecond)
+}
+
+// payments returns an empty JSON message from source "payments" per id.
+func payments(ids ...string) []inbox.Incoming {
+	msgs := make([]inbox.Incoming, len(ids))
+	for i, id := range ids {
+		msgs[i] = inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{}`)}
+	}
+	return msgs
+}
