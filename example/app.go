@@ -43,7 +43,7 @@ const examplePoolSize = 16
 // from River's 100 ms so a queue with many workers is not capped at
 // MaxWorkers jobs per 100 ms.
 //
-// The inbox queue has few workers because each works a batch of up to 50
+// The inbox queue has few workers because each works a batch of up to 30
 // messages in one transaction, holding a connection meanwhile: more workers
 // than the pool can spare starve the receivers of connections (measured:
 // 16 inbox workers on this 16-connection pool tripled the p99 of receiving

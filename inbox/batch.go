@@ -30,10 +30,15 @@ type receiveBatcher struct {
 	open *receiveBatch // taking members; nil when none is
 }
 
+// maxBatchBytes closes a receive batch to bodies that would take it past
+// this size.
+const maxBatchBytes = 64 << 20
+
 type receiveBatch struct {
-	msgs []Incoming
-	full chan struct{} // closed when the batch reaches maxSize
-	done chan struct{} // closed when results and err are set
+	msgs  []Incoming
+	bytes int           // of the bodies
+	full  chan struct{} // closed when the batch reaches maxSize
+	done  chan struct{} // closed when results and err are set
 
 	results []Result
 	err     error
@@ -45,12 +50,19 @@ type receiveBatch struct {
 func (b *receiveBatcher) receive(ctx context.Context, msg Incoming) (Result, error) {
 	b.mu.Lock()
 	batch, lead := b.open, false
+	if batch != nil && batch.bytes+len(msg.Body) > maxBatchBytes {
+		// Bodies travel in one parameter, which Postgres caps at 1 GB.
+		b.open = nil
+		close(batch.full)
+		batch = nil
+	}
 	if batch == nil {
 		batch = &receiveBatch{full: make(chan struct{}), done: make(chan struct{})}
 		b.open, lead = batch, true
 	}
 	index := len(batch.msgs)
 	batch.msgs = append(batch.msgs, msg)
+	batch.bytes += len(msg.Body)
 	if len(batch.msgs) >= b.maxSize {
 		b.open = nil
 		close(batch.full)

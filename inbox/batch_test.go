@@ -472,7 +472,9 @@ func TestBatchSurvivesLosingTheDatabase(t *testing.T) {
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	b := setup(t, &setupOpts{pool: pool})
+	// MaxAttempts 1: the batch job's own attempts must not run out during
+	// the outage, or its messages would stay received with no job.
+	b := setup(t, &setupOpts{pool: pool, cfg: &inbox.Config{MaxAttempts: 1}})
 	createEffects(t, pool)
 	inHandler := make(chan struct{})
 	var cut sync.Once
@@ -534,5 +536,109 @@ func TestForgetInABatch(t *testing.T) {
 	require.Eventually(t, func() bool { return effectCount(t, b.pool, "kept_processed") == 1 }, 20*time.Second, 10*time.Millisecond)
 	for _, id := range []string{"kept_forgotten", "gone_1", "gone_2"} {
 		require.Zero(t, effectCount(t, b.pool, id), id)
+	}
+}
+
+// TestBatchHandlerEndingTheTransaction: a handler that commits the batch's
+// transaction behind Wharf's back (through Conn, as a library taking a
+// *pgx.Conn would) loses nothing and doubles nothing: its mark committed
+// with its writes, and the messages after it continue alone.
+func TestBatchHandlerEndingTheTransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	createEffects(t, b.pool)
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.EventID != "evt_2" {
+			return applyEffect(ctx, tx, msg)
+		}
+		return pgx.BeginFunc(ctx, tx.Conn(), func(inner pgx.Tx) error { return applyEffect(ctx, inner, msg) })
+	})
+	batch := payments("evt_1", "evt_2", "evt_3", "evt_4", "evt_5")
+	receiveMany(t, b.pool, b.inbox, batch)
+	b.startWorkers(t)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	for _, m := range batch {
+		require.Equal(t, 1, effectCount(t, b.pool, m.EventID), m.EventID)
+	}
+}
+
+// TestBatchHandlerStatementErrors: a handler statement that fails before
+// it runs (it does not parse, or its arguments do not fit) fails that
+// message alone; its neighbours stay processed in the batch.
+func TestBatchHandlerStatementErrors(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 1}})
+	ctx := context.Background()
+	createEffects(t, b.pool)
+	const insert = "INSERT INTO effects (event_id) VALUES ($1)"
+	b.inbox.Handle("payments", "ok", applyEffect)
+	b.inbox.Handle("payments", "ok_proves", func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		_, err := tx.Exec(ctx, insert, msg.EventID)
+		return err
+	})
+	b.inbox.Handle("payments", "typo", func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		_, err := tx.Exec(ctx, "INSERT INTO no_such_table (x) VALUES ($1)", msg.EventID)
+		return err
+	})
+	b.inbox.Handle("payments", "missing_arg", func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		_, err := tx.Exec(ctx, insert) // without its argument
+		return err
+	})
+	b.inbox.Handle("payments", "query_error", func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		rows, _ := tx.Query(ctx, "SELECT 1/x FROM generate_series(0, 0) x") // pgx's idiom: the error comes back from CollectRows
+		_, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		return err
+	})
+	types := []string{"ok", "ok_proves", "typo", "ok", "missing_arg", "ok", "query_error", "ok"}
+	var batch []inbox.Incoming
+	for i, typ := range types {
+		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)})
+	}
+	results := receiveMany(t, b.pool, b.inbox, batch)
+	b.startWorkers(t)
+	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
+	for i, typ := range types {
+		msg, err := b.inbox.Get(ctx, results[i].MessageID)
+		require.NoError(t, err)
+		var jobID int64
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT job_id FROM wharf_inbox_messages WHERE id = $1", msg.ID).Scan(&jobID))
+		switch typ {
+		case "ok", "ok_proves":
+			require.Equal(t, inbox.StatusProcessed, msg.Status, typ)
+			require.Equal(t, results[0].JobID, jobID, "%s stayed in the batch", typ)
+			require.Equal(t, 1, effectCount(t, b.pool, msg.EventID))
+		default:
+			require.Equal(t, inbox.StatusDead, msg.Status, typ)
+			require.NotContains(t, msg.LastError, "panicked", typ)
+		}
+	}
+	msg, err := b.inbox.Get(ctx, results[6].MessageID)
+	require.NoError(t, err)
+	require.Contains(t, msg.LastError, "division by zero")
+}
+
+// TestConcurrentReplaysOfOneBatch: replaying every dead message of several
+// batches at once neither deadlocks nor fails.
+func TestConcurrentReplaysOfOneBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	b.inbox.Handle("payments", inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error {
+		return inbox.Permanent(errors.New("nope"))
+	})
+	var results []inbox.Result
+	for i := range 10 {
+		results = append(results, receiveMany(t, b.pool, b.inbox, payments(fmt.Sprint("a", i), fmt.Sprint("b", i), fmt.Sprint("c", i), fmt.Sprint("d", i)))...)
+	}
+	b.startWorkers(t)
+	awaitSettled(t, b.pool, inbox.StatusDead)
+	errs := make([]error, len(results))
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() { errs[i] = b.inbox.Replay(ctx, results[i].MessageID) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "replay %d", i)
 	}
 }

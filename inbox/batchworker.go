@@ -1,12 +1,10 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,18 +55,23 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		processed, failures = nil, nil
 		q := dbsqlc.New(tx)
-		rows, err := q.InboxMessagesClaimBatch(ctx, dbsqlc.InboxMessagesClaimBatchParams{
-			Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs, JobID: job.ID,
+		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
+			ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs,
 		})
 		if err != nil {
-			return fmt.Errorf("inbox: claim batch: %w", err)
+			return fmt.Errorf("inbox: load messages: %w", err)
 		}
-		slices.SortFunc(rows, func(a, b dbsqlc.WharfInboxMessage) int { return bytes.Compare(a.ID[:], b.ID[:]) })
-		sp := &savepoints{}
+		now := ib.clock()
+		sp := &savepoints{ctx: ctx}
+		var unmarked []uuid.UUID // processed by handlers that never touched the database
 		for i := range rows {
+			if !ownedBy(&rows[i], job.ID) {
+				continue
+			}
 			msg := messageFromRow(&rows[i])
-			// The handler sees the message as it was before the claim.
-			msg.Status, msg.Attempts, msg.ProcessedAt = StatusReceived, msg.Attempts-1, nil
+			sp.start(dbsqlc.InboxMessageMarkProcessedArgs(dbsqlc.InboxMessageMarkProcessedParams{
+				Now: now, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
+			}))
 			if err := w.runInSavepoint(ctx, tx, sp, msg); err != nil {
 				var fatal *batchFatalError
 				if errors.As(err, &fatal) {
@@ -77,7 +80,17 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				failures = append(failures, batchFailure{msg, err})
 				continue
 			}
+			if !sp.taken {
+				unmarked = append(unmarked, msg.ID)
+			}
 			processed = append(processed, msg)
+		}
+		if len(unmarked) > 0 {
+			if err := q.InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
+				Now: now, ReceivedAt: job.Args.ReceivedAt, Ids: unmarked,
+			}); err != nil {
+				return fmt.Errorf("inbox: mark processed: %w", err)
+			}
 		}
 		for _, f := range failures {
 			if err := ib.retryAlone(ctx, tx, f.msg, f.cause); err != nil {
@@ -122,18 +135,27 @@ type batchFatalError struct{ err error }
 
 func (e *batchFatalError) Error() string { return e.err.Error() }
 
-// runInSavepoint runs msg's handler in a savepoint of tx (see handlerTx).
-// A handler error rolls back to the savepoint and is returned; an error
-// that leaves tx unusable is returned as a *batchFatalError.
+// runInSavepoint runs msg's handler in a savepoint of tx (see handlerTx),
+// which also holds its message's processed mark. A handler error rolls back
+// to the savepoint and is returned; an error that leaves tx unusable, or a
+// handler that ended tx itself, is returned as a *batchFatalError.
 func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *savepoints, msg *Message) error {
 	h := w.ib.handlerFor(msg.Source, msg.EventType)
 	if h == nil {
 		return fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
 	}
-	sp.start()
 	herr := runHandlerIn(ctx, h, handlerTx{Tx: tx, sp: sp}, msg)
 	if sp.broken != nil {
 		return &batchFatalError{fmt.Errorf("inbox: savepoint of message %s: %w", msg.ID, sp.broken)}
+	}
+	if status := tx.Conn().PgConn().TxStatus(); status != 'T' && status != 'E' {
+		// Through Conn() or a raw COMMIT: whatever ran before, this
+		// message's mark included, committed with it; the rest continue on
+		// jobs of their own.
+		return &batchFatalError{fmt.Errorf("inbox: the handler of message %s ended the batch's transaction", msg.ID)}
+	}
+	if herr == nil && tx.Conn().PgConn().TxStatus() == 'E' {
+		herr = errors.New("inbox: a statement of the handler failed, but the handler returned nil")
 	}
 	if herr == nil {
 		return nil
@@ -144,34 +166,35 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 	return herr
 }
 
-// retryAlone records a batch handler's failure on msg in tx (undoing the
-// batch's processed mark) and, unless the message is now dead, inserts a
-// job of its own that retries it. A snooze uses no attempt and runs again
-// after its duration.
+// retryAlone records a batch handler's failure on msg in tx and, unless
+// the message is now dead, inserts a job of its own that retries it. A
+// snooze uses no attempt and runs again after its duration. (The handler's
+// savepoint was rolled back, its message's mark with it.)
 func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause error) error {
 	q := dbsqlc.New(tx)
 	opts := ib.insertOpts()
-	setBack := dbsqlc.InboxMessageBatchSetBackParams{
-		Status: string(StatusReceived), Now: ib.clock(), ReceivedAt: msg.ReceivedAt, ID: msg.ID,
-	}
 	var snooze *river.JobSnoozeError
 	if errors.As(cause, &snooze) {
 		opts.ScheduledAt = time.Now().Add(snooze.Duration)
 	} else {
 		status := failureStatus(cause, 1, ib.maxAttempts)
-		lastError := truncateError(cause.Error())
-		setBack.Status, setBack.AttemptsUsed, setBack.LastError = string(status), 1, &lastError
+		if err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
+			Status:     string(status),
+			LastError:  truncateError(cause.Error()),
+			Now:        ib.clock(),
+			ReceivedAt: msg.ReceivedAt,
+			ID:         msg.ID,
+		}); err != nil {
+			return fmt.Errorf("inbox: record failure: %w", err)
+		}
+		if status == StatusDead {
+			return nil
+		}
 		// This attempt counted: the retry job has the rest, with River's
-		// backoff for a first failure.
+		// default backoff for a first failure.
 		opts.MaxAttempts = ib.maxAttempts - 1
 		now := time.Now().UTC()
 		opts.ScheduledAt = (&river.DefaultClientRetryPolicy{}).NextRetry(&rivertype.JobRow{Attempt: 1, AttemptedAt: &now})
-	}
-	if err := q.InboxMessageBatchSetBack(ctx, setBack); err != nil {
-		return fmt.Errorf("inbox: record failure: %w", err)
-	}
-	if Status(setBack.Status) == StatusDead {
-		return nil
 	}
 	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}, opts)
 	if err != nil {

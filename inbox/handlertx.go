@@ -3,10 +3,12 @@ package inbox
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
 // ErrHandlerEndedTx is returned by the Commit and Rollback of the
@@ -15,10 +17,11 @@ import (
 var ErrHandlerEndedTx = errors.New("inbox: a Handler must not commit or roll back its transaction; return nil or an error instead")
 
 // handlerTx is the worker's transaction as a Handler sees it: everything
-// but ending it. In a batch it also takes the handler's savepoint, lazily:
-// the savepoint statements travel in one pipeline with the handler's first
-// statement (one round trip, not two), and a handler that never touches the
-// database needs none.
+// but ending it. In a batch it also opens the handler's savepoint and marks
+// its message processed inside it, lazily: both go in one round trip before
+// the handler's first statement, and a handler that never touches the
+// database needs neither (its message is marked with the batch's others at
+// the end). The handler's own statements go through pgx unchanged.
 type handlerTx struct {
 	pgx.Tx
 	sp *savepoints // nil outside a batch
@@ -28,42 +31,25 @@ func (handlerTx) Commit(context.Context) error   { return ErrHandlerEndedTx }
 func (handlerTx) Rollback(context.Context) error { return ErrHandlerEndedTx }
 
 func (t handlerTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if !t.sp.due() {
-		return t.Tx.Exec(ctx, sql, args...)
-	}
-	br, err := t.sp.send(ctx, t.Tx, sql, args)
-	if err != nil {
+	if err := t.sp.take(ctx, t.Tx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	tag, err := br.Exec()
-	return tag, errors.Join(err, br.Close())
+	return t.Tx.Exec(ctx, sql, args...)
 }
 
 func (t handlerTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if !t.sp.due() {
-		return t.Tx.Query(ctx, sql, args...)
+	if err := t.sp.take(ctx, t.Tx); err != nil {
+		return errRows{err: err, conn: t.Tx.Conn()}, err // never nil, as pgx's
 	}
-	br, err := t.sp.send(ctx, t.Tx, sql, args)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := br.Query()
-	if err != nil {
-		return nil, errors.Join(err, br.Close())
-	}
-	return &batchRows{Rows: rows, br: br}, nil
+	return t.Tx.Query(ctx, sql, args...)
 }
 
 func (t handlerTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if !t.sp.due() {
-		return t.Tx.QueryRow(ctx, sql, args...)
+	if err := t.sp.take(ctx, t.Tx); err != nil {
+		return errRow{err}
 	}
-	rows, err := t.Query(ctx, sql, args...)
-	return &batchRow{rows: rows, err: err}
+	return t.Tx.QueryRow(ctx, sql, args...)
 }
-
-// The other ways to reach the database take the savepoint in a round trip
-// of its own first.
 
 func (t handlerTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err := t.sp.take(ctx, t.Tx); err != nil {
@@ -94,22 +80,27 @@ func (t handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.State
 }
 
 func (t handlerTx) LargeObjects() pgx.LargeObjects {
-	_ = t.sp.take(context.Background(), t.Tx) // a failure breaks the batch (sp.broken)
+	_ = t.sp.take(t.sp.context(), t.Tx) // a failure breaks the batch (sp.broken)
 	return t.Tx.LargeObjects()
 }
 
 func (t handlerTx) Conn() *pgx.Conn {
-	_ = t.sp.take(context.Background(), t.Tx) // a failure breaks the batch (sp.broken)
+	_ = t.sp.take(t.sp.context(), t.Tx) // a failure breaks the batch (sp.broken)
 	return t.Tx.Conn()
 }
 
 // savepoints tracks the savepoint of a batch's handlers. Each handler gets
-// one, taken before its first statement; the next handler's releases it.
+// one, taken before its first statement together with its message's
+// processed mark, so that the mark commits exactly with the handler's
+// writes, whatever the handler does to the transaction; the next handler's
+// savepoint releases it.
 type savepoints struct {
-	pending bool  // the current handler's savepoint is not taken yet
-	taken   bool  // the current handler's savepoint is taken
-	held    bool  // a savepoint (the current handler's or an earlier one's) is open
-	broken  error // taking a savepoint failed: the transaction is lost
+	ctx     context.Context // the batch's, for LargeObjects and Conn
+	mark    []any           // the current message's processed-mark arguments
+	pending bool            // the current handler's savepoint is not taken yet
+	taken   bool            // the current handler's savepoint is taken
+	held    bool            // a savepoint (the current handler's or an earlier one's) is open
+	broken  error           // the transaction was lost taking a savepoint
 }
 
 const (
@@ -118,62 +109,44 @@ const (
 	undoSavepointSQL    = "ROLLBACK TO SAVEPOINT wharf_handler"
 )
 
-// start readies the savepoint of the next handler.
-func (s *savepoints) start() { s.pending, s.taken = true, false }
+// start readies the savepoint of the next handler, whose message's
+// processed mark takes mark as arguments.
+func (s *savepoints) start(mark []any) { s.mark, s.pending, s.taken = mark, true, false }
 
-// due reports whether the savepoint must be taken before the next statement.
-func (s *savepoints) due() bool { return s != nil && s.pending }
-
-// queue adds the savepoint statements to b and returns how many it added.
-func (s *savepoints) queue(b *pgx.Batch) int {
-	if s.held {
-		b.Queue(releaseSavepointSQL)
-		b.Queue(savepointSQL)
-		return 2
+func (s *savepoints) context() context.Context {
+	if s == nil || s.ctx == nil {
+		return context.Background()
 	}
-	b.Queue(savepointSQL)
-	return 1
+	return s.ctx
 }
 
-// send pipelines the savepoint statements with the query sql and returns
-// the results, the savepoint's read; on error the results are closed.
-func (s *savepoints) send(ctx context.Context, tx pgx.Tx, sql string, args []any) (pgx.BatchResults, error) {
-	b := &pgx.Batch{}
-	n := s.queue(b)
-	b.Queue(sql, args...)
-	br := tx.SendBatch(ctx, b)
-	if err := s.read(br, n); err != nil {
-		return nil, errors.Join(err, br.Close())
-	}
-	return br, nil
-}
-
-// take takes the savepoint now, if it is due.
+// take takes the savepoint and writes the mark, in one round trip, if the
+// savepoint is due. A failure that left the transaction usable (nothing
+// was sent: the context was done) is the handler's error, and the
+// savepoint is still due; any other loses the transaction.
 func (s *savepoints) take(ctx context.Context, tx pgx.Tx) error {
-	if !s.due() {
+	if s == nil || !s.pending {
 		return nil
 	}
 	b := &pgx.Batch{}
-	n := s.queue(b)
-	br := tx.SendBatch(ctx, b)
-	err := s.read(br, n)
-	return errors.Join(err, br.Close())
-}
-
-// read reads the results of n savepoint statements.
-func (s *savepoints) read(br pgx.BatchResults, n int) error {
-	s.pending = false
-	for range n {
-		if _, err := br.Exec(); err != nil {
-			s.broken = err
-			return err
-		}
+	if s.held {
+		b.Queue(releaseSavepointSQL)
 	}
-	s.taken, s.held = true, true
-	return nil
+	b.Queue(savepointSQL)
+	b.Queue(dbsqlc.InboxMessageMarkProcessedSQL, s.mark...)
+	err := tx.SendBatch(ctx, b).Close()
+	if err == nil {
+		s.pending, s.taken, s.held = false, true, true
+		return nil
+	}
+	if tx.Conn().PgConn().TxStatus() != 'T' {
+		s.pending, s.broken = false, err
+	}
+	return err
 }
 
-// undo rolls the current handler's writes back, if it made any.
+// undo rolls the current handler's writes and its message's mark back, if
+// it made any.
 func (s *savepoints) undo(ctx context.Context, tx pgx.Tx) error {
 	if !s.taken {
 		return nil
@@ -182,67 +155,34 @@ func (s *savepoints) undo(ctx context.Context, tx pgx.Tx) error {
 	return err
 }
 
-// batchRows are rows read from a pipeline: the pipeline closes with them.
-type batchRows struct {
-	pgx.Rows
-	br       pgx.BatchResults
-	once     sync.Once
-	closeErr error
-}
+// errRow is QueryRow's answer when the savepoint could not be taken.
+type errRow struct{ err error }
 
-func (r *batchRows) closeBatch() {
-	r.once.Do(func() { r.closeErr = r.br.Close() })
-}
-
-func (r *batchRows) Next() bool {
-	if r.Rows.Next() {
-		return true
-	}
-	r.closeBatch()
-	return false
-}
-
-func (r *batchRows) Close() {
-	r.Rows.Close()
-	r.closeBatch()
-}
-
-func (r *batchRows) Err() error {
-	if err := r.Rows.Err(); err != nil {
-		return err
-	}
-	return r.closeErr
-}
-
-// batchRow is QueryRow's answer over batchRows, scanning as pgx's does.
-type batchRow struct {
-	rows pgx.Rows
-	err  error
-}
-
-func (r *batchRow) Scan(dest ...any) error {
-	if r.err != nil {
-		return r.err
-	}
-	defer r.rows.Close()
-	if !r.rows.Next() {
-		if err := r.rows.Err(); err != nil {
-			return err
-		}
-		return pgx.ErrNoRows
-	}
-	if err := r.rows.Scan(dest...); err != nil {
-		return err
-	}
-	r.rows.Close()
-	return r.rows.Err()
-}
+func (r errRow) Scan(...any) error { return r.err }
 
 // failedBatch is SendBatch's answer when the savepoint could not be taken.
 type failedBatch struct{ err error }
 
 func (b failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
 func (b failedBatch) Query() (pgx.Rows, error)         { return nil, b.err }
-func (b failedBatch) QueryRow() pgx.Row                { return &batchRow{err: b.err} }
+func (b failedBatch) QueryRow() pgx.Row                { return errRow{b.err} }
 func (b failedBatch) Close() error                     { return b.err }
 func (b failedBatch) Tx() pgx.Tx                       { return nil }
+
+// errRows is Query's answer when the savepoint could not be taken: like
+// pgx's own, it is never nil and repeats the error.
+type errRows struct {
+	err  error
+	conn *pgx.Conn
+}
+
+func (r errRows) Close()                                       {}
+func (r errRows) Err() error                                   { return r.err }
+func (r errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (r errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (r errRows) Next() bool                                   { return false }
+func (r errRows) Scan(...any) error                            { return r.err }
+func (r errRows) Values() ([]any, error)                       { return nil, r.err }
+func (r errRows) RawValues() [][]byte                          { return nil }
+func (r errRows) Conn() *pgx.Conn                              { return r.conn }
+func (r errRows) TypeMap() *pgtype.Map                         { return r.conn.TypeMap() }

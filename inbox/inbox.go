@@ -44,10 +44,11 @@ const (
 	// a processing job unless Config.BatchSize says otherwise.
 	DefaultBatchSize = 50
 	// maxJobMessages caps the messages of one processing job whatever
-	// BatchSize: each handler that writes takes a subtransaction, and more
-	// than 64 in one transaction overflow Postgres's per-backend cache of
-	// them, which slows every other session's snapshots.
-	maxJobMessages = 50
+	// BatchSize: each handler that writes takes a subtransaction (two if it
+	// opens a savepoint of its own), and more than 64 in one transaction
+	// overflow Postgres's per-backend cache of them, which slows every other
+	// session's snapshots.
+	maxJobMessages = 30
 	// DefaultBatchWait is how long a delivery waits for others to share its
 	// transaction unless Config.BatchWait says otherwise.
 	DefaultBatchWait = time.Millisecond
@@ -78,7 +79,7 @@ type Config struct {
 	// one receive transaction (group commit: one WAL flush for the batch,
 	// each delivery answered after the commit that covers it), ReceiveMany
 	// gives up to BatchSize new messages one River job, and that job runs
-	// each handler in its own savepoint of one transaction (a job takes 50
+	// each handler in its own savepoint of one transaction (a job takes 30
 	// messages at most, whatever BatchSize). 1 turns batching off: each
 	// delivery commits alone and each message gets its own job. Defaults to
 	// DefaultBatchSize.

@@ -102,7 +102,7 @@ func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result,
 // msgs and every guarantee holds per message: a message whose event id
 // appeared earlier in msgs is a duplicate of that one, and a message that
 // cannot be stored as given gets a Result whose Err wraps ErrInvalidMessage
-// while its neighbours are received. Up to Config.BatchSize (at most 50)
+// while its neighbours are received. Up to Config.BatchSize (at most 30)
 // new messages share one River job, whose worker runs each handler in a
 // savepoint of one transaction (see Handler).
 //
@@ -231,7 +231,7 @@ func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte
 
 // storeMessages inserts the River jobs of the won claims (one job per
 // message when batches are off or there is only one, else one job per
-// BatchSize messages, 50 at most) and then their messages, in one statement
+// BatchSize messages, 30 at most) and then their messages, in one statement
 // each.
 func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, won []*claim, now time.Time, results []Result) error {
 	if len(won) == 0 {
@@ -250,7 +250,7 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 			for i, c := range chunk {
 				args.MessageIDs[i] = c.proposed
 			}
-			jobs = append(jobs, river.InsertManyParams{Args: args, InsertOpts: ib.insertOpts()})
+			jobs = append(jobs, river.InsertManyParams{Args: args, InsertOpts: ib.batchInsertOpts()})
 			chunks = append(chunks, chunk)
 		}
 	}
@@ -291,6 +291,16 @@ func bodyBytes(b []byte) []byte {
 
 func (ib *Inbox) insertOpts() *river.InsertOpts {
 	return &river.InsertOpts{Queue: ib.queue, MaxAttempts: ib.maxAttempts}
+}
+
+// batchJobMaxAttempts is a batch job's attempts, whatever MaxAttempts: they
+// are not handler attempts (the first runs the batch, the others only hand
+// its messages to jobs of their own, until the database lets them), so a
+// small MaxAttempts must not discard a batch with its messages unprocessed.
+const batchJobMaxAttempts = 25
+
+func (ib *Inbox) batchInsertOpts() *river.InsertOpts {
+	return &river.InsertOpts{Queue: ib.queue, MaxAttempts: batchJobMaxAttempts}
 }
 
 func (m *Incoming) validate() error {

@@ -116,11 +116,17 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 // that moved on).
 func (ib *Inbox) deleteJobTx(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow) error {
 	if job.Kind == (processBatchArgs{}).Kind() {
+		if finalized(job.State) {
+			return nil // it will not run again; keep its record
+		}
 		var args processBatchArgs
 		if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
 			return fmt.Errorf("inbox: job %d: decode args: %w", job.ID, err)
 		}
-		rows, err := dbsqlc.New(tx).InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
+		// Not locked: locking the neighbours' rows too would deadlock two
+		// replays of one batch. Messages only ever leave a batch job, so a
+		// stale read at worst keeps a job that has nothing left to do.
+		rows, err := dbsqlc.New(tx).InboxMessagesGet(ctx, dbsqlc.InboxMessagesGetParams{
 			ReceivedAt: args.ReceivedAt, Ids: args.MessageIDs,
 		})
 		if err != nil {

@@ -118,29 +118,17 @@ WHERE received_at = @received_at AND id = ANY(@ids::uuid[])
 ORDER BY id
 FOR UPDATE;
 
--- name: InboxMessagesClaimBatch :many
--- Starts a processing batch: marks processed, in one statement, the
--- messages of the batch that still wait for its job (received, not erased,
--- not handed to another job), locking them until the transaction ends. One
--- new row version each, where a lock and a later update would write two. A
--- handler that fails is set back by InboxMessageBatchSetBack in the same
--- transaction; a lost transaction takes the marks with it. Only a received
--- message can still be on its batch's job (a failed one has a job of its
--- own), so the status before was 'received' and the attempts one fewer.
-UPDATE wharf_inbox_messages AS m
-SET status = 'processed', attempts = m.attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
-WHERE m.received_at = @received_at AND m.id = ANY(@ids::uuid[]) AND m.job_id = @job_id::bigint
-  AND m.status = 'received' AND m.scrubbed_at IS NULL
-RETURNING m.*;
-
--- name: InboxMessageBatchSetBack :exec
--- Undoes InboxMessagesClaimBatch's mark for a message whose handler failed
--- or snoozed: status as given, attempts_used of the attempt kept (1 for a
--- failure, 0 for a snooze), last_error replaced when given.
+-- name: InboxMessagesMarkProcessed :exec
+-- Marks processed the messages of a batch whose handlers never touched the
+-- database (the others are marked one by one, inside their savepoints).
 UPDATE wharf_inbox_messages
-SET status = @status::text, attempts = attempts - 1 + @attempts_used::int, processed_at = NULL,
-    last_error = coalesce(sqlc.narg('last_error')::text, last_error), updated_at = @now::timestamptz
-WHERE received_at = @received_at AND id = @id;
+SET status = 'processed', attempts = attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
+WHERE received_at = @received_at AND id = ANY(@ids::uuid[]);
+
+-- name: InboxMessagesGet :many
+-- The messages of a batch as they are, without locking them.
+SELECT * FROM wharf_inbox_messages
+WHERE received_at = @received_at AND id = ANY(@ids::uuid[]);
 
 -- name: InboxMessagesSetJob :exec
 -- Hands messages of a processing batch to jobs of their own (ids[i] to

@@ -128,37 +128,6 @@ func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyPa
 	return items, nil
 }
 
-const inboxMessageBatchSetBack = `-- name: InboxMessageBatchSetBack :exec
-UPDATE wharf_inbox_messages
-SET status = $1::text, attempts = attempts - 1 + $2::int, processed_at = NULL,
-    last_error = coalesce($3::text, last_error), updated_at = $4::timestamptz
-WHERE received_at = $5 AND id = $6
-`
-
-type InboxMessageBatchSetBackParams struct {
-	Status       string
-	AttemptsUsed int32
-	LastError    *string
-	Now          time.Time
-	ReceivedAt   time.Time
-	ID           uuid.UUID
-}
-
-// Undoes InboxMessagesClaimBatch's mark for a message whose handler failed
-// or snoozed: status as given, attempts_used of the attempt kept (1 for a
-// failure, 0 for a snooze), last_error replaced when given.
-func (q *Queries) InboxMessageBatchSetBack(ctx context.Context, arg InboxMessageBatchSetBackParams) error {
-	_, err := q.db.Exec(ctx, inboxMessageBatchSetBack,
-		arg.Status,
-		arg.AttemptsUsed,
-		arg.LastError,
-		arg.Now,
-		arg.ReceivedAt,
-		arg.ID,
-	)
-	return err
-}
-
 const inboxMessageForget = `-- name: InboxMessageForget :many
 UPDATE wharf_inbox_messages
 SET body = '', headers = '{}', scrubbed_at = $1::timestamptz, updated_at = $1::timestamptz,
@@ -510,36 +479,19 @@ func (q *Queries) InboxMessageRequeue(ctx context.Context, arg InboxMessageReque
 	return i, err
 }
 
-const inboxMessagesClaimBatch = `-- name: InboxMessagesClaimBatch :many
-UPDATE wharf_inbox_messages AS m
-SET status = 'processed', attempts = m.attempts + 1, processed_at = $1::timestamptz, updated_at = $1::timestamptz
-WHERE m.received_at = $2 AND m.id = ANY($3::uuid[]) AND m.job_id = $4::bigint
-  AND m.status = 'received' AND m.scrubbed_at IS NULL
-RETURNING m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at
+const inboxMessagesGet = `-- name: InboxMessagesGet :many
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
+WHERE received_at = $1 AND id = ANY($2::uuid[])
 `
 
-type InboxMessagesClaimBatchParams struct {
-	Now        time.Time
+type InboxMessagesGetParams struct {
 	ReceivedAt time.Time
 	Ids        []uuid.UUID
-	JobID      int64
 }
 
-// Starts a processing batch: marks processed, in one statement, the
-// messages of the batch that still wait for its job (received, not erased,
-// not handed to another job), locking them until the transaction ends. One
-// new row version each, where a lock and a later update would write two. A
-// handler that fails is set back by InboxMessageBatchSetBack in the same
-// transaction; a lost transaction takes the marks with it. Only a received
-// message can still be on its batch's job (a failed one has a job of its
-// own), so the status before was 'received' and the attempts one fewer.
-func (q *Queries) InboxMessagesClaimBatch(ctx context.Context, arg InboxMessagesClaimBatchParams) ([]WharfInboxMessage, error) {
-	rows, err := q.db.Query(ctx, inboxMessagesClaimBatch,
-		arg.Now,
-		arg.ReceivedAt,
-		arg.Ids,
-		arg.JobID,
-	)
+// The messages of a batch as they are, without locking them.
+func (q *Queries) InboxMessagesGet(ctx context.Context, arg InboxMessagesGetParams) ([]WharfInboxMessage, error) {
+	rows, err := q.db.Query(ctx, inboxMessagesGet, arg.ReceivedAt, arg.Ids)
 	if err != nil {
 		return nil, err
 	}
@@ -621,6 +573,25 @@ func (q *Queries) InboxMessagesGetForUpdate(ctx context.Context, arg InboxMessag
 		return nil, err
 	}
 	return items, nil
+}
+
+const inboxMessagesMarkProcessed = `-- name: InboxMessagesMarkProcessed :exec
+UPDATE wharf_inbox_messages
+SET status = 'processed', attempts = attempts + 1, processed_at = $1::timestamptz, updated_at = $1::timestamptz
+WHERE received_at = $2 AND id = ANY($3::uuid[])
+`
+
+type InboxMessagesMarkProcessedParams struct {
+	Now        time.Time
+	ReceivedAt time.Time
+	Ids        []uuid.UUID
+}
+
+// Marks processed the messages of a batch whose handlers never touched the
+// database (the others are marked one by one, inside their savepoints).
+func (q *Queries) InboxMessagesMarkProcessed(ctx context.Context, arg InboxMessagesMarkProcessedParams) error {
+	_, err := q.db.Exec(ctx, inboxMessagesMarkProcessed, arg.Now, arg.ReceivedAt, arg.Ids)
+	return err
 }
 
 const inboxMessagesSetJob = `-- name: InboxMessagesSetJob :exec

@@ -1,0 +1,15 @@
+package dbsqlc
+
+// This file is not generated: it exposes the SQL of queries that callers
+// send in a pgx pipeline together with statements of their own (sqlc's
+// methods each send one round trip). The SQL itself stays in queries/.
+
+// InboxMessageMarkProcessedSQL is InboxMessageMarkProcessed's statement;
+// its arguments are InboxMessageMarkProcessedArgs's.
+const InboxMessageMarkProcessedSQL = inboxMessageMarkProcessed
+
+// InboxMessageMarkProcessedArgs returns the arguments of
+// InboxMessageMarkProcessedSQL, in order.
+func InboxMessageMarkProcessedArgs(arg InboxMessageMarkProcessedParams) []any {
+	return []any{arg.Now, arg.ReceivedAt, arg.ID}
+}
