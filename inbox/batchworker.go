@@ -55,6 +55,8 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		processed, failures = nil, nil
 		q := dbsqlc.New(tx)
+		// Locked here, in id order, so that no other run of this job, nor a
+		// split, nor Forget, changes them while their handlers run.
 		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
 			ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs,
 		})
@@ -140,22 +142,24 @@ func (e *batchFatalError) Error() string { return e.err.Error() }
 // to the savepoint and is returned; an error that leaves tx unusable, or a
 // handler that ended tx itself, is returned as a *batchFatalError.
 func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *savepoints, msg *Message) error {
-	h := w.ib.handlerFor(msg.Source, msg.EventType)
-	if h == nil {
-		return fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
+	herr := fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
+	if h := w.ib.handlerFor(msg.Source, msg.EventType); h != nil {
+		herr = runHandlerIn(ctx, h, handlerTx{Tx: tx, sp: sp}, msg)
 	}
-	herr := runHandlerIn(ctx, h, handlerTx{Tx: tx, sp: sp}, msg)
 	if sp.broken != nil {
 		return &batchFatalError{fmt.Errorf("inbox: savepoint of message %s: %w", msg.ID, sp.broken)}
 	}
-	if status := tx.Conn().PgConn().TxStatus(); status != 'T' && status != 'E' {
+	switch tx.Conn().PgConn().TxStatus() {
+	case 'T':
+	case 'E':
+		if herr == nil {
+			herr = errors.New("inbox: a statement of the handler failed, but the handler returned nil")
+		}
+	default:
 		// Through Conn() or a raw COMMIT: whatever ran before, this
 		// message's mark included, committed with it; the rest continue on
 		// jobs of their own.
 		return &batchFatalError{fmt.Errorf("inbox: the handler of message %s ended the batch's transaction", msg.ID)}
-	}
-	if herr == nil && tx.Conn().PgConn().TxStatus() == 'E' {
-		herr = errors.New("inbox: a statement of the handler failed, but the handler returned nil")
 	}
 	if herr == nil {
 		return nil

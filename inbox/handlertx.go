@@ -18,10 +18,12 @@ var ErrHandlerEndedTx = errors.New("inbox: a Handler must not commit or roll bac
 
 // handlerTx is the worker's transaction as a Handler sees it: everything
 // but ending it. In a batch it also opens the handler's savepoint and marks
-// its message processed inside it, lazily: both go in one round trip before
-// the handler's first statement, and a handler that never touches the
-// database needs neither (its message is marked with the batch's others at
-// the end). The handler's own statements go through pgx unchanged.
+// its message processed inside it, lazily: both in one round trip of their
+// own before the handler's first statement (never pipelined with it: a
+// statement of the handler's that fails to parse or to encode its
+// arguments must not take the batch with it). A handler that never touches
+// the database needs neither; its message is marked with the batch's
+// others at the end.
 type handlerTx struct {
 	pgx.Tx
 	sp *savepoints // nil outside a batch
@@ -89,11 +91,11 @@ func (t handlerTx) Conn() *pgx.Conn {
 	return t.Tx.Conn()
 }
 
-// savepoints tracks the savepoint of a batch's handlers. Each handler gets
+// savepoints tracks the savepoints of a batch's handlers. Each handler gets
 // one, taken before its first statement together with its message's
 // processed mark, so that the mark commits exactly with the handler's
-// writes, whatever the handler does to the transaction; the next handler's
-// savepoint releases it.
+// writes, whatever the handler does to the transaction, and a failure rolls
+// both back; the next handler's savepoint releases it.
 type savepoints struct {
 	ctx     context.Context // the batch's, for LargeObjects and Conn
 	mark    []any           // the current message's processed-mark arguments
@@ -121,9 +123,9 @@ func (s *savepoints) context() context.Context {
 }
 
 // take takes the savepoint and writes the mark, in one round trip, if the
-// savepoint is due. A failure that left the transaction usable (nothing
-// was sent: the context was done) is the handler's error, and the
-// savepoint is still due; any other loses the transaction.
+// savepoint is due. A failure that left the transaction usable (nothing was
+// sent: the context was done) is the handler's error, and the savepoint is
+// still due; any other loses the transaction.
 func (s *savepoints) take(ctx context.Context, tx pgx.Tx) error {
 	if s == nil || !s.pending {
 		return nil
@@ -164,7 +166,7 @@ func (r errRow) Scan(...any) error { return r.err }
 type failedBatch struct{ err error }
 
 func (b failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
-func (b failedBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b failedBatch) Query() (pgx.Rows, error)         { return errRows{err: b.err}, b.err }
 func (b failedBatch) QueryRow() pgx.Row                { return errRow{b.err} }
 func (b failedBatch) Close() error                     { return b.err }
 func (b failedBatch) Tx() pgx.Tx                       { return nil }
@@ -185,4 +187,10 @@ func (r errRows) Scan(...any) error                            { return r.err }
 func (r errRows) Values() ([]any, error)                       { return nil, r.err }
 func (r errRows) RawValues() [][]byte                          { return nil }
 func (r errRows) Conn() *pgx.Conn                              { return r.conn }
-func (r errRows) TypeMap() *pgtype.Map                         { return r.conn.TypeMap() }
+
+func (r errRows) TypeMap() *pgtype.Map {
+	if r.conn == nil {
+		return pgtype.NewMap()
+	}
+	return r.conn.TypeMap()
+}
