@@ -271,10 +271,7 @@ func TestBatchWorkerIsolatesFailures(t *testing.T) {
 		return nil
 	})
 	types := []string{"ok", "fails_once", "ok", "bad_sql_once", "panics", "permanent", "snoozes_once", "ok"}
-	var batch []inbox.Incoming
-	for i, typ := range types {
-		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)})
-	}
+	batch := typedPayments(types...)
 	results := receiveMany(t, b.pool, b.inbox, batch)
 	batchJob := results[0].JobID
 
@@ -285,8 +282,7 @@ func TestBatchWorkerIsolatesFailures(t *testing.T) {
 		id := batch[i].EventID
 		msg, err := b.inbox.Get(ctx, results[i].MessageID)
 		require.NoError(t, err)
-		var jobID int64
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT coalesce(job_id, 0) FROM wharf_inbox_messages WHERE id = $1", msg.ID).Scan(&jobID))
+		jobID := jobOf(t, b.pool, msg.ID)
 		switch typ {
 		case "ok":
 			require.Equal(t, inbox.StatusProcessed, msg.Status, id)
@@ -345,8 +341,7 @@ func TestBatchSplitsWhenItsTransactionFails(t *testing.T) {
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
 	for i := range batch {
 		require.Equal(t, 1, effectCount(t, b.pool, batch[i].EventID), batch[i].EventID)
-		var jobID int64
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT job_id FROM wharf_inbox_messages WHERE id = $1", results[i].MessageID).Scan(&jobID))
+		jobID := jobOf(t, b.pool, results[i].MessageID)
 		require.NotEqual(t, results[i].JobID, jobID, "message %d moved to a job of its own", i)
 	}
 	var state string
@@ -436,10 +431,7 @@ func TestBatchHandlersReachTheDatabaseEveryWay(t *testing.T) {
 	for typ, h := range ways {
 		b.inbox.Handle("payments", typ, h)
 	}
-	var batch []inbox.Incoming
-	for i, typ := range order {
-		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)})
-	}
+	batch := typedPayments(order...)
 	results := receiveMany(t, b.pool, b.inbox, batch)
 	b.startWorkers(t)
 	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
@@ -453,8 +445,7 @@ func TestBatchHandlersReachTheDatabaseEveryWay(t *testing.T) {
 		}
 		require.Equal(t, inbox.StatusProcessed, msg.Status, "%s: %s", typ, msg.LastError)
 		require.Equal(t, 1, effectCount(t, b.pool, batch[i].EventID), typ)
-		var jobID int64
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT job_id FROM wharf_inbox_messages WHERE id = $1", msg.ID).Scan(&jobID))
+		jobID := jobOf(t, b.pool, msg.ID)
 		require.Equal(t, results[0].JobID, jobID, "%s was processed in the batch", typ)
 	}
 }
@@ -590,18 +581,14 @@ func TestBatchHandlerStatementErrors(t *testing.T) {
 		return err
 	})
 	types := []string{"ok", "ok_proves", "typo", "ok", "missing_arg", "ok", "query_error", "ok"}
-	var batch []inbox.Incoming
-	for i, typ := range types {
-		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)})
-	}
+	batch := typedPayments(types...)
 	results := receiveMany(t, b.pool, b.inbox, batch)
 	b.startWorkers(t)
 	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
 	for i, typ := range types {
 		msg, err := b.inbox.Get(ctx, results[i].MessageID)
 		require.NoError(t, err)
-		var jobID int64
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT job_id FROM wharf_inbox_messages WHERE id = $1", msg.ID).Scan(&jobID))
+		jobID := jobOf(t, b.pool, msg.ID)
 		switch typ {
 		case "ok", "ok_proves":
 			require.Equal(t, inbox.StatusProcessed, msg.Status, typ)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -218,4 +220,22 @@ func payments(ids ...string) []inbox.Incoming {
 		msgs[i] = inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{}`)}
 	}
 	return msgs
+}
+
+// typedPayments returns an empty JSON message from "payments" per event
+// type, with ids evt_<index>_<type>.
+func typedPayments(types ...string) []inbox.Incoming {
+	msgs := make([]inbox.Incoming, len(types))
+	for i, typ := range types {
+		msgs[i] = inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ, Body: []byte(`{}`)}
+	}
+	return msgs
+}
+
+// jobOf returns the job a message is on (0 for none).
+func jobOf(t *testing.T, pool *pgxpool.Pool, messageID uuid.UUID) int64 {
+	t.Helper()
+	var jobID int64
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT coalesce(job_id, 0) FROM wharf_inbox_messages WHERE id = $1", messageID).Scan(&jobID))
+	return jobID
 }
