@@ -629,3 +629,28 @@ func TestConcurrentReplaysOfOneBatch(t *testing.T) {
 		require.NoError(t, err, "replay %d", i)
 	}
 }
+
+// TestBatchHandlerUsingConnAfterTimeout: a handler that outlives the job's
+// timeout and then commits through Conn with a context of its own must not
+// commit its effect without its mark (it would run again, and apply twice).
+func TestBatchHandlerUsingConnAfterTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	createEffects(t, b.pool)
+	var calls atomic.Int32
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.EventID != "evt_2" || calls.Add(1) > 1 {
+			return applyEffect(ctx, tx, msg)
+		}
+		<-ctx.Done() // outlives the job's timeout
+		detached := context.WithoutCancel(ctx)
+		return pgx.BeginFunc(detached, tx.Conn(), func(inner pgx.Tx) error { return applyEffect(detached, inner, msg) })
+	})
+	batch := payments("evt_1", "evt_2", "evt_3")
+	receiveMany(t, b.pool, b.inbox, batch)
+	b.startWorkersWith(t, func(cfg *river.Config) { cfg.JobTimeout = 300 * time.Millisecond })
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	for _, m := range batch {
+		require.Equal(t, 1, effectCount(t, b.pool, m.EventID), m.EventID)
+	}
+}

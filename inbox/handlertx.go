@@ -3,6 +3,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -81,13 +82,18 @@ func (t handlerTx) Prepare(ctx context.Context, name, sql string) (*pgconn.State
 	return t.Tx.Prepare(ctx, name, sql)
 }
 
+// LargeObjects and Conn cannot return an error: their savepoint is taken
+// even when the batch's context is done (the handler may go on with a
+// context of its own), and a failure breaks the batch, so that nothing the
+// handler does through them can commit without its message's mark.
+
 func (t handlerTx) LargeObjects() pgx.LargeObjects {
-	_ = t.sp.take(t.sp.context(), t.Tx) // a failure breaks the batch (sp.broken)
+	t.sp.takeDetached(t.Tx)
 	return t.Tx.LargeObjects()
 }
 
 func (t handlerTx) Conn() *pgx.Conn {
-	_ = t.sp.take(t.sp.context(), t.Tx) // a failure breaks the batch (sp.broken)
+	t.sp.takeDetached(t.Tx)
 	return t.Tx.Conn()
 }
 
@@ -97,7 +103,7 @@ func (t handlerTx) Conn() *pgx.Conn {
 // writes, whatever the handler does to the transaction, and a failure rolls
 // both back; the next handler's savepoint releases it.
 type savepoints struct {
-	ctx     context.Context // the batch's, for LargeObjects and Conn
+	ctx     context.Context // the batch's
 	mark    []any           // the current message's processed-mark arguments
 	pending bool            // the current handler's savepoint is not taken yet
 	taken   bool            // the current handler's savepoint is taken
@@ -146,6 +152,22 @@ func (s *savepoints) take(ctx context.Context, tx pgx.Tx) error {
 	}
 	return err
 }
+
+// takeDetached takes the savepoint, if due, whatever the batch's context,
+// and breaks the batch if it cannot.
+func (s *savepoints) takeDetached(tx pgx.Tx) {
+	if s == nil || !s.pending {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.context()), detachedTakeTimeout)
+	defer cancel()
+	if err := s.take(ctx, tx); err != nil && s.broken == nil {
+		s.pending, s.broken = false, err
+	}
+}
+
+// detachedTakeTimeout bounds takeDetached.
+const detachedTakeTimeout = 10 * time.Second
 
 // undo rolls the current handler's writes and its message's mark back, if
 // it made any.

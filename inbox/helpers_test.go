@@ -77,9 +77,15 @@ func setup(t *testing.T, opts *setupOpts) *testBundle {
 // retries, and returns a channel of finished jobs.
 func (b *testBundle) startWorkers(t *testing.T) <-chan *river.Event {
 	t.Helper()
+	return b.startWorkersWith(t, func(*river.Config) {})
+}
+
+// startWorkersWith is startWorkers with the River config adjusted by edit.
+func (b *testBundle) startWorkersWith(t *testing.T, edit func(*river.Config)) <-chan *river.Event {
+	t.Helper()
 	workers := river.NewWorkers()
 	require.NoError(t, b.inbox.AddWorkers(workers))
-	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+	cfg := &river.Config{
 		Queues:            map[string]river.QueueConfig{b.inbox.Queue(): {MaxWorkers: 10}},
 		Workers:           workers,
 		FetchCooldown:     5 * time.Millisecond,
@@ -87,7 +93,9 @@ func (b *testBundle) startWorkers(t *testing.T) <-chan *river.Event {
 		RetryPolicy:       fastRetry{},
 		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		TestOnly:          true,
-	})
+	}
+	edit(cfg)
+	client, err := river.NewClient(riverpgxv5.New(b.pool), cfg)
 	require.NoError(t, err)
 	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed, river.EventKindJobCancelled)
 	ctx := context.Background()
