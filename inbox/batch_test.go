@@ -533,22 +533,30 @@ func TestForgetInABatch(t *testing.T) {
 // TestBatchHandlerEndingTheTransaction: a handler that commits the batch's
 // transaction behind Wharf's back (through Conn, as a library taking a
 // *pgx.Conn would) loses nothing and doubles nothing: its mark committed
-// with its writes, and the messages after it continue alone.
+// with its writes, and the messages after it continue alone. Alone, on a
+// job of its own, such a handler that then fails does not run again.
 func TestBatchHandlerEndingTheTransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	createEffects(t, b.pool)
 	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		if msg.EventID != "evt_2" {
+		if !strings.HasPrefix(msg.EventID, "evt_2") {
 			return applyEffect(ctx, tx, msg)
 		}
-		return pgx.BeginFunc(ctx, tx.Conn(), func(inner pgx.Tx) error { return applyEffect(ctx, inner, msg) })
+		if err := pgx.BeginFunc(ctx, tx.Conn(), func(inner pgx.Tx) error { return applyEffect(ctx, inner, msg) }); err != nil {
+			return err
+		}
+		if msg.EventID == "evt_2_alone" {
+			return errors.New("fails after committing") // the effect stands: it must not run again
+		}
+		return nil
 	})
 	batch := payments("evt_1", "evt_2", "evt_3", "evt_4", "evt_5")
 	receiveMany(t, b.pool, b.inbox, batch)
+	receiveMany(t, b.pool, b.inbox, payments("evt_2_alone")) // a job of its own
 	b.startWorkers(t)
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
-	for _, m := range batch {
+	for _, m := range append(batch, payments("evt_2_alone")...) {
 		require.Equal(t, 1, effectCount(t, b.pool, m.EventID), m.EventID)
 	}
 }

@@ -159,15 +159,19 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		if h == nil {
 			return fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
 		}
-		if err := runHandler(ctx, h, tx, msg); err != nil {
-			return err
-		}
+		// Marked before the handler runs, in the same transaction: whatever
+		// the handler does to the transaction (a COMMIT through Conn, say),
+		// its writes cannot commit without the mark; a failure rolls both
+		// back.
 		if err := dbsqlc.New(tx).InboxMessageMarkProcessed(ctx, dbsqlc.InboxMessageMarkProcessedParams{
 			Now:        ib.clock(),
 			ReceivedAt: job.Args.ReceivedAt,
 			ID:         job.Args.MessageID,
 		}); err != nil {
 			return fmt.Errorf("inbox: mark processed: %w", err)
+		}
+		if err := runHandler(ctx, h, tx, msg); err != nil {
+			return err
 		}
 		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
