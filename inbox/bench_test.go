@@ -32,8 +32,10 @@ import (
 // no verification). It reports both rates, their ratio (target ≥ 0.5) and
 // ingest latency percentiles (target p99 ≤ 10 ms).
 //
-// It then compares group commit (the default) with one transaction per
-// delivery (BatchSize 1) at that concurrency and for a single sender.
+// It then measures the same ingest with 1M existing keys and 100k messages
+// in today's partition (WHARF_BENCH_EXISTING_KEYS; 0 skips), and compares
+// group commit (the default) with one transaction per delivery (BatchSize
+// 1) at that concurrency and for a single sender.
 //
 // WHARF_BENCH_REQUESTS sets the requests per phase (default 4000),
 // WHARF_BENCH_SENDERS the concurrency (default 32).
@@ -150,6 +152,18 @@ func BenchmarkIngest(b *testing.B) {
 			requests, senders, rawRes.Rate(), loadtest.Ms(rawRes.Percentile(50)), loadtest.Ms(rawRes.Percentile(99)),
 			httpRes.Rate(), loadtest.Ms(httpRes.Percentile(50)), loadtest.Ms(httpRes.Percentile(99)), ratio)
 
+		// Cost as tables grow: the same ingest once the key table holds
+		// WHARF_BENCH_EXISTING_KEYS keys and today's partition a tenth as
+		// many messages (vacuumed and analysed, as autovacuum would).
+		if existing := loadtest.EnvInt("WHARF_BENCH_EXISTING_KEYS", 1_000_000); existing > 0 {
+			grow(b, pool, existing)
+			ingest("warm_grown", 200)
+			grown := ingest("grown", requests)
+			b.Logf("with %d existing keys and %d messages: %.0f/s (p99 %.2f ms) against %.0f/s (p99 %.2f ms) on near-empty tables",
+				existing, existing/10, grown.Rate(), loadtest.Ms(grown.Percentile(99)), httpRes.Rate(), loadtest.Ms(httpRes.Percentile(99)))
+			loadtest.Bench(fmt.Sprintf("inbox_http_ingest_with_%d_keys_vs_empty_per_s", existing), grown.Rate(), httpRes.Rate())
+		}
+
 		// Group commit against none, at full concurrency and for a lone
 		// sender (where an idle inbox must not wait).
 		for _, n := range []int{senders, 1} {
@@ -165,6 +179,34 @@ func BenchmarkIngest(b *testing.B) {
 			loadtest.Bench(fmt.Sprintf("inbox_group_commit_vs_unbatched_%d_senders_per_s", n), batched.Rate(), unbatched.Rate())
 			loadtest.Bench(fmt.Sprintf("inbox_group_commit_vs_unbatched_%d_senders_p99_ms_lower_is_better", n),
 				loadtest.Ms(batched.Percentile(99)), loadtest.Ms(unbatched.Percentile(99)))
+		}
+	}
+}
+
+// grow fills the key table with n keys and today's message partition with
+// n/10 small processed messages, then vacuums and analyses them.
+func grow(b *testing.B, pool *pgxpool.Pool, n int) {
+	b.Helper()
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO wharf_inbox_keys (source, event_id, payload_hash, message_id, received_at)
+		 SELECT 'grown', 'evt_' || g, sha256(g::text::bytea), gen_random_uuid(), now() - interval '1 hour'
+		 FROM generate_series(1, $1::int) g`,
+		`INSERT INTO wharf_inbox_messages (id, received_at, source, event_id, headers, body, payload_hash, status, attempts, processed_at, updated_at)
+		 SELECT gen_random_uuid(), date_trunc('day', now()) + (g % 3600) * interval '1 second', 'grown', 'evt_' || g, '{}', '\x7b7d', sha256(g::text::bytea), 'processed', 1, now(), now()
+		 FROM generate_series(1, $1::int / 10) g`,
+		// What autovacuum would have done by then in a running app.
+		`VACUUM (ANALYZE) wharf_inbox_keys`,
+		`VACUUM (ANALYZE) wharf_inbox_messages`,
+	} {
+		var err error
+		if strings.Contains(sql, "$1") {
+			_, err = pool.Exec(ctx, sql, n)
+		} else {
+			_, err = pool.Exec(ctx, sql)
+		}
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
 }
