@@ -120,7 +120,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	if err := errors.Join(
 		ib.AddWorkers(workers),
 		ob.AddWorkers(workers),
-		jobs.AddWorkers(workers, pool, nil),
+		jobs.AddWorkers(workers, pool, &jobs.Config{Logger: logger}),
 	); err != nil {
 		return err
 	}
