@@ -35,7 +35,8 @@ type HMACConfig struct {
 	Template string
 	// Events names where the provider puts the event id and type, reported
 	// through EventLocation. Defaults to nowhere, leaving the inbox to its
-	// own defaults.
+	// own defaults. Its SignedHeaders is ignored: the verifier reports the
+	// headers its Template and TimestampHeader cover.
 	Events EventLocation
 }
 
@@ -113,8 +114,22 @@ func (c *HMACConfig) applyDefaults() error {
 	return nil
 }
 
-// EventLocation reports the configuration's Events.
-func (h *HMAC) EventLocation() EventLocation { return h.cfg.Events }
+// EventLocation reports the configuration's Events, with SignedHeaders the
+// headers that Template signs ({header:Name}, and TimestampHeader through
+// {timestamp}).
+func (h *HMAC) EventLocation() EventLocation {
+	loc := h.cfg.Events
+	loc.SignedHeaders = nil
+	if h.cfg.TimestampHeader != "" {
+		loc.SignedHeaders = append(loc.SignedHeaders, h.cfg.TimestampHeader)
+	}
+	for _, p := range h.template {
+		if p.kind == partHeader {
+			loc.SignedHeaders = append(loc.SignedHeaders, p.header)
+		}
+	}
+	return loc
+}
 
 // Verify checks r's signature. See the package documentation for errors.
 func (h *HMAC) Verify(ctx context.Context, r *Request) error {

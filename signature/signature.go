@@ -114,6 +114,24 @@ type EventLocation struct {
 	// when TypeHeader is absent. A dot descends into nested objects
 	// ("event.type").
 	TypeField string
+	// SignedHeaders lists the headers, besides the signature header itself,
+	// whose values the signature covers (canonical or as the scheme spells
+	// them; compare case-insensitively). A captured request cannot be
+	// replayed with another value in them. The body is always covered. The
+	// inbox reads an event id from a header outside this list only when the
+	// scheme names that header as its provider's id (GitHub, Shopify,
+	// Twilio) or the source says so.
+	SignedHeaders []string
+}
+
+// Signs reports whether the signature covers header name.
+func (l EventLocation) Signs(name string) bool {
+	for _, h := range l.SignedHeaders {
+		if strings.EqualFold(h, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // EventLocator is implemented by verifiers that know where their provider

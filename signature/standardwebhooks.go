@@ -86,10 +86,14 @@ func NewSvix(secrets SecretSource, opts *Options) *StandardWebhooks {
 }
 
 // EventLocation reports that the event id is the id header (webhook-id or
-// svix-id) and the type the body's "type" field, as the specification
-// recommends.
+// svix-id), which the signature covers with the timestamp header, and the
+// type the body's "type" field, as the specification recommends.
 func (s *StandardWebhooks) EventLocation() EventLocation {
-	return EventLocation{IDHeader: s.headers.id, TypeField: "type"}
+	return EventLocation{
+		IDHeader:      s.headers.id,
+		TypeField:     "type",
+		SignedHeaders: []string{s.headers.id, s.headers.timestamp},
+	}
 }
 
 // Verify checks r's signature. See the package documentation for errors.
