@@ -134,6 +134,10 @@ func FuzzIdentify(f *testing.F) {
 func TestProviderPresets(t *testing.T) {
 	t.Parallel()
 	secrets := signature.Secrets{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+	signedXEventID, err := signature.NewHMAC(secrets, signature.HMACConfig{SignatureHeader: "X-Sig", Template: "{header:X-Event-ID}.{body}"}, nil)
+	require.NoError(t, err)
+	bodyOnly, err := signature.NewHMAC(secrets, signature.HMACConfig{SignatureHeader: "X-Sig"}, nil)
+	require.NoError(t, err)
 	tests := []struct {
 		name     string
 		verifier signature.Verifier
@@ -162,6 +166,13 @@ func TestProviderPresets(t *testing.T) {
 			http.Header{"I-Twilio-Idempotency-Token": {"0f5ad8a2"}}, `{"id":"x"}`, "0f5ad8a2", ""},
 		{"Svix", signature.NewSvix(secrets, nil),
 			http.Header{"Svix-Id": {"msg_1"}}, `{"type":"user.created"}`, "msg_1", "user.created"},
+		// X-Event-ID is read when the signature covers it…
+		{"HMACSigningXEventID", signedXEventID, http.Header{"X-Event-Id": {"evt-h"}}, `{"id":"body"}`, "evt-h", ""},
+		// …and never when it does not: the signed body decides.
+		{"HMACBodyOnlyIgnoresXEventID", bodyOnly, http.Header{"X-Event-Id": {"forged"}}, `{"id":"body"}`, "body", ""},
+		// The hash is `printf %s {"a":1} | sha256sum`.
+		{"UnknownVerifierIgnoresXEventID", signature.VerifierFunc(nil), http.Header{"X-Event-Id": {"forged"}},
+			`{"a":1}`, "sha256:015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

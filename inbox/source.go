@@ -30,10 +30,14 @@ type Source struct {
 	// anything is parsed or stored. Required: an unsigned source must say so
 	// explicitly with a signature.VerifierFunc that returns nil.
 	Verifier signature.Verifier
-	// IDHeader is the header holding the sender's event id. Defaults to the
-	// verifier's EventLocation().IDHeader, then its AltIDHeader, when it
-	// implements signature.EventLocator. X-Event-ID is tried only when
-	// neither this, IDFields nor the verifier locates the id.
+	// IDHeader is the header holding the sender's event id, read before the
+	// body. Defaults to the verifier's EventLocation().IDHeader, then its
+	// AltIDHeader, when it implements signature.EventLocator; then to
+	// X-Event-ID only when the verifier signs that header (a NewHMAC
+	// Template with {header:X-Event-ID}) and nothing else locates the id.
+	// Set it to a header the signature does not cover only for a sender
+	// that signs nothing else to dedupe on: a captured request replayed
+	// with a fresh value in it passes as a new event.
 	IDHeader string
 	// IDFields are JSON body fields (dotted paths reach into objects) tried
 	// in order for the event id after the headers. Defaults to the
@@ -97,20 +101,22 @@ func (s *Source) location() signature.EventLocation {
 }
 
 // idHeaders lists the headers tried for the event id, in order: the
-// source's IDHeader, else the scheme's own id headers. X-Event-ID is read
-// only when neither the source nor its scheme says where the id is: for a
-// scheme whose id is a body field (Stripe, Slack, Paddle), an unsigned header
-// must not override the signed id, or one captured request replayed with
-// fresh X-Event-IDs would pass as many events.
+// source's IDHeader, else the scheme's own id headers, else X-Event-ID when
+// the verifier signs it. An unsigned X-Event-ID is never read: a sender's
+// signature would not cover it, so one captured request replayed with fresh
+// X-Event-IDs would pass as many events, each applied.
 func (s *Source) idHeaders() []string {
 	if s.IDHeader != "" {
 		return []string{s.IDHeader}
 	}
 	loc := s.location()
-	if loc.IDHeader == "" && loc.AltIDHeader == "" && loc.IDField == "" && len(s.IDFields) == 0 {
+	if loc.IDHeader != "" || loc.AltIDHeader != "" {
+		return nonEmpty(loc.IDHeader, loc.AltIDHeader)
+	}
+	if loc.IDField == "" && len(s.IDFields) == 0 && loc.Signs(HeaderEventID) {
 		return []string{HeaderEventID}
 	}
-	return nonEmpty(loc.IDHeader, loc.AltIDHeader)
+	return nil
 }
 
 // idFields lists the body fields tried for the event id, in order.

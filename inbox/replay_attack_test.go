@@ -1,0 +1,51 @@
+package inbox_test
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/signature"
+)
+
+// TestUnsignedEventIDHeaderCannotMintEvents: one captured, validly signed
+// request replayed with a fresh X-Event-ID each time is one event, not many,
+// whether or not its body carries an id. The signature of a NewHMAC source
+// covers only the body, so the header is the attacker's to choose.
+func TestUnsignedEventIDHeaderCannotMintEvents(t *testing.T) {
+	t.Parallel()
+	const secret = "hmac-secret-for-replay-test"
+	verifier, err := signature.NewHMAC(signature.Secrets{secret}, signature.HMACConfig{SignatureHeader: "X-Signature"}, nil)
+	require.NoError(t, err)
+	b := setup(t, &setupOpts{cfg: &inbox.Config{Sources: []inbox.Source{{Name: "hmac", Verifier: verifier}}}})
+
+	for _, body := range []string{`{"id":"evt_signed","type":"payment.succeeded"}`, `{"type":"payment.succeeded","amount":5}`} {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write([]byte(body))
+		sig := hex.EncodeToString(mac.Sum(nil))
+		statuses := map[string]int{}
+		for i := range 5 {
+			req, err := http.NewRequest(http.MethodPost, b.server.URL+"/webhooks/hmac", bytes.NewReader([]byte(body)))
+			require.NoError(t, err)
+			req.Header.Set("X-Signature", sig)
+			req.Header.Set(inbox.HeaderEventID, fmt.Sprintf("forged-%d", i))
+			a := do(t, req)
+			require.Equal(t, http.StatusOK, a.Status, a.RawBody)
+			statuses[a.Body["status"].(string)]++
+		}
+		require.Equal(t, map[string]int{"accepted": 1, "duplicate": 4}, statuses, "body %s", body)
+	}
+	keys, messages, _ := b.counts(t)
+	require.Equal(t, 2, keys)
+	require.Equal(t, 2, messages)
+	var forged int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM wharf_inbox_keys WHERE event_id LIKE 'forged-%'").Scan(&forged))
+	require.Zero(t, forged, "an unsigned X-Event-ID became an event id")
+}
