@@ -46,7 +46,8 @@ type Config struct {
 	// DedupeWindow is how long an inbox dedupe key is kept: a redelivery
 	// within it is a duplicate, one after it is accepted as a new event.
 	// It must cover the longest retry window of your senders (see
-	// SourceRetryWindows). Keys of unfinished messages are kept regardless.
+	// SourceRetryWindows). Keys of messages that can still run (received, failing, or dead and so
+	// replayable) are kept regardless, until the message is gone.
 	// Defaults to DefaultDedupeWindow (72h).
 	DedupeWindow time.Duration
 	// InboxRetention is how long inbox messages are kept, by the day they

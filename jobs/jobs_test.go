@@ -225,13 +225,14 @@ func TestHundredDays(t *testing.T) {
 		require.Equal(t, perDay*retainedDays+extra, b.count(t, "SELECT count(*) FROM wharf_inbox_messages"), "day %d", d)
 
 		// Keys: those received within the last 72 hours (today and the
-		// three days before), plus the unfinished message's whatever its
-		// age; the dead letter's key is finished and ages out like others.
+		// three days before), plus the unfinished message's and the dead
+		// letter's whatever their age: a dead letter can be replayed for
+		// as long as it is kept, so its key guards it as long.
 		keys := perDay * (min(d, 3) + 1)
 		if d >= 5 {
 			keys++
 		}
-		if d >= 10 && d <= 13 {
+		if d >= 10 && d < 50 {
 			keys++
 		}
 		require.Equal(t, keys, b.count(t, "SELECT count(*) FROM wharf_inbox_keys"), "day %d", d)
@@ -350,6 +351,40 @@ func TestDedupeWindow(t *testing.T) {
 	late := b.receive(t, "s", "evt_1")
 	require.False(t, late.Duplicate, "after the window")
 	require.NotEqual(t, first.MessageID, late.MessageID)
+}
+
+// TestDeadLetterKeepsItsKey: a dead message can be replayed until its day
+// is dropped, so its dedupe key outlives the window with it. Without the
+// key, a resend after the window would be accepted as a new event, and
+// replaying the dead letter would apply the event a second time.
+func TestDeadLetterKeepsItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil) // DedupeWindow 72h, DeadLetterRetention 30 days
+	t0 := time.Now()
+	b.clock.Set(t0)
+	first := b.receive(t, "s", "evt_dead")
+	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'dead'")
+	require.NoError(t, err)
+
+	b.clock.Set(t0.Add(10 * 24 * time.Hour))
+	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	require.NoError(t, err)
+	require.Zero(t, dry.DedupeKeysDeleted, "dry run counts the dead letter's key as expired")
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, res.DedupeKeysDeleted)
+	resend := b.receive(t, "s", "evt_dead")
+	require.True(t, resend.Duplicate, "a resend of a dead event after the window")
+	require.Equal(t, first.MessageID, resend.MessageID)
+
+	// Replayed and processed, the message is finished: its key ages out.
+	require.NoError(t, b.inbox.Replay(ctx, first.MessageID))
+	_, err = b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed'")
+	require.NoError(t, err)
+	res, err = b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.DedupeKeysDeleted)
 }
 
 func TestKeyPruningInBatches(t *testing.T) {

@@ -13,15 +13,16 @@ LIMIT 1;
 
 -- name: RetentionInboxKeysDelete :execrows
 -- Deletes one batch of dedupe keys older than the cutoff. A key whose
--- message is still to process or failing is kept: dropping it would let a
--- redelivery in while the first delivery is unfinished.
+-- message can still run (to process, failing, or dead and so replayable
+-- until its day is dropped) is kept: dropping it would let a redelivery in
+-- as a new event while the first can still apply its effect.
 DELETE FROM wharf_inbox_keys k
 WHERE (k.source, k.event_id) IN (
     SELECT c.source, c.event_id FROM wharf_inbox_keys c
     WHERE c.received_at < @cutoff::timestamptz
       AND NOT EXISTS (
           SELECT 1 FROM wharf_inbox_messages m
-          WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'))
+          WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
     ORDER BY c.received_at
     LIMIT @batch_size::int
 );
@@ -31,7 +32,7 @@ SELECT count(*) FROM wharf_inbox_keys c
 WHERE c.received_at < @cutoff::timestamptz
   AND NOT EXISTS (
       SELECT 1 FROM wharf_inbox_messages m
-      WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'));
+      WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'));
 
 -- name: RetentionIdempotencyExpiredCount :one
 SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= @now::timestamptz;

@@ -28,7 +28,7 @@ WHERE (k.source, k.event_id) IN (
     WHERE c.received_at < $1::timestamptz
       AND NOT EXISTS (
           SELECT 1 FROM wharf_inbox_messages m
-          WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'))
+          WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
     ORDER BY c.received_at
     LIMIT $2::int
 )
@@ -40,8 +40,9 @@ type RetentionInboxKeysDeleteParams struct {
 }
 
 // Deletes one batch of dedupe keys older than the cutoff. A key whose
-// message is still to process or failing is kept: dropping it would let a
-// redelivery in while the first delivery is unfinished.
+// message can still run (to process, failing, or dead and so replayable
+// until its day is dropped) is kept: dropping it would let a redelivery in
+// as a new event while the first can still apply its effect.
 func (q *Queries) RetentionInboxKeysDelete(ctx context.Context, arg RetentionInboxKeysDeleteParams) (int64, error) {
 	result, err := q.db.Exec(ctx, retentionInboxKeysDelete, arg.Cutoff, arg.BatchSize)
 	if err != nil {
@@ -55,7 +56,7 @@ SELECT count(*) FROM wharf_inbox_keys c
 WHERE c.received_at < $1::timestamptz
   AND NOT EXISTS (
       SELECT 1 FROM wharf_inbox_messages m
-      WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'))
+      WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
 `
 
 func (q *Queries) RetentionInboxKeysExpiredCount(ctx context.Context, cutoff time.Time) (int64, error) {
