@@ -46,8 +46,9 @@ type Config struct {
 	// DedupeWindow is how long an inbox dedupe key is kept: a redelivery
 	// within it is a duplicate, one after it is accepted as a new event.
 	// It must cover the longest retry window of your senders (see
-	// SourceRetryWindows). Keys of messages that can still run (received, failing, or dead and so
-	// replayable) are kept regardless, until the message is gone.
+	// SourceRetryWindows). Keys of messages that can still run (received,
+	// failing, or dead and so replayable) are kept regardless, until the
+	// message is processed or its day dropped.
 	// Defaults to DefaultDedupeWindow (72h).
 	DedupeWindow time.Duration
 	// InboxRetention is how long inbox messages are kept, by the day they
