@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -48,4 +49,36 @@ func TestUnsignedEventIDHeaderCannotMintEvents(t *testing.T) {
 	var forged int
 	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT count(*) FROM wharf_inbox_keys WHERE event_id LIKE 'forged-%'").Scan(&forged))
 	require.Zero(t, forged, "an unsigned X-Event-ID became an event id")
+}
+
+// TestTokenHeadersAreNotStored: credentials, the shared-token headers of
+// other providers' schemes and a source's own DropHeaders never reach the
+// database; the other headers do.
+func TestTokenHeadersAreNotStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{Sources: []inbox.Source{{
+		Name:        "payments",
+		Verifier:    signature.NewStandardWebhooks(signature.Secrets{testSecret}, nil),
+		DropHeaders: []string{"X-Partner-Token"},
+	}}}})
+	req := b.signed(t, "payments", "msg_tokens", []byte(`{"type":"t"}`), time.Now())
+	secrets := map[string]string{
+		"Authorization":        "Bearer tok-authorization",
+		"X-Gitlab-Token":       "tok-gitlab",
+		"X-Goog-Channel-Token": "tok-goog",
+		"X-Partner-Token":      "tok-partner",
+		"Cookie":               "session=tok-cookie",
+	}
+	for k, v := range secrets {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("X-Request-Id", "kept-1")
+	a := do(t, req)
+	require.Equal(t, http.StatusOK, a.Status, a.RawBody)
+
+	var stored string
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT headers::text FROM wharf_inbox_messages").Scan(&stored))
+	require.Contains(t, stored, "kept-1")
+	require.Contains(t, stored, "Webhook-Signature", "signature headers are kept")
+	require.NotContains(t, stored, "tok-", "a token reached the database: %s", stored)
 }

@@ -67,6 +67,14 @@ type Source struct {
 	// OnMismatch is the answer to an event id reused with a different
 	// payload. Defaults to MismatchDuplicate.
 	OnMismatch MismatchPolicy
+	// DropHeaders names request headers never stored with this source's
+	// messages: a token header of the sender's own scheme, say. The
+	// Verifier still sees them. These are never stored, whatever the
+	// source: Authorization, Cookie, Proxy-Authorization and the shared
+	// tokens some providers send instead of a signature (X-Gitlab-Token,
+	// X-Goog-Channel-Token, X-Hook-Secret, X-Api-Key, Api-Key,
+	// X-Auth-Token, X-Webhook-Token, X-Webhook-Secret). Defaults to none.
+	DropHeaders []string
 }
 
 func (s *Source) validate() error {
