@@ -142,7 +142,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	mux.Handle("POST /payouts", payouts)
 	mux.HandleFunc("POST /endpoints", createEndpoint(ob))
 	mux.HandleFunc("DELETE /endpoints/{id}", deleteEndpoint(ob))
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	server := newServer(mux)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(ln) }()
