@@ -150,10 +150,12 @@ func finalized(s rivertype.JobState) bool {
 	return s == rivertype.JobStateCompleted || s == rivertype.JobStateCancelled || s == rivertype.JobStateDiscarded
 }
 
-// Forget erases the body and headers of every stored delivery of the event
-// (source, eventID), for erasure requests, and returns how many messages it
-// erased. Metadata stays (ids, type, status, times), and so does the dedupe
-// key: a redelivery is still a duplicate and does not store the data again.
+// Forget erases the body, headers and last error of every stored delivery
+// of the event (source, eventID), for erasure requests, and returns how
+// many messages it erased. Metadata stays (ids, type, status, times), and
+// so does the dedupe key, as a tombstone kept for the retention jobs'
+// ErasedKeyRetention (90 days by default) from now, whatever the dedupe
+// window: a redelivery meanwhile is a duplicate and stores nothing.
 // A message not yet processed is marked dead, since it can no longer be
 // processed. It returns an error where errors.Is(err, ErrNotFound) is true
 // when no message has that event id.
@@ -168,6 +170,11 @@ func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error
 		}
 		if len(rows) == 0 {
 			return ErrNotFound
+		}
+		if err := dbsqlc.New(tx).InboxKeyMarkErased(ctx, dbsqlc.InboxKeyMarkErasedParams{
+			Now: ib.clock(), Source: source, EventID: eventID,
+		}); err != nil {
+			return err
 		}
 		for _, row := range rows {
 			if row.JobID == nil {

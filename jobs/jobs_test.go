@@ -418,10 +418,12 @@ func TestConfigValidation(t *testing.T) {
 		{jobs.Config{ScrubAfter: 40 * 24 * time.Hour}, "ScrubAfter"},
 		{jobs.Config{BatchSize: -1}, "BatchSize"},
 		{jobs.Config{Interval: time.Second}, "Interval"},
+		{jobs.Config{DedupeWindow: 96 * time.Hour, ErasedKeyRetention: 80 * time.Hour}, "ErasedKeyRetention 80h0m0s is shorter than DedupeWindow 96h0m0s"},
+		{jobs.Config{ErasedKeyRetention: 11 * 365 * 24 * time.Hour}, "ErasedKeyRetention 96360h0m0s is over 87600h0m0s"},
 	} {
 		require.ErrorContains(t, tt.cfg.Validate(), tt.want)
 	}
-	ok := jobs.Config{DedupeWindow: 96 * time.Hour, SourceRetryWindows: map[string]time.Duration{"stripe": 72 * time.Hour}}
+	ok := jobs.Config{DedupeWindow: 96 * time.Hour, SourceRetryWindows: map[string]time.Duration{"stripe": 72 * time.Hour}, ErasedKeyRetention: 5 * 365 * 24 * time.Hour}
 	require.NoError(t, ok.Validate())
 }
 

@@ -167,16 +167,22 @@ func (r *pruneRun) drop(ctx context.Context, name string) error {
 // batches.
 func (r *pruneRun) rows(ctx context.Context) error {
 	cfg := r.m.cfg
-	keyCutoff := r.now.Add(-cfg.DedupeWindow)
+	keyCutoff, erasedCutoff := r.now.Add(-cfg.DedupeWindow), r.now.Add(-cfg.ErasedKeyRetention)
 	eventCutoff, deadCutoff := r.now.Add(-cfg.OutboxRetention), r.now.Add(-cfg.DeadLetterRetention)
 	var err error
 
 	// A key whose message a replay revives must not go: hold the inbox's
 	// retention lock per batch.
 	r.res.DedupeKeysDeleted, err = r.batches(ctx, inboxMessagesTable,
-		func() (int64, error) { return r.q.RetentionInboxKeysExpiredCount(ctx, keyCutoff) },
+		func() (int64, error) {
+			return r.q.RetentionInboxKeysExpiredCount(ctx, dbsqlc.RetentionInboxKeysExpiredCountParams{
+				Cutoff: keyCutoff, ErasedCutoff: erasedCutoff,
+			})
+		},
 		func(q *dbsqlc.Queries, batch int32) (int64, error) {
-			return q.RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{Cutoff: keyCutoff, BatchSize: batch})
+			return q.RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
+				Cutoff: keyCutoff, ErasedCutoff: erasedCutoff, BatchSize: batch,
+			})
 		})
 	if err != nil {
 		return err

@@ -76,6 +76,12 @@ SET body = '', headers = '{}', scrubbed_at = @now::timestamptz, updated_at = @no
 WHERE source = @source AND event_id = @event_id
 RETURNING id, job_id;
 
+-- name: InboxKeyMarkErased :exec
+-- Makes an erased event's key a tombstone: kept for the erased-key
+-- retention from now, whatever the dedupe window.
+UPDATE wharf_inbox_keys SET erased_at = @now::timestamptz
+WHERE source = @source AND event_id = @event_id;
+
 -- name: InboxKeyClaimMany :many
 -- Claims many keys in one statement, the batch form of InboxKeyClaim: the
 -- caller learns which claims it won by comparing each returned message_id

@@ -15,11 +15,13 @@ LIMIT 1;
 -- Deletes one batch of dedupe keys older than the cutoff. A key whose
 -- message can still run (to process, failing, or dead and so replayable
 -- until its day is dropped) is kept: dropping it would let a redelivery in
--- as a new event while the first can still apply its effect.
+-- as a new event while the first can still apply its effect. So is the
+-- tombstone of an event erased after the erased cutoff.
 DELETE FROM wharf_inbox_keys k
 WHERE (k.source, k.event_id) IN (
     SELECT c.source, c.event_id FROM wharf_inbox_keys c
     WHERE c.received_at < @cutoff::timestamptz
+      AND (c.erased_at IS NULL OR c.erased_at < @erased_cutoff::timestamptz)
       AND NOT EXISTS (
           SELECT 1 FROM wharf_inbox_messages m
           WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
@@ -30,6 +32,7 @@ WHERE (k.source, k.event_id) IN (
 -- name: RetentionInboxKeysExpiredCount :one
 SELECT count(*) FROM wharf_inbox_keys c
 WHERE c.received_at < @cutoff::timestamptz
+  AND (c.erased_at IS NULL OR c.erased_at < @erased_cutoff::timestamptz)
   AND NOT EXISTS (
       SELECT 1 FROM wharf_inbox_messages m
       WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'));
@@ -70,10 +73,12 @@ WHERE d.event_created_at < @cutoff::timestamptz
 
 -- name: RetentionInboxScrub :execrows
 -- Empties the body and headers of one batch of processed messages received
--- before the cutoff. Failed and dead messages keep theirs: they may be
+-- before the cutoff, and the last error of an earlier failed attempt (it
+-- may quote the payload). Failed and dead messages keep theirs: they may be
 -- replayed.
 UPDATE wharf_inbox_messages m
-SET body = '', headers = '{}', scrubbed_at = @now::timestamptz
+SET body = '', headers = '{}', scrubbed_at = @now::timestamptz,
+    last_error = CASE WHEN m.last_error IS NULL THEN NULL ELSE 'erased by retention' END
 WHERE (m.received_at, m.id) IN (
     SELECT s.received_at, s.id FROM wharf_inbox_messages s
     WHERE s.received_at < @cutoff::timestamptz AND s.status = 'processed' AND s.scrubbed_at IS NULL
@@ -84,17 +89,30 @@ WHERE (m.received_at, m.id) IN (
 SELECT count(*) FROM wharf_inbox_messages
 WHERE received_at < @cutoff::timestamptz AND status = 'processed' AND scrubbed_at IS NULL;
 
--- name: RetentionOutboxScrub :execrows
+-- name: RetentionOutboxScrub :one
 -- Empties the payload of one batch of events published before the cutoff
--- whose every delivery succeeded (a dead one may be replayed).
-UPDATE wharf_outbox_events e
-SET payload = '', scrubbed_at = @now::timestamptz
-WHERE (e.created_at, e.id) IN (
-    SELECT s.created_at, s.id FROM wharf_outbox_events s
-    WHERE s.created_at < @cutoff::timestamptz AND s.scrubbed_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
-    LIMIT @batch_size::int
-);
+-- whose every delivery succeeded (a dead one may be replayed), and the
+-- responses their endpoints answered (an endpoint may echo the payload).
+-- Returns how many events it scrubbed.
+WITH scrubbed AS (
+    UPDATE wharf_outbox_events e
+    SET payload = '', scrubbed_at = @now::timestamptz
+    WHERE (e.created_at, e.id) IN (
+        SELECT s.created_at, s.id FROM wharf_outbox_events s
+        WHERE s.created_at < @cutoff::timestamptz AND s.scrubbed_at IS NULL
+          AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
+        LIMIT @batch_size::int
+    )
+    RETURNING e.id
+), responses AS (
+    UPDATE wharf_outbox_attempts a
+    SET response_body = '', response_truncated = false
+    WHERE a.delivery_id IN (
+        SELECT d.id FROM wharf_outbox_deliveries d WHERE d.event_id IN (SELECT id FROM scrubbed)
+    ) AND a.response_body <> ''
+    RETURNING 1
+)
+SELECT count(*) FROM scrubbed;
 
 -- name: RetentionOutboxScrubCount :one
 SELECT count(*) FROM wharf_outbox_events s

@@ -128,6 +128,24 @@ func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyPa
 	return items, nil
 }
 
+const inboxKeyMarkErased = `-- name: InboxKeyMarkErased :exec
+UPDATE wharf_inbox_keys SET erased_at = $1::timestamptz
+WHERE source = $2 AND event_id = $3
+`
+
+type InboxKeyMarkErasedParams struct {
+	Now     time.Time
+	Source  string
+	EventID string
+}
+
+// Makes an erased event's key a tombstone: kept for the erased-key
+// retention from now, whatever the dedupe window.
+func (q *Queries) InboxKeyMarkErased(ctx context.Context, arg InboxKeyMarkErasedParams) error {
+	_, err := q.db.Exec(ctx, inboxKeyMarkErased, arg.Now, arg.Source, arg.EventID)
+	return err
+}
+
 const inboxMessageForget = `-- name: InboxMessageForget :many
 UPDATE wharf_inbox_messages
 SET body = '', headers = '{}', scrubbed_at = $1::timestamptz, updated_at = $1::timestamptz,

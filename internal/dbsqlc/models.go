@@ -34,6 +34,7 @@ type WharfInboxKey struct {
 	ReceivedAt     time.Time
 	MismatchCount  int32
 	LastMismatchAt *time.Time
+	ErasedAt       *time.Time
 }
 
 type WharfInboxMessage struct {

@@ -26,25 +26,28 @@ DELETE FROM wharf_inbox_keys k
 WHERE (k.source, k.event_id) IN (
     SELECT c.source, c.event_id FROM wharf_inbox_keys c
     WHERE c.received_at < $1::timestamptz
+      AND (c.erased_at IS NULL OR c.erased_at < $2::timestamptz)
       AND NOT EXISTS (
           SELECT 1 FROM wharf_inbox_messages m
           WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
     ORDER BY c.received_at
-    LIMIT $2::int
+    LIMIT $3::int
 )
 `
 
 type RetentionInboxKeysDeleteParams struct {
-	Cutoff    time.Time
-	BatchSize int32
+	Cutoff       time.Time
+	ErasedCutoff time.Time
+	BatchSize    int32
 }
 
 // Deletes one batch of dedupe keys older than the cutoff. A key whose
 // message can still run (to process, failing, or dead and so replayable
 // until its day is dropped) is kept: dropping it would let a redelivery in
-// as a new event while the first can still apply its effect.
+// as a new event while the first can still apply its effect. So is the
+// tombstone of an event erased after the erased cutoff.
 func (q *Queries) RetentionInboxKeysDelete(ctx context.Context, arg RetentionInboxKeysDeleteParams) (int64, error) {
-	result, err := q.db.Exec(ctx, retentionInboxKeysDelete, arg.Cutoff, arg.BatchSize)
+	result, err := q.db.Exec(ctx, retentionInboxKeysDelete, arg.Cutoff, arg.ErasedCutoff, arg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
@@ -54,13 +57,19 @@ func (q *Queries) RetentionInboxKeysDelete(ctx context.Context, arg RetentionInb
 const retentionInboxKeysExpiredCount = `-- name: RetentionInboxKeysExpiredCount :one
 SELECT count(*) FROM wharf_inbox_keys c
 WHERE c.received_at < $1::timestamptz
+  AND (c.erased_at IS NULL OR c.erased_at < $2::timestamptz)
   AND NOT EXISTS (
       SELECT 1 FROM wharf_inbox_messages m
       WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
 `
 
-func (q *Queries) RetentionInboxKeysExpiredCount(ctx context.Context, cutoff time.Time) (int64, error) {
-	row := q.db.QueryRow(ctx, retentionInboxKeysExpiredCount, cutoff)
+type RetentionInboxKeysExpiredCountParams struct {
+	Cutoff       time.Time
+	ErasedCutoff time.Time
+}
+
+func (q *Queries) RetentionInboxKeysExpiredCount(ctx context.Context, arg RetentionInboxKeysExpiredCountParams) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionInboxKeysExpiredCount, arg.Cutoff, arg.ErasedCutoff)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -82,7 +91,8 @@ func (q *Queries) RetentionInboxOldestUnfinished(ctx context.Context) (time.Time
 
 const retentionInboxScrub = `-- name: RetentionInboxScrub :execrows
 UPDATE wharf_inbox_messages m
-SET body = '', headers = '{}', scrubbed_at = $1::timestamptz
+SET body = '', headers = '{}', scrubbed_at = $1::timestamptz,
+    last_error = CASE WHEN m.last_error IS NULL THEN NULL ELSE 'erased by retention' END
 WHERE (m.received_at, m.id) IN (
     SELECT s.received_at, s.id FROM wharf_inbox_messages s
     WHERE s.received_at < $2::timestamptz AND s.status = 'processed' AND s.scrubbed_at IS NULL
@@ -97,7 +107,8 @@ type RetentionInboxScrubParams struct {
 }
 
 // Empties the body and headers of one batch of processed messages received
-// before the cutoff. Failed and dead messages keep theirs: they may be
+// before the cutoff, and the last error of an earlier failed attempt (it
+// may quote the payload). Failed and dead messages keep theirs: they may be
 // replayed.
 func (q *Queries) RetentionInboxScrub(ctx context.Context, arg RetentionInboxScrubParams) (int64, error) {
 	result, err := q.db.Exec(ctx, retentionInboxScrub, arg.Now, arg.Cutoff, arg.BatchSize)
@@ -200,15 +211,26 @@ func (q *Queries) RetentionOutboxOldestUnfinished(ctx context.Context) (time.Tim
 	return event_created_at, err
 }
 
-const retentionOutboxScrub = `-- name: RetentionOutboxScrub :execrows
-UPDATE wharf_outbox_events e
-SET payload = '', scrubbed_at = $1::timestamptz
-WHERE (e.created_at, e.id) IN (
-    SELECT s.created_at, s.id FROM wharf_outbox_events s
-    WHERE s.created_at < $2::timestamptz AND s.scrubbed_at IS NULL
-      AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
-    LIMIT $3::int
+const retentionOutboxScrub = `-- name: RetentionOutboxScrub :one
+WITH scrubbed AS (
+    UPDATE wharf_outbox_events e
+    SET payload = '', scrubbed_at = $1::timestamptz
+    WHERE (e.created_at, e.id) IN (
+        SELECT s.created_at, s.id FROM wharf_outbox_events s
+        WHERE s.created_at < $2::timestamptz AND s.scrubbed_at IS NULL
+          AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
+        LIMIT $3::int
+    )
+    RETURNING e.id
+), responses AS (
+    UPDATE wharf_outbox_attempts a
+    SET response_body = '', response_truncated = false
+    WHERE a.delivery_id IN (
+        SELECT d.id FROM wharf_outbox_deliveries d WHERE d.event_id IN (SELECT id FROM scrubbed)
+    ) AND a.response_body <> ''
+    RETURNING 1
 )
+SELECT count(*) FROM scrubbed
 `
 
 type RetentionOutboxScrubParams struct {
@@ -218,13 +240,14 @@ type RetentionOutboxScrubParams struct {
 }
 
 // Empties the payload of one batch of events published before the cutoff
-// whose every delivery succeeded (a dead one may be replayed).
+// whose every delivery succeeded (a dead one may be replayed), and the
+// responses their endpoints answered (an endpoint may echo the payload).
+// Returns how many events it scrubbed.
 func (q *Queries) RetentionOutboxScrub(ctx context.Context, arg RetentionOutboxScrubParams) (int64, error) {
-	result, err := q.db.Exec(ctx, retentionOutboxScrub, arg.Now, arg.Cutoff, arg.BatchSize)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := q.db.QueryRow(ctx, retentionOutboxScrub, arg.Now, arg.Cutoff, arg.BatchSize)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const retentionOutboxScrubCount = `-- name: RetentionOutboxScrubCount :one
