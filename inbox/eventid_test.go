@@ -30,7 +30,11 @@ func TestEventIDPriority(t *testing.T) {
 	}{
 		{"SchemeHeaderFirst", Source{Verifier: sw},
 			http.Header{"Webhook-Id": {"msg_1"}, "X-Event-Id": {"x_1"}}, `{"id":"b_1","type":"t"}`, "msg_1", "t"},
-		{"XEventIDWithoutLocation", Source{Verifier: plain},
+		// An unsigned X-Event-ID never outranks the body: it is read only
+		// when the verifier signs it or the source names it.
+		{"XEventIDUnsignedIgnored", Source{Verifier: plain},
+			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "b_1", ""},
+		{"XEventIDNamedBySource", Source{Verifier: plain, IDHeader: HeaderEventID},
 			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "x_1", ""},
 		{"XEventIDIgnoredWhenSchemeLocatesID", Source{Verifier: sw},
 			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "b_1", ""},
