@@ -66,13 +66,17 @@ type Config struct {
 
 	// KeyRetention is how long a key, with its stored response, is kept
 	// after it is claimed. An expired key is treated as never used, even
-	// before DeleteExpired removes it. In non-transactional mode it must
+	// before DeleteExpired removes it. Claim time and expiry are the
+	// database's clock, never a node's, so nodes whose clocks disagree
+	// agree on which keys have expired. In non-transactional mode it must
 	// exceed InProgressTimeout. Defaults to DefaultKeyRetention (24 hours).
 	KeyRetention time.Duration
 
 	// InProgressTimeout is how long a key may stay in progress before a
 	// retry of the same request may take it over, on the presumption that
-	// the process that claimed it died. It matters in non-transactional mode
+	// the process that claimed it died. It is measured by the database's
+	// clock from the claim, so a node whose clock runs ahead of the
+	// claimant's cannot take over early. It matters in non-transactional mode
 	// only (a transactional claim is never committed in progress) and must
 	// exceed the longest the handler can run: a takeover while the first
 	// handler still runs would run the handler twice. In non-transactional
@@ -106,9 +110,6 @@ type Config struct {
 	// Logger receives the middleware's logs. Request and response bodies
 	// are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
-
-	// Now returns the current time. Defaults to time.Now.
-	Now func() time.Time
 }
 
 // resolve returns a copy of c (which may be nil) with defaults filled in, or
@@ -184,9 +185,6 @@ func (c *Config) resolve() (Config, error) {
 	out.ReplayHeaders = canonical
 	if out.Logger == nil {
 		out.Logger = slog.Default()
-	}
-	if out.Now == nil {
-		out.Now = time.Now
 	}
 	return out, nil
 }

@@ -37,6 +37,10 @@
 //   - Keys expire Config.KeyRetention (default 24 h) after they are claimed;
 //     an expired key is as good as new. DeleteExpired prunes them.
 //
+// Every time the middleware stores or compares (claim, takeover, expiry,
+// pruning) is the database's clock, never a node's: nodes whose clocks
+// disagree still agree on which keys are in progress and which expired.
+//
 // Every answer of the middleware's own is JSON, {"error": "…"}.
 //
 // # Transactional mode
@@ -91,7 +95,7 @@
 // returns, then sent. A 5xx, a transient 4xx or a panic deletes the claim.
 // A process that dies mid-handler leaves the key in_progress: retries get
 // 409 until Config.InProgressTimeout (default 5 minutes) has passed since
-// the claim, after which a retry of the same request takes the key over and
+// the claim, by the database's clock, after which a retry of the same request takes the key over and
 // runs the handler. The timeout must exceed the handler's longest run, or a
 // slow first request and its retry could both run; the default errs long
 // because a duplicate effect is worse than a client waiting. KeyRetention

@@ -374,10 +374,10 @@ func TestExpiredKeyIsNew(t *testing.T) {
 
 		changed := payoutOf("key-1")
 		changed.body = payoutBody("acct_1", 25)
-		b.clock.Advance(time.Hour - time.Second)
+		b.age(t, "key-1", time.Hour-time.Second)
 		require.Equal(t, http.StatusUnprocessableEntity, b.do(t, changed).status, "not expired yet")
 
-		b.clock.Advance(time.Second)
+		b.age(t, "key-1", time.Second)
 		res := b.do(t, changed)
 		require.Equal(t, http.StatusCreated, res.status, res.body)
 		require.False(t, res.replayed())
@@ -401,10 +401,10 @@ func TestStuckKeyIsTakenOverAfterTimeout(t *testing.T) {
 	firstDone := b.sendAsync(payoutOf("key-1"))
 	entered.wait()
 
-	b.clock.Advance(time.Minute - time.Second)
+	b.age(t, "key-1", time.Minute-time.Second)
 	require.Equal(t, http.StatusConflict, b.do(t, payoutOf("key-1")).status)
 
-	b.clock.Advance(time.Second)
+	b.age(t, "key-1", time.Second)
 	second := b.do(t, payoutOf("key-1"))
 	require.Equal(t, http.StatusCreated, second.status, second.body)
 	require.False(t, second.replayed())
