@@ -129,11 +129,12 @@ func (m *Middleware) complete(ctx context.Context, db dbsqlc.DBTX, req *keyedReq
 	}
 	// nil stores NULL: body not kept. An empty body is stored empty.
 	var body []byte
-	if limit := m.conf.MaxStoredResponseBody; limit < 0 || int64(len(rec.body)) <= limit {
+	if limit := m.conf.MaxStoredResponseBody; !rec.overflowed && (limit < 0 || rec.size <= limit) {
 		body = append([]byte{}, rec.body...)
 	} else {
+		// Past the buffer, size is what was written so far.
 		m.conf.Logger.WarnContext(ctx, "idempotency: response body larger than MaxStoredResponseBody; replays will carry no body",
-			"route", req.route, "key", req.key, "size", len(rec.body), "limit", limit)
+			"route", req.route, "key", req.key, "size", rec.size, "streamed", rec.overflowed, "limit", limit)
 	}
 	n, err := dbsqlc.New(db).IdempotencyKeyComplete(ctx, dbsqlc.IdempotencyKeyCompleteParams{
 		ResponseStatus:  int32(rec.finish()),
@@ -220,6 +221,9 @@ func (m *Middleware) replay(w http.ResponseWriter, row *dbsqlc.WharfIdempotencyK
 		dst[name] = values
 	}
 	dst.Set(HeaderReplayed, "true")
+	if row.ResponseBody == nil {
+		dst.Set(HeaderBodyOmitted, "true")
+	}
 	w.WriteHeader(int(*row.ResponseStatus))
 	_, _ = w.Write(row.ResponseBody)
 }
