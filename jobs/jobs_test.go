@@ -427,12 +427,14 @@ func TestConfigValidation(t *testing.T) {
 	require.NoError(t, ok.Validate())
 }
 
+// TestPrunesIdempotencyKeys: keys expire by the database's clock. The
+// maintainer's own clock, here 90 s ahead, decides nothing: a key the
+// database says expires in a minute is neither deleted nor counted.
 func TestPrunesIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, nil)
-	t0 := time.Now()
-	mw, err := idempotency.New(b.pool, func(*http.Request) string { return "p" }, &idempotency.Config{Now: func() time.Time { return t0 }})
+	mw, err := idempotency.New(b.pool, func(*http.Request) string { return "p" }, nil)
 	require.NoError(t, err)
 	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	for _, key := range []string{"k1", "k2", "k3"} {
@@ -442,13 +444,24 @@ func TestPrunesIdempotencyKeys(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		require.Equal(t, http.StatusCreated, rec.Code)
 	}
-	b.clock.Set(t0.Add(23 * time.Hour))
+	expireIn := func(d time.Duration) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, "UPDATE wharf_idempotency_keys SET expires_at = now() + $1::interval", d)
+		require.NoError(t, err)
+	}
+
+	expireIn(time.Minute)
+	b.clock.Set(time.Now().Add(90 * time.Second))
+	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	require.NoError(t, err)
+	require.Zero(t, dry.IdempotencyKeysDeleted)
 	res, err := b.maint.Prune(ctx, nil)
 	require.NoError(t, err)
 	require.Zero(t, res.IdempotencyKeysDeleted)
+	require.Equal(t, 3, b.count(t, "SELECT count(*) FROM wharf_idempotency_keys"))
 
-	b.clock.Set(t0.Add(25 * time.Hour))
-	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	expireIn(-time.Second)
+	dry, err = b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, dry.IdempotencyKeysDeleted)
 	res, err = b.maint.Prune(ctx, nil)

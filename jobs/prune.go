@@ -48,7 +48,7 @@ func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, 
 	if !opts.DryRun {
 		// Before taking a connection for the run: DeleteExpired uses the
 		// pool, and is safe alongside anything (it skips locked keys).
-		n, err := idempotency.DeleteExpired(ctx, m.pool, m.cfg.Now(), m.cfg.BatchSize)
+		n, err := idempotency.DeleteExpired(ctx, m.pool, m.cfg.BatchSize)
 		res.IdempotencyKeysDeleted = int64(n)
 		if err != nil {
 			m.logPrune(ctx, res, err)
@@ -189,7 +189,7 @@ func (r *pruneRun) rows(ctx context.Context) error {
 	}
 
 	if r.dryRun { // a real run deleted them before taking its connection
-		if r.res.IdempotencyKeysDeleted, err = r.q.RetentionIdempotencyExpiredCount(ctx, r.now); err != nil {
+		if r.res.IdempotencyKeysDeleted, err = r.q.RetentionIdempotencyExpiredCount(ctx); err != nil {
 			return err
 		}
 	}

@@ -38,7 +38,9 @@ WHERE c.received_at < @cutoff::timestamptz
       WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'));
 
 -- name: RetentionIdempotencyExpiredCount :one
-SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= @now::timestamptz;
+-- Keys IdempotencyKeyDeleteExpired would delete: expired by the database's
+-- clock, as the middleware judges them.
+SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= now();
 
 -- name: RetentionOutboxUnfinishedCount :one
 -- Deliveries that need the events of one day: still to deliver or retry,

@@ -11,11 +11,13 @@ import (
 )
 
 const retentionIdempotencyExpiredCount = `-- name: RetentionIdempotencyExpiredCount :one
-SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= $1::timestamptz
+SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= now()
 `
 
-func (q *Queries) RetentionIdempotencyExpiredCount(ctx context.Context, now time.Time) (int64, error) {
-	row := q.db.QueryRow(ctx, retentionIdempotencyExpiredCount, now)
+// Keys IdempotencyKeyDeleteExpired would delete: expired by the database's
+// clock, as the middleware judges them.
+func (q *Queries) RetentionIdempotencyExpiredCount(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionIdempotencyExpiredCount)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
