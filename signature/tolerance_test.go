@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"testing"
 	"time"
@@ -190,4 +191,44 @@ func TestExtremeTimestamps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzTimestampTolerance checks the timestamp check against exact integer
+// arithmetic for any signed unix second, clock and tolerance: a genuinely
+// signed request verifies exactly when it is within the tolerance, and is
+// otherwise stale with an error that gives the timestamp as sent.
+func FuzzTimestampTolerance(f *testing.F) {
+	f.Add(int64(math.MaxInt64), int64(1700000000), int64(0), int64(0))
+	f.Add(int64(math.MinInt64), int64(1700000000), int64(0), int64(math.MaxInt64))
+	f.Add(int64(1700000000-9223372036), int64(1700000000), int64(854775807), int64(math.MaxInt64))
+	f.Add(int64(1700000301), int64(1700000000), int64(999999999), int64(0))
+	f.Add(int64(1e15), int64(-1e12), int64(5e8), int64(time.Hour))
+	ctx := context.Background()
+	f.Fuzz(func(t *testing.T, signed, nowSec, nowNsec, tol int64) {
+		// A clock time.Unix represents, any tolerance but the negative ones
+		// that disable the check or are refused.
+		nowSec %= 1e15
+		nowNsec = (nowNsec%1e9 + 1e9) % 1e9
+		if tol < 0 {
+			tol = -(tol + 1)
+		}
+		tolerance := time.Duration(tol)
+		if tolerance == 0 {
+			tolerance = signature.DefaultTolerance
+		}
+		now := time.Unix(nowSec, nowNsec)
+		v := signature.NewStripe(signature.Secrets{stripeSecret}, &signature.Options{Tolerance: time.Duration(tol), Now: func() time.Time { return now }})
+		err := v.Verify(ctx, stripeRequest(fmt.Sprintf("t=%d,v1=%s", signed, stripeV1(stripeSecret, signed, stripeBody)), stripeBody))
+
+		// |signed s - now| <= tolerance, in nanoseconds, without overflow.
+		diff := new(big.Int).Mul(big.NewInt(signed), big.NewInt(int64(time.Second)))
+		diff.Sub(diff, new(big.Int).Add(new(big.Int).Mul(big.NewInt(nowSec), big.NewInt(int64(time.Second))), big.NewInt(nowNsec)))
+		within := diff.Abs(diff).Cmp(big.NewInt(int64(tolerance))) <= 0
+		if within {
+			require.NoError(t, err)
+			return
+		}
+		requireRejected(t, err, signature.ErrStaleTimestamp, stripeSecret)
+		require.ErrorContains(t, err, fmt.Sprintf("signed at unix %d", signed))
+	})
 }
