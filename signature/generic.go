@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash"
 	"strings"
-	"time"
 )
 
 // HMACConfig describes an HMAC signature scheme for NewHMAC: enough to
@@ -50,6 +49,7 @@ type HMAC struct {
 	newHash   func() hash.Hash
 	template  []templatePart
 	signsTime bool
+	work      *workCounter
 }
 
 // NewHMAC returns a verifier for the scheme cfg describes, with the given
@@ -133,7 +133,7 @@ func (h *HMAC) EventLocation() EventLocation {
 
 // Verify checks r's signature. See the package documentation for errors.
 func (h *HMAC) Verify(ctx context.Context, r *Request) error {
-	raw, err := header(r.Header, h.cfg.SignatureHeader)
+	raw, err := signatureHeader(r.Header, h.cfg.SignatureHeader)
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (h *HMAC) Verify(ctx context.Context, r *Request) error {
 		return malformed(h.cfg.SignatureHeader, err.Error())
 	}
 	var timestamp string
-	var signedAt time.Time
+	var signedAt int64
 	if h.signsTime {
 		if timestamp, err = header(r.Header, h.cfg.TimestampHeader); err != nil {
 			return err
@@ -168,7 +168,7 @@ func (h *HMAC) Verify(ctx context.Context, r *Request) error {
 	if err != nil {
 		return err
 	}
-	return matchMAC(h.newHash, keys, [][]byte{sig}, content)
+	return matchMAC(h.work, h.newHash, keys, [][]byte{sig}, content)
 }
 
 // content fills the template for r.

@@ -9,6 +9,15 @@
 // are invalid) — and never contain a secret, an expected signature or a
 // received one.
 //
+// Work before authentication is bounded. Before it parses a signature header
+// or reads a secret, a verifier refuses, with ErrMalformedHeader, a header
+// sent more than once, longer than MaxSignatureHeaderBytes or holding more
+// than MaxSignatureEntries entries. A request then costs at most one MAC per
+// secret (Twilio: two, its URL with and without a port), or, for Standard
+// Webhooks v1a, one ed25519 verification per public key and entry. Secrets
+// are the receiver's, not the sender's, so their number is not capped: keep
+// it to the few a rotation needs.
+//
 // Presets cover the common providers: NewStandardWebhooks (v1 HMAC and v1a
 // ed25519), NewSvix, NewStripe, NewGitHub, NewShopify, NewSlack, NewPaddle
 // and NewTwilio; NewHMAC configures the rest. Each preset also implements
@@ -20,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -30,11 +40,33 @@ import (
 // unless Options.Tolerance says otherwise.
 const DefaultTolerance = 5 * time.Minute
 
+// Limits on a signature header, checked before it is parsed or any secret is
+// read, so that what a request can make a verifier do is bounded before the
+// request is authenticated.
+const (
+	// MaxSignatureHeaderBytes is the longest signature header a verifier
+	// reads; a longer one is refused with ErrMalformedHeader. Real headers
+	// are far shorter (sixteen Standard Webhooks v1a entries take 1.5 KiB),
+	// and 8 KiB is also the longest header line common proxies pass by
+	// default, which leaves room for signature versions yet to come.
+	MaxSignatureHeaderBytes = 8 << 10
+	// MaxSignatureEntries is the most entries a signature header may hold:
+	// space-separated signatures in Standard Webhooks, key=value entries
+	// (the timestamp, and versions the verifier skips, included) in Stripe's
+	// and Paddle's. More is refused with ErrMalformedHeader. Senders add one
+	// entry per secret they sign with, a few during a rotation. A request
+	// costs at most this many signature verifications per key, and one MAC
+	// per key however many entries it holds.
+	MaxSignatureEntries = 16
+)
+
 var (
 	// ErrMissingHeader means a header the scheme requires is absent or empty.
 	ErrMissingHeader = errors.New("signature: missing header")
-	// ErrMalformedHeader means a header is present but cannot be parsed, or
-	// (Twilio) the form body its signature covers cannot be parsed.
+	// ErrMalformedHeader means a header is present but cannot be parsed, a
+	// signature header is sent more than once or exceeds
+	// MaxSignatureHeaderBytes or MaxSignatureEntries, or (Twilio) the form
+	// body its signature covers cannot be parsed.
 	ErrMalformedHeader = errors.New("signature: malformed header")
 	// ErrStaleTimestamp means the signed timestamp is outside the tolerance.
 	ErrStaleTimestamp = errors.New("signature: timestamp outside tolerance")
@@ -193,8 +225,9 @@ func (o *Options) now() time.Time {
 // toleranceDisabled is the one Tolerance value that disables the check.
 const toleranceDisabled = -1
 
-// checkTimestamp enforces the tolerance around now for a signed unix time.
-func (o *Options) checkTimestamp(signed time.Time) error {
+// checkTimestamp enforces the tolerance around now for a signed unix time,
+// any int64 a sender can write.
+func (o *Options) checkTimestamp(signed int64) error {
 	tolerance := o.tolerance()
 	switch {
 	case tolerance == toleranceDisabled:
@@ -202,10 +235,59 @@ func (o *Options) checkTimestamp(signed time.Time) error {
 	case tolerance < 0:
 		return &optionsError{problem: fmt.Sprintf("Tolerance is %s; only -1 disables the timestamp check", tolerance)}
 	}
-	if d := o.now().Sub(signed); d > tolerance || d < -tolerance {
-		return fmt.Errorf("%w: signed %s, tolerance %s", ErrStaleTimestamp, signed.UTC().Format(time.RFC3339), tolerance)
+	off := offsetOf(o.now(), signed)
+	tolSec, tolNsec := uint64(tolerance/time.Second), int64(tolerance%time.Second)
+	if off.sec < tolSec || off.sec == tolSec && off.nsec <= tolNsec {
+		return nil
 	}
-	return nil
+	return off.staleError(signed, tolerance)
+}
+
+// offset is the distance between now and a signed unix second, in whole
+// seconds and nanoseconds (below one second), and its direction. It is exact
+// for any int64 a sender can write, where time.Unix overflows and Time.Sub
+// saturates: larger minus smaller of two int64s is exact in uint64.
+type offset struct {
+	sec    uint64
+	nsec   int64
+	future bool // signed after now
+}
+
+func offsetOf(now time.Time, signed int64) offset {
+	nowSec, nowNsec := now.Unix(), int64(now.Nanosecond())
+	if signed <= nowSec {
+		return offset{sec: uint64(nowSec) - uint64(signed), nsec: nowNsec}
+	}
+	// signed - now = (ahead-1)s + (1s - nowNsec).
+	off := offset{sec: uint64(signed) - uint64(nowSec) - 1, nsec: int64(time.Second) - nowNsec, future: true}
+	if off.nsec == int64(time.Second) {
+		off.sec, off.nsec = off.sec+1, 0
+	}
+	return off
+}
+
+// maxWrittenSeconds is the longest offset staleError writes as a Duration:
+// about 292 years.
+const maxWrittenSeconds = math.MaxInt64/int64(time.Second) - 1
+
+// staleError says when a request was signed and how far that is from now:
+// the raw unix seconds always, the date too when it is near enough to be
+// written (RFC 3339 has four-digit years).
+func (off offset) staleError(signed int64, tolerance time.Duration) error {
+	direction := "in the past"
+	if off.future {
+		direction = "in the future"
+	}
+	if off.sec > uint64(maxWrittenSeconds) {
+		return fmt.Errorf("%w: signed at unix %d, more than %d years %s, tolerance %s",
+			ErrStaleTimestamp, signed, maxWrittenSeconds/(365*24*3600), direction, tolerance)
+	}
+	var date string
+	if t := time.Unix(signed, 0).UTC(); 0 <= t.Year() && t.Year() <= 9999 {
+		date = " (" + t.Format(time.RFC3339) + ")"
+	}
+	return fmt.Errorf("%w: signed at unix %d%s, %s %s, tolerance %s", ErrStaleTimestamp, signed, date,
+		time.Duration(off.sec)*time.Second+time.Duration(off.nsec), direction, tolerance)
 }
 
 // signedURL is the URL a sender signed for r: PublicBaseURL followed by
@@ -251,12 +333,12 @@ func isURLScheme(s string) bool {
 }
 
 // parseUnix parses integer unix seconds.
-func parseUnix(v string) (time.Time, error) {
+func parseUnix(v string) (int64, error) {
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil {
-		return time.Time{}, errors.New("not integer unix seconds")
+		return 0, errors.New("not integer unix seconds")
 	}
-	return time.Unix(n, 0), nil
+	return n, nil
 }
 
 // secretsOf fetches the current secrets and drops empty ones.
@@ -280,11 +362,27 @@ func secretsOf(ctx context.Context, src SecretSource) ([]string, error) {
 	return out, nil
 }
 
-// header returns the first non-empty value of name.
+// header returns the first value of name, which must not be empty.
 func header(h http.Header, name string) (string, error) {
 	v := h.Get(name)
 	if v == "" {
 		return "", fmt.Errorf("%w: %s", ErrMissingHeader, name)
 	}
 	return v, nil
+}
+
+// signatureHeader returns the value of a scheme's signature header, refusing
+// one sent more than once (which of them would the sender have meant?) or
+// longer than MaxSignatureHeaderBytes before anything reads it further.
+func signatureHeader(h http.Header, name string) (string, error) {
+	values := h.Values(name)
+	switch {
+	case len(values) > 1:
+		return "", malformed(name, fmt.Sprintf("sent %d times; a request carries one", len(values)))
+	case len(values) == 0 || values[0] == "":
+		return "", fmt.Errorf("%w: %s", ErrMissingHeader, name)
+	case len(values[0]) > MaxSignatureHeaderBytes:
+		return "", malformed(name, fmt.Sprintf("%d bytes, more than MaxSignatureHeaderBytes (%d)", len(values[0]), MaxSignatureHeaderBytes))
+	}
+	return values[0], nil
 }

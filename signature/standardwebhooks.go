@@ -67,6 +67,7 @@ type StandardWebhooks struct {
 	secrets SecretSource
 	opts    *Options
 	headers swHeaders
+	work    *workCounter
 }
 
 // NewStandardWebhooks returns a Standard Webhooks verifier with the given
@@ -106,7 +107,7 @@ func (s *StandardWebhooks) Verify(ctx context.Context, r *Request) error {
 	if err != nil {
 		return err
 	}
-	sigHeader, err := header(r.Header, s.headers.signature)
+	sigHeader, err := signatureHeader(r.Header, s.headers.signature)
 	if err != nil {
 		return err
 	}
@@ -127,7 +128,7 @@ func (s *StandardWebhooks) Verify(ctx context.Context, r *Request) error {
 	}
 	content := standardContent(id, tsRaw, r.Body)
 	if len(keys.hmac) > 0 && len(sigs.v1) > 0 {
-		if err := matchMAC(sha256.New, keys.hmac, sigs.v1, content); err == nil {
+		if err := matchMAC(s.work, sha256.New, keys.hmac, sigs.v1, content); err == nil {
 			return nil
 		}
 	}
@@ -135,6 +136,7 @@ func (s *StandardWebhooks) Verify(ctx context.Context, r *Request) error {
 		msg := bytes.Join(content, nil)
 		for _, pub := range keys.public {
 			for _, sig := range sigs.v1a {
+				s.work.add()
 				if ed25519.Verify(pub, msg, sig) {
 					return nil
 				}
@@ -309,12 +311,16 @@ type standardSignatures struct{ v1, v1a [][]byte }
 
 // parseStandardSignatures reads a space-separated "version,base64" list.
 // Unknown versions are skipped, as the specification asks; an entry without
-// a comma, or a known version with bad base64, makes the header malformed.
+// a comma, a known version with bad base64, or more than MaxSignatureEntries
+// entries make the header malformed.
 func parseStandardSignatures(v string) (standardSignatures, error) {
 	var sigs standardSignatures
 	entries := 0
 	for entry := range strings.FieldsSeq(v) {
 		entries++
+		if entries > MaxSignatureEntries {
+			return sigs, tooManyEntries()
+		}
 		version, sig, ok := strings.Cut(entry, ",")
 		if !ok || version == "" {
 			return sigs, fmt.Errorf("entry %d is not version,signature", entries)

@@ -44,7 +44,8 @@ func TestStandardWebhooksPublishedVector(t *testing.T) {
 
 	v := signature.NewStandardWebhooks(signature.Secrets{swSecret}, atVector())
 	require.NoError(t, v.Verify(ctx, swRequest(swID, "1614265330", swSignature, swBody)))
-	require.Equal(t, signature.EventLocation{IDHeader: signature.HeaderWebhookID, TypeField: "type", SignedHeaders: []string{signature.HeaderWebhookID, signature.HeaderWebhookTimestamp}}, v.EventLocation())
+	require.Equal(t, signature.EventLocation{IDHeader: signature.HeaderWebhookID, TypeField: "type",
+		SignedHeaders: []string{signature.HeaderWebhookID, signature.HeaderWebhookTimestamp}}, v.EventLocation())
 }
 
 func TestStandardWebhooksRejects(t *testing.T) {
@@ -266,7 +267,8 @@ func TestSvix(t *testing.T) {
 
 	v := signature.NewSvix(signature.Secrets{swSecret}, atVector())
 	require.NoError(t, v.Verify(ctx, req))
-	require.Equal(t, signature.EventLocation{IDHeader: signature.HeaderSvixID, TypeField: "type", SignedHeaders: []string{signature.HeaderSvixID, signature.HeaderSvixTimestamp}}, v.EventLocation())
+	require.Equal(t, signature.EventLocation{IDHeader: signature.HeaderSvixID, TypeField: "type",
+		SignedHeaders: []string{signature.HeaderSvixID, signature.HeaderSvixTimestamp}}, v.EventLocation())
 
 	// The webhook-* verifier does not read svix-* headers, and vice versa.
 	requireRejected(t, signature.NewStandardWebhooks(signature.Secrets{swSecret}, atVector()).Verify(ctx, req), signature.ErrMissingHeader, swSecret)
