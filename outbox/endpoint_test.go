@@ -74,6 +74,63 @@ func TestEndpoint(t *testing.T) {
 		require.Empty(t, list)
 	})
 
+	t.Run("InvalidTextIsRefusedAndTransactionStaysUsable", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		existing := bundle.endpoint(t, "https://example.com/existing", nil)
+
+		tx, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+
+		// Postgres refuses NUL and invalid UTF-8 in text: had any of these
+		// reached it, it would have aborted tx.
+		for name, params := range map[string]*outbox.EndpointParams{
+			"tenant with NUL":           {URL: "https://example.com/", Tenant: "acme\x00"},
+			"invalid UTF-8 tenant":      {URL: "https://example.com/", Tenant: "acme\xff"},
+			"description with NUL":      {URL: "https://example.com/", Description: "a\x00b"},
+			"invalid UTF-8 description": {URL: "https://example.com/", Description: "caf\xe9"},
+			"URL with NUL":              {URL: "https://example.com/\x00"},
+			"invalid UTF-8 URL":         {URL: "https://example.com/caf\xe9"},
+			"invalid UTF-8 host":        {URL: "https://exa\xffmple.com/"},
+			"event type with NUL":       {URL: "https://example.com/", EventTypes: []string{"a\x00"}},
+			"invalid UTF-8 event type":  {URL: "https://example.com/", EventTypes: []string{"a.\xff.*"}},
+		} {
+			_, err := bundle.outbox.EndpointCreateTx(ctx, tx, params)
+			require.ErrorIs(t, err, outbox.ErrInvalidEndpoint, name)
+		}
+		for name, params := range map[string]*outbox.EndpointUpdateParams{
+			"description with NUL":      {Description: ptr("a\x00b")},
+			"invalid UTF-8 description": {Description: ptr("caf\xe9")},
+			"invalid UTF-8 URL":         {URL: ptr("https://example.com/caf\xe9")},
+			"event type with NUL":       {EventTypes: []string{"a\x00"}},
+		} {
+			_, err := bundle.outbox.EndpointUpdateTx(ctx, tx, existing.ID, params)
+			require.ErrorIs(t, err, outbox.ErrInvalidEndpoint, name)
+		}
+		for _, reason := range []string{"maintenance\x00", "caf\xe9"} {
+			_, err := bundle.outbox.EndpointDisableTx(ctx, tx, existing.ID, reason)
+			require.ErrorIs(t, err, outbox.ErrInvalidEndpoint, "reason %q", reason)
+		}
+		_, err = bundle.outbox.EndpointList(ctx, &outbox.EndpointListParams{Tenant: ptr("acme\x00")})
+		require.ErrorIs(t, err, outbox.ErrInvalidEndpoint)
+		_, err = bundle.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{Status: "dead\x00"})
+		require.Error(t, err)
+
+		// The transaction is intact: a later statement in it succeeds and
+		// commits what that statement wrote, and nothing else.
+		created, err := bundle.outbox.EndpointCreateTx(ctx, tx, &outbox.EndpointParams{
+			URL: "https://example.com/café", Description: "ünïcode", Tenant: "açme",
+		})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		list, err := bundle.outbox.EndpointList(ctx, nil)
+		require.NoError(t, err)
+		require.Len(t, list, 2)
+		require.Equal(t, existing.Endpoint, list[0], "the refused update and disable changed nothing")
+		require.Equal(t, created.Endpoint, list[1])
+	})
+
 	t.Run("UpdateDisableEnableDelete", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, nil)
@@ -190,3 +247,5 @@ func TestEndpoint(t *testing.T) {
 		require.ErrorIs(t, err, outbox.ErrNotFound)
 	})
 }
+
+func ptr[T any](v T) *T { return &v }
