@@ -364,6 +364,10 @@ func (o *Outbox) EndpointDeleteTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 	return o.endpointDelete(ctx, tx, id)
 }
 
+// endpointDelete locks the endpoint's row, then (by ON DELETE CASCADE) its
+// deliveries' and its leases' rows: the lock order every statement that
+// locks more than one of these rows keeps (see OutboxAttemptRecord), so
+// that a deletion and an attempt being recorded cannot deadlock.
 func (o *Outbox) endpointDelete(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) error {
 	n, err := dbsqlc.New(db).OutboxEndpointDelete(ctx, id)
 	if err != nil {

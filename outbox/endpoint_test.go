@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"encoding/base64"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -231,6 +232,76 @@ func TestEndpoint(t *testing.T) {
 			return state == "completed"
 		}, 10*time.Second, 10*time.Millisecond)
 		require.Empty(t, receiver.all())
+	})
+
+	t.Run("DeleteWhileAnAttemptIsRecordedDoesNotDeadlock", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		arrived, release := make(chan struct{}, 1), make(chan struct{})
+		receiver := newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusInternalServerError) // a failure writes the endpoint's health
+		})
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startRiver(t, bundle.pool, bundle.outbox)
+		t.Cleanup(func() {
+			select {
+			case <-release:
+			default:
+				close(release) // before River stops
+			}
+		})
+		bundle.publish(t, &outbox.Event{Type: "x"})
+		<-arrived
+
+		// waiting reports whether a statement containing text waits for a
+		// lock.
+		waiting := func(text string) bool {
+			var n int
+			require.NoError(t, bundle.pool.QueryRow(ctx, `
+				SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`,
+				text).Scan(&n))
+			return n > 0
+		}
+
+		// Line the two up: another transaction holds the endpoint's row
+		// (as a delivery's insert does), the deletion queues for it, then
+		// the attempt is recorded. Taking the delivery before the endpoint,
+		// the record waited behind the deletion while the deletion's
+		// cascade waited for the delivery: a deadlock.
+		holder, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer holder.Rollback(ctx) //nolint:errcheck
+		_, err = holder.Exec(ctx, "SELECT 1 FROM wharf_outbox_endpoints WHERE id = $1 FOR KEY SHARE", ep.ID)
+		require.NoError(t, err)
+		deleted := make(chan error, 1)
+		go func() { deleted <- bundle.outbox.EndpointDelete(ctx, ep.ID) }()
+		require.Eventually(t, func() bool { return waiting("DELETE FROM wharf_outbox_endpoints") },
+			10*time.Second, 5*time.Millisecond)
+		close(release)
+		require.Eventually(t, func() bool {
+			var attempts int
+			require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_attempts").Scan(&attempts))
+			return attempts > 0 || waiting("INSERT INTO wharf_outbox_attempts")
+		}, 10*time.Second, 5*time.Millisecond)
+		require.NoError(t, holder.Commit(ctx))
+
+		require.NoError(t, <-deleted)
+		_, err = bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+		require.Eventually(t, func() bool {
+			var state string
+			require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT state FROM river_job").Scan(&state))
+			return state == "completed" || state == "retryable" || state == "available"
+		}, 10*time.Second, 5*time.Millisecond)
+		var errs string
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT coalesce(errors::text, '') FROM river_job").Scan(&errs))
+		require.NotContains(t, errs, "deadlock")
 	})
 
 	t.Run("ReplayOfPendingDeliveryIsRefused", func(t *testing.T) {

@@ -148,8 +148,15 @@ LIMIT 1;
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
-endpoint AS (
-    SELECT ep.max_in_flight FROM wharf_outbox_endpoints ep WHERE ep.id = @endpoint_id::uuid
+endpoint AS MATERIALIZED (
+    SELECT ep.max_in_flight
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_outbox_leases above
+          WHERE above.endpoint_id = ep.id
+            AND above.slot >= ep.max_in_flight
+            AND above.expires_at > now())
 )
 UPDATE wharf_outbox_leases l
 SET delivery_id = @delivery_id::uuid,
@@ -161,11 +168,6 @@ WHERE l.ctid = (
     WHERE f.endpoint_id = @endpoint_id::uuid
       AND f.slot < endpoint.max_in_flight
       AND f.expires_at <= now()
-      AND NOT EXISTS (
-          SELECT 1 FROM wharf_outbox_leases above
-          WHERE above.endpoint_id = @endpoint_id::uuid
-            AND above.slot >= endpoint.max_in_flight
-            AND above.expires_at > now())
     ORDER BY f.expires_at
     LIMIT 1
     FOR UPDATE OF f SKIP LOCKED)
@@ -251,10 +253,21 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- failing since before disable_before (NULL: never), decided once in
 -- endpoint. A success skips the endpoint write while nothing would change
 -- but a last_success_at newer than stale_before, so that busy endpoints do
--- not serialise on their row. endpoint locks the row it decides on (FOR
--- UPDATE returns its latest committed version), so the decision and the
--- write see the same failure streak even when attempts of one endpoint
+-- not serialise on their row. endpoint locks the row it decides on (FOR NO
+-- KEY UPDATE returns its latest committed version), so the decision and
+-- the write see the same failure streak even when attempts of one endpoint
 -- finish together.
+--
+-- Lock order: endpoint row, then delivery row, then lease row, as
+-- EndpointDelete takes them (it deletes the endpoint, and its cascade then
+-- the endpoint's deliveries and leases) and as every other statement that
+-- locks more than one of them does. endpoint_lock therefore takes the
+-- endpoint row first, in KEY SHARE mode: it waits only for a deletion, and
+-- neither records of the same endpoint nor the health write (NO KEY UPDATE)
+-- wait for it. current_delivery joins it, so the delivery row is locked
+-- after it, and not at all once the endpoint is deleted. Locking the
+-- delivery first, a record could hold the delivery while waiting for an
+-- endpoint whose deletion waited for that delivery: a deadlock (40P01).
 --
 -- The statement commits without waiting for its WAL flush
 -- (synchronous_commit off for this transaction only): River records the
@@ -265,13 +278,20 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
+endpoint_lock AS (
+    SELECT ep.id
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+    FOR KEY SHARE
+),
 current_delivery AS (
     SELECT d.id, d.endpoint_id, d.event_id, d.attempts
     FROM wharf_outbox_deliveries d
+    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
     WHERE d.id = @delivery_id::uuid
       AND d.generation = @generation::int
       AND d.status IN ('pending', 'retrying')
-    FOR UPDATE
+    FOR UPDATE OF d
 ),
 attempt AS (
     INSERT INTO wharf_outbox_attempts (
@@ -302,7 +322,7 @@ endpoint AS (
            OR ep.consecutive_failures > 0
            OR ep.last_success_at IS NULL
            OR ep.last_success_at < @stale_before::timestamptz)
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ),
 health AS (
     UPDATE wharf_outbox_endpoints ep
