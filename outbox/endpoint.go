@@ -122,7 +122,8 @@ type EndpointUpdateParams struct {
 	// subscribes to every type.
 	EventTypes []string
 	// MaxInFlight replaces the cap, 1 to 1000; -1 (NoMaxInFlight) means no
-	// cap.
+	// cap. A lower cap holds at once: no request starts while as many as it
+	// are in flight, those started under the old cap included.
 	MaxInFlight *int
 	// Timeout replaces the request timeout.
 	Timeout *time.Duration
