@@ -134,7 +134,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	slot := int32(noLease)
 	if row.MaxInFlight > 0 {
 		var ok bool
-		slot, ok, err = o.acquireLease(ctx, row.EndpointID, row.ID, row.MaxInFlight, timeout)
+		slot, ok, err = o.acquireLease(ctx, row.EndpointID, row.ID, timeout)
 		if err != nil {
 			return o.databaseError(ctx, log, job, "take a concurrency slot", err)
 		}

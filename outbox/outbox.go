@@ -39,13 +39,15 @@ var (
 	// exist.
 	ErrNotFound = errors.New("outbox: not found")
 	// ErrInvalidEvent is returned by Publish for an event it refuses (empty
-	// or overlong type, data that is not JSON…). Nothing was written.
+	// or overlong type, data that is not JSON, text that is not UTF-8 or
+	// holds a NUL byte…). Nothing was written.
 	ErrInvalidEvent = errors.New("outbox: invalid event")
 	// ErrPayloadTooLarge is returned by Publish when an event's encoded body
 	// exceeds Config.MaxPayloadBytes. Nothing was written.
 	ErrPayloadTooLarge = errors.New("outbox: payload too large")
 	// ErrInvalidEndpoint is returned for endpoint parameters that cannot be
-	// used (a URL that is not absolute http or https, a bad filter…).
+	// used (a URL that is not absolute http or https, a bad filter, text
+	// that is not UTF-8 or holds a NUL byte…). Nothing was written.
 	ErrInvalidEndpoint = errors.New("outbox: invalid endpoint")
 	// ErrEndpointDisabled is returned when replaying to a disabled endpoint.
 	ErrEndpointDisabled = errors.New("outbox: endpoint disabled")
