@@ -154,27 +154,7 @@ func (o *Outbox) EndpointCreateTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 }
 
 func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *EndpointParams) (*EndpointWithSecret, error) {
-	if params == nil {
-		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
-	}
-	if err := checkURL(params.URL); err != nil {
-		return nil, err
-	}
-	if err := checkDescription(params.Description); err != nil {
-		return nil, err
-	}
-	eventTypes, err := checkEventTypes(params.EventTypes)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkTenant(params.Tenant); err != nil {
-		return nil, err
-	}
-	maxInFlight, err := o.maxInFlight(params.MaxInFlight)
-	if err != nil {
-		return nil, err
-	}
-	timeout, err := o.timeout(params.Timeout)
+	want, err := o.checkEndpointParams(params)
 	if err != nil {
 		return nil, err
 	}
@@ -190,11 +170,11 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 		ID:          id,
 		Url:         params.URL,
 		Description: params.Description,
-		EventTypes:  eventTypes,
+		EventTypes:  want.eventTypes,
 		Tenant:      params.Tenant,
 		Secret:      secret,
-		MaxInFlight: maxInFlight,
-		TimeoutMs:   int32(timeout / time.Millisecond),
+		MaxInFlight: want.storedCap,
+		TimeoutMs:   int32(want.timeout / time.Millisecond),
 		Ordered:     params.Ordered,
 		Now:         o.config.now(),
 	})

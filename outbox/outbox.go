@@ -49,6 +49,9 @@ var (
 	// used (a URL that is not absolute http or https, a bad filter, text
 	// that is not UTF-8 or holds a NUL byte…). Nothing was written.
 	ErrInvalidEndpoint = errors.New("outbox: invalid endpoint")
+	// ErrAmbiguousEndpoint is returned by EndpointEnsure when several
+	// endpoints of the tenant have the URL: it cannot tell which one to keep.
+	ErrAmbiguousEndpoint = errors.New("outbox: several endpoints have this URL")
 	// ErrEndpointDisabled is returned when replaying to a disabled endpoint.
 	ErrEndpointDisabled = errors.New("outbox: endpoint disabled")
 	// ErrDeliveryInProgress is returned when replaying a delivery that is

@@ -411,3 +411,11 @@ RETURNING d.id, d.generation;
 SELECT * FROM wharf_outbox_attempts
 WHERE delivery_id = @delivery_id::uuid
 ORDER BY attempted_at, attempt;
+
+-- name: OutboxEndpointsByURL :many
+-- The endpoints of a tenant with a URL, oldest first: EndpointEnsure's
+-- lookup (at most two are needed to tell one from several).
+SELECT * FROM wharf_outbox_endpoints
+WHERE tenant = @tenant AND url = @url
+ORDER BY created_at, id
+LIMIT 2;

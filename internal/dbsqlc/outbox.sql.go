@@ -877,6 +877,61 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 	return i, err
 }
 
+const outboxEndpointsByURL = `-- name: OutboxEndpointsByURL :many
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at FROM wharf_outbox_endpoints
+WHERE tenant = $1 AND url = $2
+ORDER BY created_at, id
+LIMIT 2
+`
+
+type OutboxEndpointsByURLParams struct {
+	Tenant string
+	Url    string
+}
+
+// The endpoints of a tenant with a URL, oldest first: EndpointEnsure's
+// lookup (at most two are needed to tell one from several).
+func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsByURLParams) ([]WharfOutboxEndpoint, error) {
+	rows, err := q.db.Query(ctx, outboxEndpointsByURL, arg.Tenant, arg.Url)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WharfOutboxEndpoint
+	for rows.Next() {
+		var i WharfOutboxEndpoint
+		if err := rows.Scan(
+			&i.ID,
+			&i.Url,
+			&i.Description,
+			&i.EventTypes,
+			&i.Tenant,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.PreviousSecretExpiresAt,
+			&i.MaxInFlight,
+			&i.TimeoutMs,
+			&i.Ordered,
+			&i.Enabled,
+			&i.DisabledReason,
+			&i.DisabledAt,
+			&i.ConsecutiveFailures,
+			&i.FailingSince,
+			&i.LastSuccessAt,
+			&i.LastFailureAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxLeaseAcquire = `-- name: OutboxLeaseAcquire :one
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
