@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -119,6 +120,10 @@ func (o *Outbox) AddWorkers(workers *river.Workers) error {
 
 // Queue returns the River queue the outbox's jobs go to.
 func (o *Outbox) Queue() string { return o.config.Queue }
+
+// EndpointTimeout returns the request timeout of endpoints created without
+// one (Config.EndpointTimeout). River's JobTimeout must be longer.
+func (o *Outbox) EndpointTimeout() time.Duration { return o.config.EndpointTimeout }
 
 // translateError maps a database error to the package's errors.
 func translateError(err error) error {
