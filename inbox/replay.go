@@ -65,6 +65,17 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	if row.ScrubbedAt != nil {
 		return fmt.Errorf("%w (message %s was erased)", ErrNotReplayable, id)
 	}
+	// Retention marks a day before it detaches its partition, under the
+	// lock held shared above, and holds no lock while it detaches.
+	dropping, err := q.PartitionDropMarked(ctx, dbsqlc.PartitionDropMarkedParams{
+		Parent: messagesTable, Day: partition.Day(row.ReceivedAt),
+	})
+	if err != nil {
+		return err
+	}
+	if dropping {
+		return fmt.Errorf("%w (message %s: retention is dropping its day)", ErrNotReplayable, id)
+	}
 	var oldJob *rivertype.JobRow
 	if row.JobID != nil {
 		oldJob, err = ib.river.JobGetTx(ctx, tx, *row.JobID)

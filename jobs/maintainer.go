@@ -68,6 +68,9 @@ type PruneOpts struct {
 type PruneResult struct {
 	// DryRun is true when nothing was changed.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Skipped is true when another prune (another node's, or the CLI's) was
+	// running: this one did nothing.
+	Skipped bool `json:"skipped,omitempty"`
 	// Dropped lists the expired partitions dropped.
 	Dropped []string `json:"dropped"`
 	// Deferred lists expired partitions kept because they hold unfinished

@@ -2,9 +2,11 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/idempotency"
@@ -19,18 +21,33 @@ const (
 	outboxEventsTable  = "wharf_outbox_events"
 )
 
+// beforeFinalize is called before a prune completes an interrupted detach;
+// tests use it to place a second prune there.
+var beforeFinalize = func() {}
+
 // dropTimeout bounds the DROP that follows a DETACH. It runs even when the
 // job's context ends, so that a detached table is not left behind.
 const dropTimeout = time.Minute
 
-// pruneRun is one retention run. Everything it does runs on one connection,
-// the one holding its advisory locks: a run never waits for a second pooled
-// connection while holding a lock that the pool's other holders (replays)
-// may be waiting for.
+// pruneLease names the lease one prune at a time holds.
+const pruneLease = "wharf.jobs.prune"
+
+// pruneLeaseTTL is how long a prune's lease lasts without renewal: a run
+// renews it before each partition, and one whose process died frees it
+// after this.
+const pruneLeaseTTL = 10 * time.Minute
+
+// pruneRun is one retention run. Everything it does runs on one connection:
+// a run never waits for a second pooled connection while it holds a lock
+// that the pool's other holders (replays) may be waiting for. It holds no
+// lock across a DETACH … CONCURRENTLY, which waits for every transaction
+// touching the table, and no session state: it works through a
+// transaction-mode pooler.
 type pruneRun struct {
 	m      *Maintainer
 	conn   *pgx.Conn
 	q      *dbsqlc.Queries
+	holder uuid.UUID // of the prune lease; zero in a dry run
 	now    time.Time
 	dryRun bool
 	res    *PruneResult
@@ -39,7 +56,8 @@ type pruneRun struct {
 // Prune drops expired partitions whose rows are all finished (and tables
 // left detached by an interrupted run), defers the others, then prunes the
 // narrow tables in batches and scrubs bodies. One run at a time holds the
-// prune lock; a second waits for it and then finds little to do.
+// prune lease: a run that finds it held (another node's, the CLI's) does
+// nothing and returns a result with Skipped set. A dry run takes no lease.
 func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, error) {
 	if opts == nil {
 		opts = &PruneOpts{}
@@ -61,17 +79,56 @@ func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, 
 	}
 	defer conn.Release()
 	r := &pruneRun{m: m, conn: conn.Conn(), q: dbsqlc.New(conn), dryRun: opts.DryRun, res: res}
-	err = r.withLock(ctx, partition.LockKey("wharf.jobs.prune"), func() error {
-		r.now = m.cfg.Now()
-		for _, policy := range tablePolicies {
-			if err := r.table(ctx, policy); err != nil {
-				return err
-			}
+	if !r.dryRun {
+		if r.holder, err = uuid.NewV7(); err != nil {
+			return res, err
 		}
-		return r.rows(ctx)
-	})
+		taken, err := r.renewLease(ctx)
+		if err != nil {
+			m.logPrune(ctx, res, err)
+			return res, err
+		}
+		if !taken {
+			res.Skipped = true
+			m.cfg.Logger.InfoContext(ctx, "wharf: prune skipped: another prune is running")
+			return res, nil
+		}
+		defer r.releaseLease(ctx)
+	}
+	r.now = m.cfg.Now()
+	for _, policy := range tablePolicies {
+		if err = r.table(ctx, policy); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = r.rows(ctx)
+	}
 	m.logPrune(ctx, res, err)
 	return res, err
+}
+
+// renewLease takes or renews the prune lease, reporting whether this run
+// holds it.
+func (r *pruneRun) renewLease(ctx context.Context) (bool, error) {
+	_, err := r.q.LeaseTake(ctx, dbsqlc.LeaseTakeParams{Name: pruneLease, Holder: r.holder, TtlSeconds: pruneLeaseTTL.Seconds()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("jobs: prune lease: %w", err)
+	}
+	return true, nil
+}
+
+// releaseLease frees the prune lease, even when ctx has ended; if that
+// fails, the lease expires by itself.
+func (r *pruneRun) releaseLease(ctx context.Context) {
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.q.LeaseRelease(releaseCtx, dbsqlc.LeaseReleaseParams{Name: pruneLease, Holder: r.holder}); err != nil {
+		r.m.cfg.Logger.WarnContext(ctx, "wharf: releasing the prune lease failed; it expires by itself", "error", err)
+	}
 }
 
 func (r *pruneRun) table(ctx context.Context, policy tablePolicy) error {
@@ -91,28 +148,40 @@ func (r *pruneRun) table(ctx context.Context, policy tablePolicy) error {
 		// Left behind by a run stopped between its DETACH and its DROP: the
 		// DETACH came after the check that nothing in it was unfinished.
 		if expired(p) {
-			if err := r.drop(ctx, p.Name); err != nil {
+			if err := r.drop(ctx, policy.table, p); err != nil {
 				return err
 			}
 		}
 	}
+	// A detach left pending by an interrupted run first: while one is
+	// pending, Postgres refuses to detach any other partition of the table.
 	for _, p := range parts {
-		if !expired(p) {
+		if !expired(p) || !p.DetachPending {
 			continue
 		}
-		if p.DetachPending {
-			// A previous run was interrupted inside its DETACH.
-			if !r.dryRun {
-				if err := partition.Finalize(ctx, r.conn, policy.table, p.Name); err != nil {
-					return err
-				}
-			}
-			if err := r.drop(ctx, p.Name); err != nil {
+		if !r.dryRun {
+			if err := r.keepLease(ctx); err != nil {
 				return err
 			}
+			beforeFinalize()
+			if err := partition.Finalize(ctx, r.conn, policy.table, p.Name); err != nil {
+				return err
+			}
+		}
+		if err := r.drop(ctx, policy.table, p); err != nil {
+			return err
+		}
+	}
+	for _, p := range parts {
+		if !expired(p) || p.DetachPending {
 			continue
 		}
-		unfinished, err := r.detachIfFinished(ctx, policy, p)
+		if !r.dryRun {
+			if err := r.keepLease(ctx); err != nil {
+				return err
+			}
+		}
+		unfinished, err := r.markIfFinished(ctx, policy, p)
 		if err != nil {
 			return err
 		}
@@ -122,21 +191,49 @@ func (r *pruneRun) table(ctx context.Context, policy tablePolicy) error {
 				"partition", p.Name, "unfinished", unfinished)
 			continue
 		}
-		if err := r.drop(ctx, p.Name); err != nil {
+		if !r.dryRun {
+			// No lock held: DETACH … CONCURRENTLY waits for every
+			// transaction touching the table, long handlers included, and
+			// replays must not wait behind it. They see the mark instead.
+			if err := partition.Detach(ctx, r.conn, policy.table, p.Name); err != nil {
+				return err
+			}
+		}
+		if err := r.drop(ctx, policy.table, p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// detachIfFinished detaches partition p unless it holds unfinished rows,
-// and returns how many it holds. The retention lock, held exclusively from
-// the check through the detach, keeps replays (which hold it shared) from
-// reviving a row in between.
-func (r *pruneRun) detachIfFinished(ctx context.Context, policy tablePolicy, p partition.Info) (unfinished int64, err error) {
-	err = r.withLock(ctx, partition.RetentionLockKey(policy.table), func() error {
+// keepLease renews the prune lease, failing the run if another prune has
+// taken it meanwhile (this one outlived its lease).
+func (r *pruneRun) keepLease(ctx context.Context) error {
+	held, err := r.renewLease(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errors.New("jobs: prune lease lost to another prune; stopping")
+	}
+	return nil
+}
+
+// markIfFinished counts the unfinished rows of partition p and, when there
+// are none, marks p as being dropped, and returns the count. The retention
+// lock, held exclusively for that transaction, keeps replays (which hold it
+// shared and then check the mark) from reviving a row in between; once the
+// mark commits, replays of p's rows are refused.
+func (r *pruneRun) markIfFinished(ctx context.Context, policy tablePolicy, p partition.Info) (unfinished int64, err error) {
+	err = pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if err := q.AdvisoryXactLock(ctx, dbsqlc.AdvisoryXactLockParams{
+			Class: partition.LockClass(), Key: partition.RetentionLockKey(policy.table),
+		}); err != nil {
+			return err
+		}
 		if policy.unfinished != nil {
-			unfinished, err = policy.unfinished(ctx, r.q, p.Day, p.Day.AddDate(0, 0, 1), r.now.Add(-r.m.cfg.DeadLetterRetention))
+			unfinished, err = policy.unfinished(ctx, q, p.Day, p.Day.AddDate(0, 0, 1), r.now.Add(-r.m.cfg.DeadLetterRetention))
 			if err != nil {
 				return fmt.Errorf("jobs: count unfinished rows of %s: %w", p.Name, err)
 			}
@@ -144,22 +241,25 @@ func (r *pruneRun) detachIfFinished(ctx context.Context, policy tablePolicy, p p
 		if unfinished > 0 || r.dryRun {
 			return nil
 		}
-		return partition.Detach(ctx, r.conn, policy.table, p.Name)
+		return q.PartitionDropMark(ctx, dbsqlc.PartitionDropMarkParams{Parent: policy.table, Day: p.Day})
 	})
 	return unfinished, err
 }
 
-// drop drops a detached partition (or, dry, reports that it would), even
-// when ctx has ended.
-func (r *pruneRun) drop(ctx context.Context, name string) error {
+// drop drops a detached partition and clears its mark (or, dry, reports
+// that it would), even when ctx has ended.
+func (r *pruneRun) drop(ctx context.Context, parent string, p partition.Info) error {
 	if !r.dryRun {
 		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
 		defer cancel()
-		if err := partition.Drop(dropCtx, r.conn, name); err != nil {
+		if err := partition.Drop(dropCtx, r.conn, p.Name); err != nil {
 			return err
 		}
+		if err := r.q.PartitionDropUnmark(dropCtx, dbsqlc.PartitionDropUnmarkParams{Parent: parent, Day: p.Day}); err != nil {
+			return fmt.Errorf("jobs: unmark %s: %w", p.Name, err)
+		}
 	}
-	r.res.Dropped = append(r.res.Dropped, name)
+	r.res.Dropped = append(r.res.Dropped, p.Name)
 	return nil
 }
 
@@ -281,26 +381,8 @@ func (r *pruneRun) batches(ctx context.Context, lockTable string, count func() (
 	}
 }
 
-// withLock runs fn holding a session advisory lock on the run's connection,
-// waiting for a concurrent holder to finish.
-func (r *pruneRun) withLock(ctx context.Context, key int32, fn func() error) error {
-	if err := r.q.AdvisoryLock(ctx, dbsqlc.AdvisoryLockParams{Class: partition.LockClass(), Key: key}); err != nil {
-		return err
-	}
-	defer func() {
-		// A fresh context: ctx may be why we are leaving. If unlocking
-		// fails the connection is unusable; closing it frees the lock.
-		unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := r.q.AdvisoryUnlock(unlockCtx, dbsqlc.AdvisoryUnlockParams{Class: partition.LockClass(), Key: key}); err != nil {
-			_ = r.conn.Close(unlockCtx)
-		}
-	}()
-	return fn()
-}
-
 func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) {
-	attrs := []any{"dry_run", res.DryRun, "dropped", res.Dropped, "deferred", len(res.Deferred),
+	attrs := []any{"dry_run", res.DryRun, "skipped", res.Skipped, "dropped", res.Dropped, "deferred", len(res.Deferred),
 		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted,
 		"deliveries_deleted", res.DeliveriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed}
 	if err != nil {

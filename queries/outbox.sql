@@ -389,6 +389,9 @@ WHERE d.id = @id::uuid
   AND ep.enabled
   AND (d.status IN ('succeeded', 'dead')
        OR (d.status IN ('pending', 'retrying') AND d.generation = sqlc.narg('orphaned_generation')::int))
+  -- Not while retention drops the event's partition.
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.generation;
@@ -403,6 +406,9 @@ SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, up
 WHERE d.endpoint_id = @endpoint_id::uuid
   AND d.status = 'dead'
   AND d.created_at >= @since::timestamptz
+  -- Not while retention drops the event's partition.
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.id, d.generation;

@@ -97,6 +97,10 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if res.Skipped {
+		fmt.Fprintf(e.out, "another prune is running (a node's periodic job, or another wharf prune); nothing done\n")
+		return nil
+	}
 	drop, del := "dropped", "deleted"
 	if *dryRun {
 		drop, del = "would drop", "would delete"

@@ -55,6 +55,12 @@ type WharfInboxMessage struct {
 	ScrubbedAt  *time.Time
 }
 
+type WharfLease struct {
+	Name      string
+	Holder    uuid.UUID
+	ExpiresAt time.Time
+}
+
 type WharfOutboxAttempt struct {
 	ID                uuid.UUID
 	AttemptedAt       time.Time
@@ -126,4 +132,10 @@ type WharfOutboxLease struct {
 	Slot       int32
 	DeliveryID *uuid.UUID
 	ExpiresAt  time.Time
+}
+
+type WharfPartitionDrop struct {
+	Parent   string
+	Day      time.Time
+	MarkedAt time.Time
 }

@@ -443,6 +443,9 @@ WHERE d.id = $2::uuid
   AND ep.enabled
   AND (d.status IN ('succeeded', 'dead')
        OR (d.status IN ('pending', 'retrying') AND d.generation = $3::int))
+  -- Not while retention drops the event's partition.
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.generation
@@ -472,6 +475,9 @@ SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, upda
 WHERE d.endpoint_id = $2::uuid
   AND d.status = 'dead'
   AND d.created_at >= $3::timestamptz
+  -- Not while retention drops the event's partition.
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.id, d.generation
