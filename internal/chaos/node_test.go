@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -74,7 +75,6 @@ type node struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when the current run has exited
-	starts int
 }
 
 // freeAddr returns a loopback address nothing listens on.
@@ -105,21 +105,38 @@ func newNode(t *testing.T, name, databaseURL string, env ...string) *node {
 
 func (n *node) url() string { return "http://" + n.addr }
 
-// start runs the example and waits until it answers.
+// start runs the example and waits until it answers. A run that exits
+// while starting is retried a few times: the server is shared with other
+// tests and may be out of connections for a moment.
 func (n *node) start(t *testing.T) {
 	t.Helper()
+	for try := 1; ; try++ {
+		err := n.startOnce(t)
+		if err == nil {
+			return
+		}
+		if try == 4 {
+			t.Fatalf("%s: %v; last lines of its log:\n%s", n.name, err, tail(n.log, 40))
+		}
+		t.Logf("%s: %v; starting it again", n.name, err)
+		time.Sleep(time.Duration(try) * time.Second) // backing off from a busy server
+	}
+}
+
+func (n *node) startOnce(t *testing.T) error {
 	logFile, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(t, err)
 	defer logFile.Close()
 	cmd := exec.Command(exampleBinary(t))
 	cmd.Env = append(os.Environ(), n.env...) // later entries win
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A test binary killed before its cleanups must not leave nodes behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	require.NoError(t, cmd.Start())
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	n.mu.Lock()
 	n.cmd, n.exited = cmd, exited
-	n.starts++
 	n.mu.Unlock()
 
 	client := &http.Client{Timeout: 2 * time.Second}
@@ -129,16 +146,18 @@ func (n *node) start(t *testing.T) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-exited:
-			t.Fatalf("%s exited while starting:\n%s", n.name, tail(n.log, 40))
+			return fmt.Errorf("exited while starting (%s)", cmd.ProcessState)
 		case <-time.After(50 * time.Millisecond): // polling the node's port
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer within 90s:\n%s", n.name, tail(n.log, 40))
+			_ = cmd.Process.Kill()
+			<-exited
+			return errors.New("did not answer within 90s")
 		}
 	}
 }

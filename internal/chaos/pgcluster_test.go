@@ -79,13 +79,15 @@ func versionOf(pgCtl string) int {
 }
 
 func (c *pgCluster) run(name string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	path := filepath.Join(c.bin, name)
-	var cmd *exec.Cmd
 	if c.asPG {
-		cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", path}, args...)...)
-	} else {
-		cmd = exec.Command(path, args...)
+		args = append([]string{"-u", "postgres", "--", path}, args...)
+		path = "runuser"
 	}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.WaitDelay = 5 * time.Second // a daemon holding our pipe must not hang the test
 	return cmd.CombinedOutput()
 }
 
@@ -112,6 +114,8 @@ func (c *pgCluster) newDatabase(t *testing.T) string {
 // connections again.
 func (c *pgCluster) restart(t *testing.T) {
 	t.Helper()
-	out, err := c.run("pg_ctl", "-D", c.dir, "-m", "fast", "-w", "restart")
+	// -l again: without it the new postmaster writes to pg_ctl's output,
+	// our pipe, and the command never returns.
+	out, err := c.run("pg_ctl", "-D", c.dir, "-l", filepath.Join(c.dir, "server.log"), "-m", "fast", "-w", "restart")
 	require.NoError(t, err, "pg_ctl restart: %s", out)
 }

@@ -124,6 +124,7 @@ func runSoak(t *testing.T, d time.Duration) {
 	elapsed := time.Since(start)
 	periodic := periodicRuns(t, c.direct, len(leaders.snapshot()), elapsed, f.jobsInterval)
 
+	days := messageDays(t, c.direct)
 	var deferred json.RawMessage
 	require.NoError(t, c.direct.QueryRow(context.Background(), `SELECT coalesce(metadata->'output'->'deferred', 'null')
 		FROM river_job WHERE kind = 'wharf_prune' AND state = 'completed' ORDER BY id DESC LIMIT 1`).Scan(&deferred))
@@ -138,10 +139,11 @@ func runSoak(t *testing.T, d time.Duration) {
 		}
 	}
 	fmt.Printf("CHAOS form=soak nodes=%d duration=%s max_rate=%.0f/s rate=%.0f/s achieved=%.0f/s sent=%d requests=%d acknowledged=%d processed=%d doubled=%d lost=%d "+
-		"answers=%s leader_terms=%d periodic=%s last_prune_deferred=%s growth=%v faults=midnight:1\n",
+		"answers=%s leader_terms=%d periodic=%s last_prune_deferred=%s message_days=%d growth=%v faults=midnight:1\n",
 		len(c.nodes), d, maxRate, rate, achieved, tl.sent, s.requests.Load(), tl.acknowledged, tl.processed, tl.doubled, tl.lost,
-		s.statusSummary(), len(leaders.snapshot()), formatCounts(periodic), deferred, growth)
+		s.statusSummary(), len(leaders.snapshot()), formatCounts(periodic), deferred, days, growth)
 	tl.require(t)
+	require.GreaterOrEqual(t, days, 2, "the nodes' clocks crossed midnight during the soak")
 	require.JSONEq(t, `[]`, string(deferred), "the last retention run deferred partitions")
 	require.Empty(t, grew, "nodes whose RSS, threads or open files more than doubled during the soak: %v", growth)
 }

@@ -41,9 +41,10 @@ func newEvent(run string, i int) event {
 type sender struct {
 	nodes  []*node
 	client *http.Client
+	halted chan struct{} // closed by halt: deliveries give up
+	once   sync.Once
 
 	requests atomic.Int64
-	done     atomic.Int64 // deliveries finished (acknowledged or given up)
 
 	mu         sync.Mutex
 	statuses   map[int]int // HTTP status → answers
@@ -63,6 +64,7 @@ type window struct {
 func newSender(nodes []*node) *sender {
 	return &sender{
 		nodes:    nodes,
+		halted:   make(chan struct{}),
 		client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second},
 		statuses: map[int]int{},
 		acked:    map[string]bool{},
@@ -70,10 +72,24 @@ func newSender(nodes []*node) *sender {
 	}
 }
 
+// gate holds the storm back before delivery number at until the fault
+// placed there has begun, so that every fault lands mid-storm whatever the
+// machine's speed, and the deliveries after it run during it.
+type gate struct {
+	at      int
+	reached chan struct{} // closed when the storm is held at the gate
+	release chan struct{} // closed by the fault once it has begun
+}
+
+func newGate(at int) *gate {
+	return &gate{at: at, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
 // storm delivers copies of each event, copies of one event concurrently
 // and each first to a different node, from senders goroutines, and returns
-// when every delivery is acknowledged or deadline has passed.
-func (s *sender) storm(events []event, copies, senders int, deadline time.Time) {
+// when every delivery is acknowledged or deadline has passed, or after
+// halt.
+func (s *sender) storm(events []event, copies, senders int, deadline time.Time, gates []*gate) {
 	type delivery struct{ ev, copy int }
 	work := make(chan delivery)
 	var wg sync.WaitGroup
@@ -83,17 +99,32 @@ func (s *sender) storm(events []event, copies, senders int, deadline time.Time) 
 			defer wg.Done()
 			for d := range work {
 				s.deliver(events[d.ev], d.ev+d.copy, deadline)
-				s.done.Add(1)
 			}
 		}()
 	}
+	defer wg.Wait()
+	defer close(work)
+	n := 0
 	for i := range events {
 		for c := range copies {
-			work <- delivery{i, c}
+			for _, g := range gates {
+				if g.at == n {
+					close(g.reached)
+					select {
+					case <-g.release:
+					case <-s.halted:
+						return
+					}
+				}
+			}
+			n++
+			select {
+			case work <- delivery{i, c}:
+			case <-s.halted:
+				return
+			}
 		}
 	}
-	close(work)
-	wg.Wait()
 }
 
 // deliver sends ev, starting at node first and moving on to the next node
@@ -105,7 +136,11 @@ func (s *sender) deliver(ev event, first int, deadline time.Time) bool {
 		if s.send(ev, i) {
 			return true
 		}
-		time.Sleep(backoff/2 + rand.N(backoff)) // a sender's retry backoff, with jitter
+		select {
+		case <-s.halted:
+			return false
+		case <-time.After(backoff/2 + rand.N(backoff)): // a sender's retry backoff, with jitter
+		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
 	return false
@@ -175,6 +210,9 @@ func (s *sender) record(ev event, i, status int, body []byte) bool {
 	}
 	return false
 }
+
+// halt makes every delivery give up.
+func (s *sender) halt() { s.once.Do(func() { close(s.halted) }) }
 
 // openWindow starts counting answers separately; closeWindow returns them.
 func (s *sender) openWindow() {

@@ -267,6 +267,17 @@ func periodicRuns(t *testing.T, pool *pgxpool.Pool, terms int, elapsed, interval
 	return got
 }
 
+// messageDays counts the days (UTC) the payments' messages were stored
+// under: nodes whose clocks disagree about the date store one event's
+// copies in different daily partitions, and dedupe must hold across them.
+func messageDays(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var days int
+	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(DISTINCT (received_at AT TIME ZONE 'UTC')::date)
+		FROM wharf_inbox_messages WHERE source = 'payments'`).Scan(&days))
+	return days
+}
+
 func formatCounts(m map[string]int) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
