@@ -263,7 +263,7 @@ func runChaos(t *testing.T, f form) {
 
 	tl := countEffects(t, c.direct, events, s)
 	terms := len(leaders.snapshot())
-	periodic := periodicRuns(t, c.direct, terms, elapsed, f.jobsInterval)
+	periodic := countPeriodic(t, c.direct)
 	days := messageDays(t, c.direct)
 	var rerun int
 	require.NoError(t, c.direct.QueryRow(context.Background(),
@@ -272,9 +272,10 @@ func runChaos(t *testing.T, f form) {
 	fmt.Printf("CHAOS form=%s nodes=%d db=%s sent=%d copies=%d requests=%d acknowledged=%d processed=%d doubled=%d lost=%d "+
 		"answers=%s outage_answers=%s leader_terms=%d periodic=%s rerun_jobs=%d message_days=%d faults=%s storm=%.1fs elapsed=%.1fs\n",
 		f.name, len(c.nodes), c.note, tl.sent, f.copies, s.requests.Load(), tl.acknowledged, tl.processed, tl.doubled, tl.lost,
-		s.statusSummary(), strings.Join(windows, "/"), terms, formatCounts(periodic), rerun, days, formatFaults(faults),
+		s.statusSummary(), strings.Join(windows, "/"), terms, periodic, rerun, days, formatFaults(faults),
 		stormTime.Seconds(), elapsed.Seconds())
 	tl.require(t)
+	periodic.require(t, terms, elapsed, f.jobsInterval)
 	require.GreaterOrEqual(t, days, 2, "node2's clock is a day ahead: events it received first are stored under tomorrow")
 }
 

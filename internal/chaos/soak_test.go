@@ -122,8 +122,8 @@ func runSoak(t *testing.T, d time.Duration) {
 	leaders.close()
 	tl := countEffects(t, c.direct, events, s)
 	elapsed := time.Since(start)
-	periodic := periodicRuns(t, c.direct, len(leaders.snapshot()), elapsed, f.jobsInterval)
-
+	terms := len(leaders.snapshot())
+	periodic := countPeriodic(t, c.direct)
 	days := messageDays(t, c.direct)
 	var deferred json.RawMessage
 	require.NoError(t, c.direct.QueryRow(context.Background(), `SELECT coalesce(metadata->'output'->'deferred', 'null')
@@ -141,8 +141,9 @@ func runSoak(t *testing.T, d time.Duration) {
 	fmt.Printf("CHAOS form=soak nodes=%d duration=%s max_rate=%.0f/s rate=%.0f/s achieved=%.0f/s sent=%d requests=%d acknowledged=%d processed=%d doubled=%d lost=%d "+
 		"answers=%s leader_terms=%d periodic=%s last_prune_deferred=%s message_days=%d growth=%v faults=midnight:1\n",
 		len(c.nodes), d, maxRate, rate, achieved, tl.sent, s.requests.Load(), tl.acknowledged, tl.processed, tl.doubled, tl.lost,
-		s.statusSummary(), len(leaders.snapshot()), formatCounts(periodic), deferred, days, growth)
+		s.statusSummary(), terms, periodic, deferred, days, growth)
 	tl.require(t)
+	periodic.require(t, terms, elapsed, f.jobsInterval)
 	require.GreaterOrEqual(t, days, 2, "the nodes' clocks crossed midnight during the soak")
 	require.JSONEq(t, `[]`, string(deferred), "the last retention run deferred partitions")
 	require.Empty(t, grew, "nodes whose RSS, threads or open files more than doubled during the soak: %v", growth)

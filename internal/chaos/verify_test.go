@@ -239,32 +239,48 @@ func (w *leaderWatch) awaitLeaderOtherThan(t *testing.T, former string, timeout 
 	}
 }
 
-// periodicRuns checks River's periodic jobs: for each of Wharf's kinds,
-// no two rows for one scheduled time, and no more rows than the leaders'
-// run-on-start runs plus one per period elapsed. A periodic job enqueued by
-// every node, not just the leader, would break the bound. It returns the
-// rows per kind.
-func periodicRuns(t *testing.T, pool *pgxpool.Pool, terms int, elapsed, interval time.Duration) map[string]int {
+// periodicRuns counts River's periodic jobs by kind, and the distinct
+// times they were scheduled for.
+type periodicRuns map[string][2]int
+
+func countPeriodic(t *testing.T, pool *pgxpool.Pool) periodicRuns {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT kind, count(*), count(DISTINCT scheduled_at)
 		FROM river_job WHERE metadata->>'periodic' = 'true' GROUP BY kind`)
 	require.NoError(t, err)
-	got := map[string]int{}
+	got := periodicRuns{}
 	for rows.Next() {
 		var kind string
 		var n, distinct int
 		require.NoError(t, rows.Scan(&kind, &n, &distinct))
-		require.Equal(t, n, distinct, "%s: two periodic jobs for one scheduled time", kind)
-		got[kind] = n
+		got[kind] = [2]int{n, distinct}
 	}
 	require.NoError(t, rows.Err())
+	return got
+}
+
+// require fails the test unless each of Wharf's periodic jobs ran, never
+// twice for one scheduled time, and no more often than the leaders'
+// run-on-start runs plus one per period elapsed. A periodic job enqueued
+// by every node, not just the leader, would break the bound.
+func (p periodicRuns) require(t *testing.T, terms int, elapsed, interval time.Duration) {
+	t.Helper()
 	bound := terms + int(elapsed/interval)
 	for _, kind := range []string{"wharf_partition_upkeep", "wharf_prune"} {
-		require.GreaterOrEqual(t, got[kind], 1, "%s never ran", kind)
-		require.LessOrEqual(t, got[kind], bound,
-			"%s ran %d times in %s with %d leadership terms and a %s period: more than once per term or period", kind, got[kind], elapsed, terms, interval)
+		n, distinct := p[kind][0], p[kind][1]
+		require.GreaterOrEqual(t, n, 1, "%s never ran", kind)
+		require.Equal(t, n, distinct, "%s: two periodic jobs for one scheduled time", kind)
+		require.LessOrEqual(t, n, bound,
+			"%s ran %d times in %s with %d leadership terms and a %s period: more than once per term or period", kind, n, elapsed, terms, interval)
 	}
-	return got
+}
+
+func (p periodicRuns) String() string {
+	counts := map[string]int{}
+	for k, v := range p {
+		counts[k] = v[0]
+	}
+	return formatCounts(counts)
 }
 
 // messageDays counts the days (UTC) the payments' messages were stored
