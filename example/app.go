@@ -98,6 +98,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		RetrySchedule:        cfg.RetrySchedule,
 		AllowPrivateNetworks: cfg.AllowPrivate,
 		Logger:               logger,
+		Now:                  cfg.now,
 	})
 	if err != nil {
 		return err
@@ -109,6 +110,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 			{Name: "github", Verifier: signature.NewGitHub(signature.Secrets{cfg.GitHubSecret}, nil)},
 		},
 		Logger: logger,
+		Now:    cfg.now,
 	})
 	if err != nil {
 		return err
@@ -120,11 +122,11 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	if err := errors.Join(
 		ib.AddWorkers(workers),
 		ob.AddWorkers(workers),
-		jobs.AddWorkers(workers, pool, &jobs.Config{Logger: logger}),
+		jobs.AddWorkers(workers, pool, cfg.jobsConfig(logger)),
 	); err != nil {
 		return err
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(workers, logger))
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg.tuneRiver(riverConfig(workers, logger), logger))
 	if err != nil {
 		return err
 	}
