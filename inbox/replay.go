@@ -173,7 +173,13 @@ func finalized(s rivertype.JobState) bool {
 func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error) {
 	var erased int
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
-		rows, err := dbsqlc.New(tx).InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
+		q := dbsqlc.New(tx)
+		if _, err := q.InboxKeyTombstone(ctx, dbsqlc.InboxKeyTombstoneParams{
+			Now: ib.clock(), Source: source, EventID: eventID,
+		}); err != nil {
+			return err
+		}
+		rows, err := q.InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
 			Now: ib.clock(), Source: source, EventID: eventID,
 		})
 		if err != nil {
@@ -181,11 +187,6 @@ func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error
 		}
 		if len(rows) == 0 {
 			return ErrNotFound
-		}
-		if err := dbsqlc.New(tx).InboxKeyMarkErased(ctx, dbsqlc.InboxKeyMarkErasedParams{
-			Now: ib.clock(), Source: source, EventID: eventID,
-		}); err != nil {
-			return err
 		}
 		for _, row := range rows {
 			if row.JobID == nil {

@@ -108,18 +108,28 @@ func (s *Source) location() signature.EventLocation {
 	return signature.EventLocation{}
 }
 
-// idHeaders lists the headers tried for the event id, in order: the
-// source's IDHeader, else the scheme's own id headers, else X-Event-ID when
-// the verifier signs it. An unsigned X-Event-ID is never read: a sender's
-// signature would not cover it, so one captured request replayed with fresh
-// X-Event-IDs would pass as many events, each applied.
+// idHeaders lists the headers tried for the event id, before the body, in
+// order: the source's IDHeader; else the scheme's own id headers when the
+// signature covers them, or when neither the scheme nor the source names a
+// body field for the id (GitHub, Shopify, Twilio: their providers' ids are
+// unsigned headers, documented); else X-Event-ID when the verifier signs
+// it. A scheme's unsigned header is not read at all when a body field is
+// named (the body, or its hash, is signed), and an unsigned X-Event-ID is
+// never read: one captured request replayed with fresh values in it would
+// pass as many events, each applied.
 func (s *Source) idHeaders() []string {
 	if s.IDHeader != "" {
 		return []string{s.IDHeader}
 	}
 	loc := s.location()
-	if loc.IDHeader != "" || loc.AltIDHeader != "" {
-		return nonEmpty(loc.IDHeader, loc.AltIDHeader)
+	var out []string
+	for _, h := range nonEmpty(loc.IDHeader, loc.AltIDHeader) {
+		if loc.Signs(h) || (loc.IDField == "" && len(s.IDFields) == 0) {
+			out = append(out, h)
+		}
+	}
+	if len(out) > 0 || loc.IDHeader != "" || loc.AltIDHeader != "" {
+		return out
 	}
 	if loc.IDField == "" && len(s.IDFields) == 0 && loc.Signs(HeaderEventID) {
 		return []string{HeaderEventID}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -274,6 +275,10 @@ func runHandlerIn(ctx context.Context, h Handler, tx handlerTx, msg *Message) (e
 const maxErrorLength = 4096
 
 func truncateError(s string) string {
+	// A text column cannot hold NUL or invalid UTF-8, and a handler's error
+	// may quote a binary body: an error that cannot be stored would leave
+	// its message unrecorded, neither failed nor dead.
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 	if len(s) <= maxErrorLength {
 		return s
 	}

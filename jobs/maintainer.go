@@ -87,6 +87,9 @@ type PruneResult struct {
 	// outbox events whose bodies were erased (Config.ScrubAfter).
 	MessagesScrubbed int64 `json:"messages_scrubbed"`
 	EventsScrubbed   int64 `json:"events_scrubbed"`
+	// ResponsesScrubbed counts outbox attempts whose recorded response was
+	// erased (Config.ScrubAfter): an endpoint may echo the payload.
+	ResponsesScrubbed int64 `json:"responses_scrubbed"`
 }
 
 // DeferredPartition is an expired partition kept for its unfinished rows.

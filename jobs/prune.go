@@ -324,6 +324,14 @@ func (r *pruneRun) rows(ctx context.Context) error {
 		func(q *dbsqlc.Queries, batch int32) (int64, error) {
 			return q.RetentionOutboxScrub(ctx, dbsqlc.RetentionOutboxScrubParams{Now: r.now, Cutoff: scrubCutoff, BatchSize: batch})
 		})
+	if err != nil {
+		return err
+	}
+	r.res.ResponsesScrubbed, err = r.batches(ctx, "",
+		func() (int64, error) { return r.q.RetentionAttemptResponsesScrubCount(ctx, scrubCutoff) },
+		func(q *dbsqlc.Queries, batch int32) (int64, error) {
+			return q.RetentionAttemptResponsesScrub(ctx, dbsqlc.RetentionAttemptResponsesScrubParams{Cutoff: scrubCutoff, BatchSize: batch})
+		})
 	return err
 }
 
@@ -384,7 +392,8 @@ func (r *pruneRun) batches(ctx context.Context, lockTable string, count func() (
 func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) {
 	attrs := []any{"dry_run", res.DryRun, "skipped", res.Skipped, "dropped", res.Dropped, "deferred", len(res.Deferred),
 		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted,
-		"deliveries_deleted", res.DeliveriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed}
+		"deliveries_deleted", res.DeliveriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed,
+		"responses_scrubbed", res.ResponsesScrubbed}
 	if err != nil {
 		m.cfg.Logger.ErrorContext(ctx, "wharf: prune failed", append(attrs, "error", err)...)
 		return

@@ -129,7 +129,8 @@ type Config struct {
 	ResponseHeaderLimit int
 
 	// EndpointTimeout is the request timeout of endpoints created without
-	// one. River's JobTimeout must be longer than every endpoint's timeout.
+	// one. Delivery jobs carry a River timeout longer than any endpoint's,
+	// whatever the client's JobTimeout.
 	//
 	// Defaults to DefaultEndpointTimeout (15 seconds).
 	EndpointTimeout time.Duration

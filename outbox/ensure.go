@@ -12,6 +12,9 @@ import (
 	"github.com/wharfhq/wharf/internal/partition"
 )
 
+// ensureLockClass namespaces EndpointEnsure's advisory locks ("whre").
+const ensureLockClass int32 = 0x77687265
+
 // EndpointEnsureResult is what EndpointEnsure found or made.
 type EndpointEnsureResult struct {
 	*EndpointWithSecret
@@ -37,7 +40,11 @@ type EndpointEnsureResult struct {
 // Several endpoints with the URL (created before by EndpointCreate) are an
 // error where errors.Is(err, ErrAmbiguousEndpoint) is true; delete all but
 // one. Concurrent calls for one URL, from several processes starting at
-// once, create one endpoint.
+// once, create one endpoint; EndpointEnsureTx relies on read committed
+// isolation for that (in a repeatable read or serializable transaction
+// that has already read, a concurrent ensure's endpoint is invisible).
+// Zero params mean the defaults, so an ensure at restart also reverts an
+// operator's EndpointUpdate of those settings: keep them in params.
 func (o *Outbox) EndpointEnsure(ctx context.Context, params *EndpointParams) (*EndpointEnsureResult, error) {
 	var res *EndpointEnsureResult
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
@@ -58,8 +65,10 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 	q := dbsqlc.New(tx)
 	// Serialise ensures of one URL, so that two processes starting at once
 	// cannot both create it.
+	// A lock class of its own: tenants choose URLs, and a hash collision
+	// must never make an ensure wait on (or block) retention's locks.
 	if err := q.AdvisoryXactLock(ctx, dbsqlc.AdvisoryXactLockParams{
-		Class: partition.LockClass(),
+		Class: ensureLockClass,
 		Key:   partition.LockKey("wharf.outbox.endpoint\x00" + params.Tenant + "\x00" + params.URL),
 	}); err != nil {
 		return nil, fmt.Errorf("outbox: ensure endpoint: %w", err)

@@ -122,7 +122,7 @@ func (o *Outbox) AddWorkers(workers *river.Workers) error {
 func (o *Outbox) Queue() string { return o.config.Queue }
 
 // EndpointTimeout returns the request timeout of endpoints created without
-// one (Config.EndpointTimeout). River's JobTimeout must be longer.
+// one (Config.EndpointTimeout).
 func (o *Outbox) EndpointTimeout() time.Duration { return o.config.EndpointTimeout }
 
 // translateError maps a database error to the package's errors.

@@ -27,7 +27,11 @@ WHERE (k.source, k.event_id) IN (
           WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
     ORDER BY c.received_at
     LIMIT @batch_size::int
-);
+)
+  -- Again on the row itself: a key that a concurrent Forget made a
+  -- tombstone is re-checked here once its lock is released.
+  AND k.received_at < @cutoff::timestamptz
+  AND (k.erased_at IS NULL OR k.erased_at < @erased_cutoff::timestamptz);
 
 -- name: RetentionInboxKeysExpiredCount :one
 SELECT count(*) FROM wharf_inbox_keys c
@@ -91,30 +95,33 @@ WHERE (m.received_at, m.id) IN (
 SELECT count(*) FROM wharf_inbox_messages
 WHERE received_at < @cutoff::timestamptz AND status = 'processed' AND scrubbed_at IS NULL;
 
--- name: RetentionOutboxScrub :one
+-- name: RetentionOutboxScrub :execrows
 -- Empties the payload of one batch of events published before the cutoff
--- whose every delivery succeeded (a dead one may be replayed), and the
--- responses their endpoints answered (an endpoint may echo the payload).
--- Returns how many events it scrubbed.
-WITH scrubbed AS (
-    UPDATE wharf_outbox_events e
-    SET payload = '', scrubbed_at = @now::timestamptz
-    WHERE (e.created_at, e.id) IN (
-        SELECT s.created_at, s.id FROM wharf_outbox_events s
-        WHERE s.created_at < @cutoff::timestamptz AND s.scrubbed_at IS NULL
-          AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
-        LIMIT @batch_size::int
-    )
-    RETURNING e.id
-), responses AS (
-    UPDATE wharf_outbox_attempts a
-    SET response_body = '', response_truncated = false
-    WHERE a.delivery_id IN (
-        SELECT d.id FROM wharf_outbox_deliveries d WHERE d.event_id IN (SELECT id FROM scrubbed)
-    ) AND a.response_body <> ''
-    RETURNING 1
-)
-SELECT count(*) FROM scrubbed;
+-- whose every delivery succeeded (a dead one may be replayed).
+UPDATE wharf_outbox_events e
+SET payload = '', scrubbed_at = @now::timestamptz
+WHERE (e.created_at, e.id) IN (
+    SELECT s.created_at, s.id FROM wharf_outbox_events s
+    WHERE s.created_at < @cutoff::timestamptz AND s.scrubbed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
+    LIMIT @batch_size::int
+);
+
+-- name: RetentionAttemptResponsesScrub :execrows
+-- Empties the responses of one batch of delivery attempts made before the
+-- cutoff, whatever became of their event or delivery: an endpoint may echo
+-- the payload, and attempts outlive both. Nothing replays a response.
+UPDATE wharf_outbox_attempts a
+SET response_body = ''
+WHERE (a.attempted_at, a.id) IN (
+    SELECT s.attempted_at, s.id FROM wharf_outbox_attempts s
+    WHERE s.attempted_at < @cutoff::timestamptz AND s.response_body <> ''
+    LIMIT @batch_size::int
+);
+
+-- name: RetentionAttemptResponsesScrubCount :one
+SELECT count(*) FROM wharf_outbox_attempts
+WHERE attempted_at < @cutoff::timestamptz AND response_body <> '';
 
 -- name: RetentionOutboxScrubCount :one
 SELECT count(*) FROM wharf_outbox_events s

@@ -64,8 +64,7 @@ type Components struct {
 	Pool *pgxpool.Pool
 	// Inbox adds the inbox's workers and queue.
 	Inbox *inbox.Inbox
-	// Outbox adds the outbox's workers and queue, and requires a River
-	// JobTimeout longer than its endpoints' default timeout.
+	// Outbox adds the outbox's workers and queue.
 	Outbox *outbox.Outbox
 	// Jobs configures partition upkeep and retention, whose workers and
 	// periodic jobs are added with it (given once, not twice as with
@@ -94,10 +93,14 @@ type Components struct {
 //     of its timeout, not River's default hour.
 //
 // It returns an error naming each problem, and changes nothing, when a set
-// value breaks a guarantee: a JobTimeout not longer than the outbox's
-// endpoint timeout (a delivery would be cut off mid-request and sent
-// again), a RescueStuckJobsAfter shorter than JobTimeout, or a worker kind
-// already registered.
+// value breaks a guarantee: a RescueStuckJobsAfter shorter than JobTimeout,
+// an invalid jobs.Config, or a worker kind already registered. (Outbox
+// deliveries carry a River timeout of their own, longer than any endpoint's
+// request timeout, whatever JobTimeout says.)
+//
+// The unworked-queue check reads the 1,000 longest-waiting of Wharf's jobs:
+// a larger backlog in a worked queue can hide an unworked one until the
+// backlog shrinks.
 func Configure(cfg *river.Config, comps *Components) error {
 	if cfg == nil || comps == nil {
 		return errors.New("wharfriver: Configure needs a river.Config and Components")
@@ -106,10 +109,6 @@ func Configure(cfg *river.Config, comps *Components) error {
 	jobTimeout := cfg.JobTimeout
 	if jobTimeout == 0 {
 		jobTimeout = riverDefaultJobTimeout
-	}
-	if comps.Outbox != nil && jobTimeout > 0 && jobTimeout <= comps.Outbox.EndpointTimeout() {
-		errs = append(errs, fmt.Errorf("river.Config.JobTimeout %s is not longer than the outbox's endpoint timeout %s: a delivery would be cut off mid-request and sent again; raise JobTimeout (or lower outbox.Config.EndpointTimeout)",
-			jobTimeout, comps.Outbox.EndpointTimeout()))
 	}
 	if cfg.RescueStuckJobsAfter > 0 && jobTimeout > 0 && cfg.RescueStuckJobsAfter < jobTimeout {
 		errs = append(errs, fmt.Errorf("river.Config.RescueStuckJobsAfter %s is shorter than JobTimeout %s: jobs still running would be retried", cfg.RescueStuckJobsAfter, jobTimeout))

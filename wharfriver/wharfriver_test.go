@@ -19,6 +19,7 @@ import (
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
 	"github.com/wharfhq/wharf/wharfriver"
 )
@@ -108,14 +109,14 @@ func TestConfigureKeepsWhatIsSet(t *testing.T) {
 func TestConfigureRefusesBrokenGuarantees(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet}) // endpoints time out after 15 s
+	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet})
 	require.NoError(t, err)
 	for _, tt := range []struct {
 		cfg   river.Config
 		comps wharfriver.Components
 		want  string
 	}{
-		{river.Config{JobTimeout: 10 * time.Second}, wharfriver.Components{Pool: pool, Outbox: ob}, "JobTimeout 10s is not longer than the outbox's endpoint timeout 15s"},
+		{river.Config{}, wharfriver.Components{Pool: pool, Jobs: &jobs.Config{DedupeWindow: time.Hour}}, "DedupeWindow 1h0m0s is outside"},
 		{river.Config{JobTimeout: time.Minute, RescueStuckJobsAfter: 30 * time.Second}, wharfriver.Components{Pool: pool}, "RescueStuckJobsAfter 30s is shorter than JobTimeout 1m0s"},
 		{river.Config{}, wharfriver.Components{Outbox: ob}, "Components.Pool is required"},
 	} {

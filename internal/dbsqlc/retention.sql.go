@@ -10,6 +10,44 @@ import (
 	"time"
 )
 
+const retentionAttemptResponsesScrub = `-- name: RetentionAttemptResponsesScrub :execrows
+UPDATE wharf_outbox_attempts a
+SET response_body = ''
+WHERE (a.attempted_at, a.id) IN (
+    SELECT s.attempted_at, s.id FROM wharf_outbox_attempts s
+    WHERE s.attempted_at < $1::timestamptz AND s.response_body <> ''
+    LIMIT $2::int
+)
+`
+
+type RetentionAttemptResponsesScrubParams struct {
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// Empties the responses of one batch of delivery attempts made before the
+// cutoff, whatever became of their event or delivery: an endpoint may echo
+// the payload, and attempts outlive both. Nothing replays a response.
+func (q *Queries) RetentionAttemptResponsesScrub(ctx context.Context, arg RetentionAttemptResponsesScrubParams) (int64, error) {
+	result, err := q.db.Exec(ctx, retentionAttemptResponsesScrub, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const retentionAttemptResponsesScrubCount = `-- name: RetentionAttemptResponsesScrubCount :one
+SELECT count(*) FROM wharf_outbox_attempts
+WHERE attempted_at < $1::timestamptz AND response_body <> ''
+`
+
+func (q *Queries) RetentionAttemptResponsesScrubCount(ctx context.Context, cutoff time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionAttemptResponsesScrubCount, cutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const retentionIdempotencyExpiredCount = `-- name: RetentionIdempotencyExpiredCount :one
 SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= now()
 `
@@ -35,6 +73,10 @@ WHERE (k.source, k.event_id) IN (
     ORDER BY c.received_at
     LIMIT $3::int
 )
+  -- Again on the row itself: a key that a concurrent Forget made a
+  -- tombstone is re-checked here once its lock is released.
+  AND k.received_at < $1::timestamptz
+  AND (k.erased_at IS NULL OR k.erased_at < $2::timestamptz)
 `
 
 type RetentionInboxKeysDeleteParams struct {
@@ -213,26 +255,15 @@ func (q *Queries) RetentionOutboxOldestUnfinished(ctx context.Context) (time.Tim
 	return event_created_at, err
 }
 
-const retentionOutboxScrub = `-- name: RetentionOutboxScrub :one
-WITH scrubbed AS (
-    UPDATE wharf_outbox_events e
-    SET payload = '', scrubbed_at = $1::timestamptz
-    WHERE (e.created_at, e.id) IN (
-        SELECT s.created_at, s.id FROM wharf_outbox_events s
-        WHERE s.created_at < $2::timestamptz AND s.scrubbed_at IS NULL
-          AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
-        LIMIT $3::int
-    )
-    RETURNING e.id
-), responses AS (
-    UPDATE wharf_outbox_attempts a
-    SET response_body = '', response_truncated = false
-    WHERE a.delivery_id IN (
-        SELECT d.id FROM wharf_outbox_deliveries d WHERE d.event_id IN (SELECT id FROM scrubbed)
-    ) AND a.response_body <> ''
-    RETURNING 1
+const retentionOutboxScrub = `-- name: RetentionOutboxScrub :execrows
+UPDATE wharf_outbox_events e
+SET payload = '', scrubbed_at = $1::timestamptz
+WHERE (e.created_at, e.id) IN (
+    SELECT s.created_at, s.id FROM wharf_outbox_events s
+    WHERE s.created_at < $2::timestamptz AND s.scrubbed_at IS NULL
+      AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
+    LIMIT $3::int
 )
-SELECT count(*) FROM scrubbed
 `
 
 type RetentionOutboxScrubParams struct {
@@ -242,14 +273,13 @@ type RetentionOutboxScrubParams struct {
 }
 
 // Empties the payload of one batch of events published before the cutoff
-// whose every delivery succeeded (a dead one may be replayed), and the
-// responses their endpoints answered (an endpoint may echo the payload).
-// Returns how many events it scrubbed.
+// whose every delivery succeeded (a dead one may be replayed).
 func (q *Queries) RetentionOutboxScrub(ctx context.Context, arg RetentionOutboxScrubParams) (int64, error) {
-	row := q.db.QueryRow(ctx, retentionOutboxScrub, arg.Now, arg.Cutoff, arg.BatchSize)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
+	result, err := q.db.Exec(ctx, retentionOutboxScrub, arg.Now, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const retentionOutboxScrubCount = `-- name: RetentionOutboxScrubCount :one
