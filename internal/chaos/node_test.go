@@ -1,6 +1,8 @@
 package chaos
 
 import (
+	"go.uber.org/goleak"
+
 	"bytes"
 	"errors"
 	"fmt"
@@ -33,6 +35,13 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
+	}
+	if code == 0 {
+		// Every package's tests end with a goroutine-leak check.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
