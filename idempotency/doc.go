@@ -9,6 +9,14 @@
 // the same request get that response again, marked `Idempotent-Replayed:
 // true`, and the handler does not run twice.
 //
+// [New] returns a [Middleware] for a pool, a [PrincipalFunc] (whom a key
+// belongs to) and a [Config]; [Middleware.Wrap] wraps each handler to
+// protect. In transactional mode a handler writes through [Tx], so its
+// writes commit with the key. Keys are read from [HeaderKey]; replays are
+// marked with [HeaderReplayed]. [DeleteExpired] prunes expired keys (package
+// jobs runs it on a schedule). The README's "Idempotency keys for your own
+// endpoints" section shows a setup and its configuration.
+//
 // # Response contract
 //
 //   - Methods not in Config.Methods (default POST, PATCH) pass through.

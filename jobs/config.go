@@ -1,16 +1,3 @@
-// Package jobs keeps Wharf's tables small without losing work: River
-// periodic jobs create daily partitions ahead, drop whole expired partitions
-// (cheap, no vacuum bloat) and prune dedupe keys in bounded batches.
-//
-// Add PeriodicJobs(cfg) to your River client's PeriodicJobs and register the
-// workers with AddWorkers. River runs periodic jobs on the elected leader;
-// every run also takes an advisory lock, so overlapping runs (two nodes, a
-// manual run from the CLI) are safe and end in the same state.
-//
-// A partition is dropped only when every row in it is finished; a day that
-// still holds work (a message to process, a delivery to retry, a dead letter
-// younger than DeadLetterRetention) is kept and reported, and dropped by a
-// later run once its rows finish.
 package jobs
 
 import (

@@ -1,16 +1,3 @@
-// Package outbox publishes events inside the application's own Postgres
-// transaction and delivers them as signed Standard Webhooks to subscribed
-// endpoints, with retries, dead letters and endpoint health tracking.
-//
-// Publish writes the event and one River job per matching endpoint in the
-// caller's transaction: if the transaction rolls back nothing is ever sent;
-// once it commits, delivery attempts are guaranteed. Delivery is at least
-// once: every attempt carries the same webhook-id (the event id), so a
-// receiver dedupes on it.
-//
-// The application's River client works the jobs: register the delivery
-// worker with AddWorkers and list the outbox queue (Config.Queue) in the
-// client's Queues.
 package outbox
 
 import (
