@@ -33,9 +33,9 @@ type Source struct {
 	// IDHeader is the header holding the sender's event id, read before the
 	// body. Defaults to the verifier's EventLocation().IDHeaders() in order
 	// (IDHeader, AltIDHeader, MoreIDHeaders), when it implements
-	// signature.EventLocator; then to
-	// X-Event-ID only when the verifier signs that header (a NewHMAC
-	// Template with {header:X-Event-ID}) and nothing else locates the id.
+	// signature.EventLocator; then to X-Event-ID only when the verifier
+	// signs that header (a NewHMAC Template with {header:X-Event-ID}) and
+	// nothing else locates the id.
 	// Set it to a header the signature does not cover only for a sender
 	// that signs nothing else to dedupe on: a captured request replayed
 	// with a fresh value in it passes as a new event.
