@@ -265,7 +265,9 @@ func TestVerifyHTTPURL(t *testing.T) {
 		// The target as received, byte for byte, not re-encoded.
 		{"EncodedPath", func() *http.Request { return httptest.NewRequest(http.MethodPost, "/a%2Fb/%41?q=a+b", nil) },
 			"http://example.com/a%2Fb/%41?q=a+b"},
-		{"AbsoluteTarget", func() *http.Request { return httptest.NewRequest(http.MethodPost, "https://other.example/hooks?x=1", nil) },
+		{"AbsoluteTarget", func() *http.Request {
+			return httptest.NewRequest(http.MethodPost, "https://other.example/hooks?x=1", nil)
+		},
 			"https://other.example/hooks?x=1"},
 		{"NoHost", func() *http.Request {
 			r := httptest.NewRequest(http.MethodPost, "/hooks?x=1", nil)
