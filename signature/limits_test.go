@@ -130,11 +130,13 @@ func limitCases(t testing.TB) []limitCase {
 			sigs:    func(n int) string { return entries(n, " ", v1a) },
 		},
 		{
-			// Svix's whitelabelled header set is held to the same limits.
-			name: "Svix-webhook-headers", v: signature.NewSvix(signature.Secrets(whpk), opts),
-			maxWork: limitKeys * signature.MaxSignatureEntries, header: signature.HeaderWebhookSignature,
+			// Svix's whitelabelled header set is held to the same limits (v1
+			// entries: the v1a cases above already cost the fuzzer enough
+			// ed25519 verifications).
+			name: "Svix-webhook-headers", v: signature.NewSvix(signature.Secrets(whsec), opts),
+			maxWork: limitKeys, header: signature.HeaderWebhookSignature,
 			request: sw(signature.HeaderWebhookID, signature.HeaderWebhookTimestamp, signature.HeaderWebhookSignature),
-			sigs:    func(n int) string { return entries(n, " ", v1a) },
+			sigs:    func(n int) string { return entries(n, " ", v1) },
 		},
 		{
 			name: "Stripe", v: signature.NewStripe(signature.Secrets(hmacs), opts),
