@@ -57,8 +57,10 @@ func (s *Source) identify(h http.Header, body parsedBody) (id, eventType string,
 	if err != nil {
 		return "", "", err
 	}
-	if name := s.typeHeader(); name != "" {
-		eventType = strings.TrimSpace(h.Get(name))
+	for _, name := range s.typeHeaders() {
+		if eventType = strings.TrimSpace(h.Get(name)); eventType != "" {
+			break
+		}
 	}
 	if eventType == "" {
 		for _, field := range s.typeFields() {

@@ -170,6 +170,25 @@ func TestProviderPresets(t *testing.T) {
 			http.Header{"I-Twilio-Idempotency-Token": {"0f5ad8a2"}}, `{"id":"x"}`, "0f5ad8a2", ""},
 		{"Svix", signature.NewSvix(secrets, nil),
 			http.Header{"Svix-Id": {"msg_1"}}, `{"type":"user.created"}`, "msg_1", "user.created"},
+		// Svix's whitelabelled headers: webhook-id, signed when svix-id is
+		// absent (a request carrying svix-id is verified with svix-*).
+		{"SvixWebhookHeaders", signature.NewSvix(secrets, nil),
+			http.Header{"Webhook-Id": {"msg_2"}}, `{"type":"user.created"}`, "msg_2", "user.created"},
+		{"SvixIDFirst", signature.NewSvix(secrets, nil),
+			http.Header{"Webhook-Id": {"msg_w"}, "Svix-Id": {"msg_s"}}, `{}`, "msg_s", ""},
+		// Standard Webhooks reads webhook-id only: a svix-id is not its id.
+		{"StandardWebhooksIgnoresSvixID", signature.NewStandardWebhooks(secrets, nil),
+			http.Header{"Svix-Id": {"msg_s"}}, `{"id":"body"}`, "body", ""},
+		// Shopify's Events deliveries: unprefixed lower-case headers, which
+		// Go keys as Shopify-Event-Id, apart from X-Shopify-Event-Id.
+		{"ShopifyEventsHeaders", signature.NewShopify(secrets, nil),
+			http.Header{"Shopify-Event-Id": {"evt-2"}, "Shopify-Webhook-Id": {"wh-2"}, "Shopify-Topic": {"products/update"}}, `{"id":9}`, "evt-2", "products/update"},
+		{"ShopifyEventsWebhookIDFallback", signature.NewShopify(secrets, nil),
+			http.Header{"Shopify-Webhook-Id": {"wh-2"}}, `{"id":9}`, "wh-2", ""},
+		{"ShopifyEventIDBeforeWebhookID", signature.NewShopify(secrets, nil),
+			http.Header{"X-Shopify-Webhook-Id": {"wh-1"}, "Shopify-Event-Id": {"evt-2"}}, `{"id":9}`, "evt-2", ""},
+		{"ShopifyPrefixedFirst", signature.NewShopify(secrets, nil),
+			http.Header{"X-Shopify-Event-Id": {"evt-1"}, "Shopify-Event-Id": {"evt-2"}, "X-Shopify-Topic": {"orders/create"}, "Shopify-Topic": {"x"}}, `{"id":9}`, "evt-1", "orders/create"},
 		// X-Event-ID is read when the signature covers it…
 		{"HMACSigningXEventID", signedXEventID, http.Header{"X-Event-Id": {"evt-h"}}, `{"id":"body"}`, "evt-h", ""},
 		// …and never when it does not: the signed body decides.

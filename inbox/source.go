@@ -31,10 +31,11 @@ type Source struct {
 	// explicitly with a signature.VerifierFunc that returns nil.
 	Verifier signature.Verifier
 	// IDHeader is the header holding the sender's event id, read before the
-	// body. Defaults to the verifier's EventLocation().IDHeader, then its
-	// AltIDHeader, when it implements signature.EventLocator; then to
-	// X-Event-ID only when the verifier signs that header (a NewHMAC
-	// Template with {header:X-Event-ID}) and nothing else locates the id.
+	// body. Defaults to the verifier's EventLocation().IDHeaders() in order
+	// (IDHeader, AltIDHeader, MoreIDHeaders), when it implements
+	// signature.EventLocator; then to X-Event-ID only when the verifier
+	// signs that header (a NewHMAC Template with {header:X-Event-ID}) and
+	// nothing else locates the id.
 	// Set it to a header the signature does not cover only for a sender
 	// that signs nothing else to dedupe on: a captured request replayed
 	// with a fresh value in it passes as a new event.
@@ -46,7 +47,8 @@ type Source struct {
 	// body's canonical JSON (keys sorted, HashExcludeFields removed).
 	IDFields []string
 	// TypeHeader is the header holding the event type. Defaults to the
-	// verifier's EventLocation().TypeHeader.
+	// verifier's EventLocation().TypeHeaders() in order (TypeHeader, then
+	// MoreTypeHeaders).
 	TypeHeader string
 	// TypeFields are JSON body fields tried in order for the event type.
 	// Defaults to the verifier's EventLocation().TypeField, then "type",
@@ -122,13 +124,14 @@ func (s *Source) idHeaders() []string {
 		return []string{s.IDHeader}
 	}
 	loc := s.location()
+	names := loc.IDHeaders()
 	var out []string
-	for _, h := range nonEmpty(loc.IDHeader, loc.AltIDHeader) {
+	for _, h := range names {
 		if loc.Signs(h) || (loc.IDField == "" && len(s.IDFields) == 0) {
 			out = append(out, h)
 		}
 	}
-	if len(out) > 0 || loc.IDHeader != "" || loc.AltIDHeader != "" {
+	if len(names) > 0 {
 		return out
 	}
 	if loc.IDField == "" && len(s.IDFields) == 0 && loc.Signs(HeaderEventID) {
@@ -145,12 +148,12 @@ func (s *Source) idFields() []string {
 	return nonEmpty(s.location().IDField, "id", "event_id", "messageId")
 }
 
-// typeHeader returns the header holding the event type, "" when none.
-func (s *Source) typeHeader() string {
+// typeHeaders lists the headers tried for the event type, in order.
+func (s *Source) typeHeaders() []string {
 	if s.TypeHeader != "" {
-		return s.TypeHeader
+		return []string{s.TypeHeader}
 	}
-	return s.location().TypeHeader
+	return s.location().TypeHeaders()
 }
 
 // typeFields lists the body fields tried for the event type, in order.

@@ -70,7 +70,7 @@ func ExampleNewStandardWebhooks() {
 	// Output:
 	// as sent: <nil>
 	// tampered body: true signature: no matching signature
-	// an hour later: true signature: timestamp outside tolerance: signed 2023-11-14T22:13:20Z, tolerance 5m0s
+	// an hour later: true signature: timestamp outside tolerance: signed at unix 1700000000 (2023-11-14T22:13:20Z), 1h0m0s in the past, tolerance 5m0s
 }
 
 // During a secret rotation the receiver lists both secrets, newest first:

@@ -130,6 +130,15 @@ func limitCases(t testing.TB) []limitCase {
 			sigs:    func(n int) string { return entries(n, " ", v1a) },
 		},
 		{
+			// Svix's whitelabelled header set is held to the same limits (v1
+			// entries: the v1a cases above already cost the fuzzer enough
+			// ed25519 verifications).
+			name: "Svix-webhook-headers", v: signature.NewSvix(signature.Secrets(whsec), opts),
+			maxWork: limitKeys, header: signature.HeaderWebhookSignature,
+			request: sw(signature.HeaderWebhookID, signature.HeaderWebhookTimestamp, signature.HeaderWebhookSignature),
+			sigs:    func(n int) string { return entries(n, " ", v1) },
+		},
+		{
 			name: "Stripe", v: signature.NewStripe(signature.Secrets(hmacs), opts),
 			maxWork: limitKeys, header: signature.HeaderStripeSignature,
 			request: func(sig string) *signature.Request { return stripeRequest(sig, stripeBody) },
@@ -156,6 +165,15 @@ func limitCases(t testing.TB) []limitCase {
 			maxWork: limitKeys, header: signature.HeaderShopifyHmac,
 			request: func(sig string) *signature.Request { return shopifyRequest(sig, `{"id":1}`, "1", "") },
 			sigs:    func(n int) string { return base64.StdEncoding.EncodeToString(long(n)) },
+		},
+		{
+			// Shopify's Events name for the same signature.
+			name: "Shopify-events-headers", v: signature.NewShopify(signature.Secrets(hmacs), opts), single: true,
+			maxWork: limitKeys, header: signature.HeaderShopifyEventsHmac,
+			request: func(sig string) *signature.Request {
+				return newRequest(`{"id":1}`, signature.HeaderShopifyEventsHmac, sig, signature.HeaderShopifyEventsEventID, "1")
+			},
+			sigs: func(n int) string { return base64.StdEncoding.EncodeToString(long(n)) },
 		},
 		{
 			name: "Slack", v: signature.NewSlack(signature.Secrets(hmacs), opts), single: true,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -104,21 +105,37 @@ func (f VerifierFunc) Verify(ctx context.Context, r *Request) error { return f(c
 // EventLocation says where a provider puts the event id that every delivery
 // of one event shares, and the event type. Empty fields mean "not there".
 // The inbox reads them, before its own defaults.
+//
+// A provider that sends one value under several header names (Svix's
+// svix-id or webhook-id, Shopify's X-Shopify-Event-Id or shopify-event-id)
+// lists them in the order they are tried: IDHeaders and TypeHeaders return
+// that order. A verifier that accepts several signed header sets verifies
+// each request with the set whose id header comes first in IDHeaders among
+// those the request carries, so the id read first is the one its signature
+// covers.
 type EventLocation struct {
 	// IDHeader is the header holding the event id (webhook-id,
 	// X-GitHub-Delivery…). Consulted first.
 	IDHeader string
 	// AltIDHeader is the header holding the event id when IDHeader is absent
-	// (Shopify: X-Shopify-Event-Id, else X-Shopify-Webhook-Id).
+	// (Svix: webhook-id, when svix-id is absent).
 	AltIDHeader string
+	// MoreIDHeaders are further headers holding the event id, consulted in
+	// order when IDHeader and AltIDHeader are absent (Shopify: its webhook
+	// ids, after its event ids).
+	MoreIDHeaders []string
 	// IDField is the JSON body field holding the event id (id, event_id…),
-	// consulted when neither header is present. A dot descends into nested
+	// consulted when no id header is present. A dot descends into nested
 	// objects ("event.id").
 	IDField string
 	// TypeHeader is the header holding the event type (X-GitHub-Event…).
 	TypeHeader string
+	// MoreTypeHeaders are further headers holding the event type,
+	// consulted in order when TypeHeader is absent (Shopify: shopify-topic
+	// after X-Shopify-Topic).
+	MoreTypeHeaders []string
 	// TypeField is the JSON body field holding the event type, consulted
-	// when TypeHeader is absent. A dot descends into nested objects
+	// when no type header is present. A dot descends into nested objects
 	// ("event.type").
 	TypeField string
 	// SignedHeaders lists the headers, besides the signature header itself,
@@ -129,6 +146,39 @@ type EventLocation struct {
 	// scheme names that header as its provider's id (GitHub, Shopify,
 	// Twilio) or the source says so.
 	SignedHeaders []string
+}
+
+// clone returns l with slices of its own.
+func (l EventLocation) clone() EventLocation {
+	l.MoreIDHeaders = slices.Clone(l.MoreIDHeaders)
+	l.MoreTypeHeaders = slices.Clone(l.MoreTypeHeaders)
+	l.SignedHeaders = slices.Clone(l.SignedHeaders)
+	return l
+}
+
+// IDHeaders returns the headers holding the event id in the order they are
+// tried: IDHeader, AltIDHeader, then MoreIDHeaders, without blanks or
+// repeats (compared case-insensitively).
+func (l EventLocation) IDHeaders() []string {
+	return headerList(append([]string{l.IDHeader, l.AltIDHeader}, l.MoreIDHeaders...))
+}
+
+// TypeHeaders returns the headers holding the event type in the order they
+// are tried: TypeHeader, then MoreTypeHeaders, without blanks or repeats.
+func (l EventLocation) TypeHeaders() []string {
+	return headerList(append([]string{l.TypeHeader}, l.MoreTypeHeaders...))
+}
+
+// headerList returns names without empty ones and without repeats, which
+// http.Header reads alike whatever their case.
+func headerList(names []string) []string {
+	out := names[:0]
+	for _, name := range names {
+		if name != "" && !slices.ContainsFunc(out, func(o string) bool { return strings.EqualFold(o, name) }) {
+			out = append(out, name)
+		}
+	}
+	return slices.Clip(out)
 }
 
 // Signs reports whether the signature covers header name.
@@ -360,4 +410,31 @@ func signatureHeader(h http.Header, name string) (string, error) {
 		return "", malformed(name, fmt.Sprintf("%d bytes, more than MaxSignatureHeaderBytes (%d)", len(values[0]), MaxSignatureHeaderBytes))
 	}
 	return values[0], nil
+}
+
+// agreeingSignatureHeader returns the first of names that h carries, and its
+// value, for a signature sent under several names. Every name carried is
+// held to signatureHeader's checks, and all must hold the same value: a
+// request whose signatures disagree is refused rather than verified with
+// one chosen for it. An empty header counts as absent.
+func agreeingSignatureHeader(h http.Header, names []string) (name, value string, err error) {
+	for _, n := range names {
+		if vs := h.Values(n); len(vs) == 0 || len(vs) == 1 && vs[0] == "" {
+			continue
+		}
+		v, err := signatureHeader(h, n)
+		if err != nil {
+			return "", "", err
+		}
+		switch {
+		case name == "":
+			name, value = n, v
+		case v != value:
+			return "", "", malformed(name, "differs from "+n+"; a request carries one signature")
+		}
+	}
+	if name == "" {
+		return "", "", fmt.Errorf("%w: %s", ErrMissingHeader, strings.Join(names, " or "))
+	}
+	return name, value, nil
 }
