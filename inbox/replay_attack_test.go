@@ -82,3 +82,34 @@ func TestTokenHeadersAreNotStored(t *testing.T) {
 	require.Contains(t, stored, "Webhook-Signature", "signature headers are kept")
 	require.NotContains(t, stored, "tok-", "a token reached the database: %s", stored)
 }
+
+// TestSlowInsertPathAnswers503AndLosesNothing: when the insert path is
+// slower than ReceiveTimeout (a slow disk, a lock held elsewhere), the
+// sender gets 503 and nothing is written; once the database is fast again
+// the retry is accepted exactly once.
+func TestSlowInsertPathAnswers503AndLosesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{ReceiveTimeout: 300 * time.Millisecond}})
+	body := []byte(`{"type":"payment.succeeded"}`)
+
+	// Another transaction holds the keys table: every claim waits.
+	blocker, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = blocker.Exec(ctx, "LOCK TABLE wharf_inbox_keys IN ACCESS EXCLUSIVE MODE")
+	require.NoError(t, err)
+	a := do(t, b.signed(t, "payments", "evt_slow", body, time.Now()))
+	require.Equal(t, http.StatusServiceUnavailable, a.Status, a.RawBody)
+	require.NoError(t, blocker.Rollback(ctx))
+
+	keys, messages, jobs := b.counts(t)
+	require.Zero(t, keys+messages+jobs, "a 503 wrote something")
+	a = do(t, b.signed(t, "payments", "evt_slow", body, time.Now()))
+	require.Equal(t, http.StatusOK, a.Status, a.RawBody)
+	require.Equal(t, "accepted", a.Body["status"])
+	a = do(t, b.signed(t, "payments", "evt_slow", body, time.Now()))
+	require.Equal(t, "duplicate", a.Body["status"])
+	keys, messages, _ = b.counts(t)
+	require.Equal(t, 1, keys)
+	require.Equal(t, 1, messages)
+}
