@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,18 +24,26 @@ const (
 // job's context ends, so that a detached table is not left behind.
 const dropTimeout = time.Minute
 
-// pruneRun is one retention run. Everything it does runs on one connection,
-// the one holding its advisory locks: a run never waits for a second pooled
-// connection while holding a lock that the pool's other holders (replays)
-// may be waiting for.
+// pruneRun is one retention run. Its statements run on one pooled
+// connection, acquired after the run lock and before any retention lock: a
+// run never waits for a pooled connection while holding a lock that the
+// pool's other holders (replays) may be waiting for. Its advisory locks
+// are held by locks, in a transaction of their own (see runLocks): nothing
+// in a run depends on session state, so it works through PgBouncer in
+// transaction mode.
 type pruneRun struct {
 	m      *Maintainer
+	locks  *runLocks
 	conn   *pgx.Conn
 	q      *dbsqlc.Queries
 	now    time.Time
 	dryRun bool
 	res    *PruneResult
 }
+
+// detachPoll is how often a run holding a retention lock checks whether
+// its DETACH … CONCURRENTLY has passed its first transaction.
+const detachPoll = 5 * time.Millisecond
 
 // Prune drops expired partitions whose rows are all finished (and tables
 // left detached by an interrupted run), defers the others, then prunes the
@@ -55,23 +64,30 @@ func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, 
 			return res, err
 		}
 	}
-	conn, err := m.pool.Acquire(ctx)
-	if err != nil {
-		return res, err
-	}
-	defer conn.Release()
-	r := &pruneRun{m: m, conn: conn.Conn(), q: dbsqlc.New(conn), dryRun: opts.DryRun, res: res}
-	err = r.withLock(ctx, partition.LockKey("wharf.jobs.prune"), func() error {
-		r.now = m.cfg.Now()
-		for _, policy := range tablePolicies {
-			if err := r.table(ctx, policy); err != nil {
-				return err
-			}
-		}
-		return r.rows(ctx)
-	})
+	err := m.prune(ctx, opts, res)
 	m.logPrune(ctx, res, err)
 	return res, err
+}
+
+func (m *Maintainer) prune(ctx context.Context, opts *PruneOpts, res *PruneResult) error {
+	locks, err := lockRun(ctx, m.pool, partition.LockKey("wharf.jobs.prune"))
+	if err != nil {
+		return err
+	}
+	defer locks.close(ctx)
+	conn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	r := &pruneRun{m: m, locks: locks, conn: conn.Conn(), q: dbsqlc.New(conn), dryRun: opts.DryRun, res: res}
+	r.now = m.cfg.Now()
+	for _, policy := range tablePolicies {
+		if err := r.table(ctx, policy); err != nil {
+			return err
+		}
+	}
+	return r.rows(ctx)
 }
 
 func (r *pruneRun) table(ctx context.Context, policy tablePolicy) error {
@@ -131,22 +147,53 @@ func (r *pruneRun) table(ctx context.Context, policy tablePolicy) error {
 
 // detachIfFinished detaches partition p unless it holds unfinished rows,
 // and returns how many it holds. The retention lock, held exclusively from
-// the check through the detach, keeps replays (which hold it shared) from
-// reviving a row in between.
+// the check until the detach has begun, keeps replays (which hold it
+// shared) from reviving a row in between.
 func (r *pruneRun) detachIfFinished(ctx context.Context, policy tablePolicy, p partition.Info) (unfinished int64, err error) {
-	err = r.withLock(ctx, partition.RetentionLockKey(policy.table), func() error {
-		if policy.unfinished != nil {
-			unfinished, err = policy.unfinished(ctx, r.q, p.Day, p.Day.AddDate(0, 0, 1), r.now.Add(-r.m.cfg.DeadLetterRetention))
-			if err != nil {
-				return fmt.Errorf("jobs: count unfinished rows of %s: %w", p.Name, err)
-			}
+	release, err := r.locks.exclusive(ctx, partition.RetentionLockKey(policy.table))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { err = errors.Join(err, release()) }()
+	if policy.unfinished != nil {
+		unfinished, err = policy.unfinished(ctx, r.q, p.Day, p.Day.AddDate(0, 0, 1), r.now.Add(-r.m.cfg.DeadLetterRetention))
+		if err != nil {
+			return 0, fmt.Errorf("jobs: count unfinished rows of %s: %w", p.Name, err)
 		}
-		if unfinished > 0 || r.dryRun {
-			return nil
+	}
+	if unfinished > 0 || r.dryRun {
+		return unfinished, nil
+	}
+	return 0, r.detach(ctx, policy.table, p.Name, release)
+}
+
+// detach detaches parent's partition name with DETACH … CONCURRENTLY and
+// calls release as soon as the detach has committed its first transaction
+// (marking the partition pending): from then on no statement that starts
+// can revive a row of it. The lock must not be held longer: the detach's
+// second phase waits for every transaction that used parent, and a replay
+// that used parent before asking for the lock would wait for it in turn,
+// a deadlock that Postgres cannot see, since the lock is held by another
+// connection than the one detaching.
+func (r *pruneRun) detach(ctx context.Context, parent, name string, release func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- partition.Detach(ctx, r.conn, parent, name) }()
+	tick := time.NewTicker(detachPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
 		}
-		return partition.Detach(ctx, r.conn, policy.table, p.Name)
-	})
-	return unfinished, err
+		started, err := partition.DetachStarted(ctx, r.locks.tx, parent, name)
+		if err == nil && started {
+			err = release()
+		}
+		if err != nil || started {
+			return errors.Join(err, <-done)
+		}
+	}
 }
 
 // drop drops a detached partition (or, dry, reports that it would), even
@@ -273,24 +320,6 @@ func (r *pruneRun) batches(ctx context.Context, lockTable string, count func() (
 		case <-time.After(pause):
 		}
 	}
-}
-
-// withLock runs fn holding a session advisory lock on the run's connection,
-// waiting for a concurrent holder to finish.
-func (r *pruneRun) withLock(ctx context.Context, key int32, fn func() error) error {
-	if err := r.q.AdvisoryLock(ctx, dbsqlc.AdvisoryLockParams{Class: partition.LockClass(), Key: key}); err != nil {
-		return err
-	}
-	defer func() {
-		// A fresh context: ctx may be why we are leaving. If unlocking
-		// fails the connection is unusable; closing it frees the lock.
-		unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := r.q.AdvisoryUnlock(unlockCtx, dbsqlc.AdvisoryUnlockParams{Class: partition.LockClass(), Key: key}); err != nil {
-			_ = r.conn.Close(unlockCtx)
-		}
-	}()
-	return fn()
 }
 
 func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) {
