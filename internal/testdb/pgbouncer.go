@@ -48,10 +48,7 @@ const pgbouncerInstall = "install it: `apt-get install pgbouncer` on Debian or U
 // PgBouncer refuses to run as root: as root it runs as the user postgres.
 func NewPgBouncer(tb testing.TB, databaseURL string) *PgBouncer {
 	tb.Helper()
-	bin, err := pgbouncerPath()
-	if err != nil {
-		tb.Fatalf("testdb: %v; %s", err, pgbouncerInstall)
-	}
+	bin := requirePgBouncer(tb, pgbouncerPath)
 	target, err := neturl.Parse(databaseURL)
 	if err != nil {
 		tb.Fatalf("testdb: parse URL: %v", err)
@@ -205,6 +202,17 @@ func (b *PgBouncer) stop() {
 		_ = b.cmd.Process.Kill()
 		<-b.exited
 	}
+}
+
+// requirePgBouncer returns the pgbouncer binary that path finds, or fails
+// the test saying how to install one.
+func requirePgBouncer(tb fataler, path func() (string, error)) string {
+	tb.Helper()
+	bin, err := path()
+	if err != nil {
+		tb.Fatalf("testdb: %v; %s", err, pgbouncerInstall)
+	}
+	return bin
 }
 
 func pgbouncerPath() (string, error) {

@@ -2,6 +2,7 @@ package testdb
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -36,4 +37,18 @@ func TestPgBouncerPoolsTransactions(t *testing.T) {
 			require.Equal(t, pid, secondPID, "an idle client holds no server connection")
 		})
 	}
+}
+
+// TestMissingPgBouncerFailsLoudly: without a pgbouncer binary the test
+// fails (never skips) and says how to install one.
+func TestMissingPgBouncerFailsLoudly(t *testing.T) {
+	t.Parallel()
+	tb := &recordingTB{}
+	requirePgBouncer(tb, func() (string, error) { return "", errors.New("pgbouncer not found") })
+	require.Contains(t, tb.failure, "pgbouncer not found")
+	require.Contains(t, tb.failure, "apt-get install pgbouncer")
+
+	found := &recordingTB{}
+	require.NotEmpty(t, requirePgBouncer(found, pgbouncerPath))
+	require.Empty(t, found.failure, "this machine has pgbouncer")
 }
