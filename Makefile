@@ -36,6 +36,12 @@ db: ## Print a DATABASE_URL, starting a local Postgres when none answers
 test: ## Run all tests with -race against a real Postgres (started when needed)
 	@url=$$($(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) test $(TESTFLAGS) ./...
 
+.PHONY: chaos
+chaos: ## Long chaos run (bigger storm, kills, cuts, a Postgres restart); WHARF_CHAOS_SOAK=10m adds a soak
+	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && log=$$(mktemp) && \
+	  WHARF_CHAOS=long $(GO) test -race -count=1 -timeout 2h -v -run '^TestChaos' ./internal/chaos/ 2>&1 | tee "$$log"; \
+	  status=$${PIPESTATUS[0]}; echo; echo "== summary"; grep -h '^CHAOS ' "$$log"; rm -f "$$log"; exit $$status
+
 .PHONY: bench
 bench: ## Run the benchmarks; ends with one "BENCH <name> <ratio> <wharf> <baseline>" line per figure
 	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && log=$$(mktemp) && \

@@ -1,9 +1,3 @@
-// Package wharf is the root of Wharf, a Postgres-native transactional webhook
-// inbox and outbox built on pgx and River.
-//
-// This package holds what every part shares: Migrate, which brings River's
-// tables and Wharf's own to the latest version in one call. The inbox lives in
-// package inbox, signing and verification in package signature.
 package wharf
 
 import (

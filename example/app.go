@@ -102,6 +102,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		RetrySchedule:        cfg.RetrySchedule,
 		AllowPrivateNetworks: cfg.AllowPrivate,
 		Logger:               logger,
+		Now:                  cfg.now,
 	})
 	if err != nil {
 		return err
@@ -113,6 +114,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 			{Name: "github", Verifier: signature.NewGitHub(signature.Secrets{cfg.GitHubSecret}, nil)},
 		},
 		Logger: logger,
+		Now:    cfg.now,
 	})
 	if err != nil {
 		return err
@@ -124,11 +126,11 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	if err := errors.Join(
 		ib.AddWorkers(workers),
 		ob.AddWorkers(workers),
-		jobs.AddWorkers(workers, pool, &jobs.Config{Logger: logger}),
+		jobs.AddWorkers(workers, pool, cfg.jobsConfig(logger)),
 	); err != nil {
 		return err
 	}
-	rc := riverConfig(workers, logger)
+	rc := cfg.tuneRiver(riverConfig(workers, logger), logger)
 	if pooled {
 		// Behind PgBouncer in transaction mode LISTEN does not work: poll,
 		// often enough that webhooks still go out within tens of
@@ -153,7 +155,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	mux.Handle("POST /payouts", payouts)
 	mux.HandleFunc("POST /endpoints", createEndpoint(ob))
 	mux.HandleFunc("DELETE /endpoints/{id}", deleteEndpoint(ob))
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	server := newServer(mux)
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- server.Serve(ln) }()

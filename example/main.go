@@ -19,6 +19,13 @@
 //	                             (e.g. 0s,200ms,500ms; default Wharf's 0s,5s,5m,30m,2h,5h,10h,10h)
 //	WHARF_EXAMPLE_ALLOW_PRIVATE  1 lets endpoints be loopback or private addresses
 //	                             (default off: the SSRF guard refuses them)
+//	WHARF_EXAMPLE_JOB_TIMEOUT    River's JobTimeout (default 20s)
+//	WHARF_EXAMPLE_RESCUE_AFTER   River's RescueStuckJobsAfter (default 30s): how long
+//	                             a killed node's jobs stay "running" before a retry;
+//	                             at least WHARF_EXAMPLE_JOB_TIMEOUT
+//	WHARF_EXAMPLE_JOBS_INTERVAL  period of Wharf's periodic jobs (default 1h, at least 1m)
+//	WHARF_EXAMPLE_CLOCK_SKEW     added to the clock of Wharf's inbox, outbox and
+//	                             periodic jobs (default 0; the chaos tests skew nodes)
 //
 // The default secrets are public: use them only on a development machine.
 //
@@ -36,6 +43,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +54,10 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/wharfhq/wharf/jobs"
 )
 
 // Development secrets, the defaults of the webhook routes. They are public.
@@ -64,6 +76,10 @@ type config struct {
 	GitHubSecret  string
 	RetrySchedule []time.Duration // nil: the outbox's default
 	AllowPrivate  bool
+	JobTimeout    time.Duration // 0: riverConfig's
+	RescueAfter   time.Duration // 0: riverConfig's
+	JobsInterval  time.Duration // 0: the jobs package's default
+	ClockSkew     time.Duration
 }
 
 func configFromEnv() (config, error) {
@@ -88,7 +104,37 @@ func configFromEnv() (config, error) {
 			cfg.RetrySchedule = append(cfg.RetrySchedule, d)
 		}
 	}
+	for name, dst := range map[string]*time.Duration{
+		"WHARF_EXAMPLE_JOB_TIMEOUT":   &cfg.JobTimeout,
+		"WHARF_EXAMPLE_RESCUE_AFTER":  &cfg.RescueAfter,
+		"WHARF_EXAMPLE_JOBS_INTERVAL": &cfg.JobsInterval,
+		"WHARF_EXAMPLE_CLOCK_SKEW":    &cfg.ClockSkew,
+	} {
+		if v := os.Getenv(name); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return cfg, fmt.Errorf("%s: %w", name, err)
+			}
+			*dst = d
+		}
+	}
 	return cfg, nil
+}
+
+// now is the clock of Wharf's inbox, outbox and periodic jobs.
+func (c config) now() time.Time { return time.Now().Add(c.ClockSkew) }
+
+// jobsConfig is the configuration of Wharf's periodic jobs.
+func (c config) jobsConfig(logger *slog.Logger) *jobs.Config {
+	return &jobs.Config{Logger: logger, Interval: c.JobsInterval, Now: c.now}
+}
+
+// tuneRiver applies the environment's overrides to rc.
+func (c config) tuneRiver(rc *river.Config, logger *slog.Logger) *river.Config {
+	rc.JobTimeout = cmp.Or(c.JobTimeout, rc.JobTimeout)
+	rc.RescueStuckJobsAfter = cmp.Or(c.RescueAfter, rc.RescueStuckJobsAfter)
+	rc.PeriodicJobs = jobs.PeriodicJobs(c.jobsConfig(logger))
+	return rc
 }
 
 func envOr(name, fallback string) string {

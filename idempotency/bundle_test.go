@@ -23,7 +23,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/idempotency"
-	"github.com/wharfhq/wharf/internal/testclock"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -40,15 +39,15 @@ INSERT INTO balances VALUES ('acct_1', 100), ('acct_2', 100);`
 type testBundle struct {
 	url    string
 	pool   *pgxpool.Pool
-	clock  *testclock.Clock
 	logs   *syncBuffer
 	calls  atomic.Int64 // handler runs
 	server *httptest.Server
 	client *http.Client
+	opts   testOptions
 }
 
 type testOptions struct {
-	// config for the middleware; Now and Logger are the bundle's unless set.
+	// config for the middleware; Logger is the bundle's unless set.
 	config idempotency.Config
 	// handler builds the wrapped handler; nil means (*testBundle).payout.
 	handler func(b *testBundle) http.HandlerFunc
@@ -83,29 +82,39 @@ func setup(t *testing.T, opts testOptions) *testBundle {
 	_, err = pool.Exec(ctx, appSchema)
 	require.NoError(t, err)
 
-	b := &testBundle{url: url, pool: pool, clock: testclock.New(time.Now()), logs: &syncBuffer{}}
-	conf := opts.config
-	if conf.Now == nil {
-		conf.Now = b.clock.Now
-	}
+	b := &testBundle{url: url, pool: pool, logs: &syncBuffer{}, opts: opts}
+	b.server = b.startNode(t, opts.config)
+	// No keep-alive: net/http's Transport silently re-sends a request that
+	// carries an Idempotency-Key when a reused connection breaks, which
+	// would hide the broken connection of a panicking handler.
+	b.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	t.Cleanup(func() { require.NotContains(t, b.logs.String(), bodyMarker, "a body reached the logs") })
+	return b
+}
+
+// startNode starts a server like the bundle's own, with a middleware of its
+// own configured by conf, on the bundle's database and handler: another
+// node of the same application.
+func (b *testBundle) startNode(t *testing.T, conf idempotency.Config) *httptest.Server {
+	t.Helper()
 	if conf.Logger == nil {
 		conf.Logger = slog.New(slog.NewTextHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	mw, err := idempotency.New(pool, accountPrincipal, &conf)
+	mw, err := idempotency.New(b.pool, accountPrincipal, &conf)
 	require.NoError(t, err)
 
 	handler := b.payout
-	if opts.handler != nil {
-		handler = opts.handler(b)
+	if b.opts.handler != nil {
+		handler = b.opts.handler(b)
 	}
 	wrapped := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.calls.Add(1)
 		handler(w, r)
 	}))
-	if opts.served != nil {
+	if b.opts.served != nil {
 		inner := wrapped
 		wrapped = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			defer opts.served()
+			defer b.opts.served()
 			inner.ServeHTTP(w, r)
 		})
 	}
@@ -113,19 +122,14 @@ func setup(t *testing.T, opts testOptions) *testBundle {
 	for _, pattern := range []string{"POST /payouts", "POST /refunds", "GET /payouts"} {
 		mux.Handle(pattern, wrapped)
 	}
-	b.server = httptest.NewUnstartedServer(mux)
-	b.server.Config.ErrorLog = log.New(io.Discard, "", 0) // handler panics are expected
-	b.server.Start()
-	t.Cleanup(b.server.Close)
-	for _, g := range opts.gates {
-		t.Cleanup(g.open)
+	server := httptest.NewUnstartedServer(mux)
+	server.Config.ErrorLog = log.New(io.Discard, "", 0) // handler panics are expected
+	server.Start()
+	t.Cleanup(server.Close)
+	for _, g := range b.opts.gates {
+		t.Cleanup(g.open) // before the server closes, which waits for handlers
 	}
-	// No keep-alive: net/http's Transport silently re-sends a request that
-	// carries an Idempotency-Key when a reused connection breaks, which
-	// would hide the broken connection of a panicking handler.
-	b.client = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	t.Cleanup(func() { require.NotContains(t, b.logs.String(), bodyMarker, "a body reached the logs") })
-	return b
+	return server
 }
 
 func accountPrincipal(r *http.Request) string { return r.Header.Get("X-Account") }
@@ -243,6 +247,7 @@ type request struct {
 	keys    []string
 	body    string
 	ctx     context.Context
+	node    *httptest.Server // the bundle's server unless set
 }
 
 // send makes a request without failing the test, for use from goroutines.
@@ -257,7 +262,11 @@ func (b *testBundle) send(req request) (result, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	hr, err := http.NewRequestWithContext(ctx, method, b.server.URL+path, strings.NewReader(req.body))
+	node := req.node
+	if node == nil {
+		node = b.server
+	}
+	hr, err := http.NewRequestWithContext(ctx, method, node.URL+path, strings.NewReader(req.body))
 	if err != nil {
 		return result{}, err
 	}
@@ -350,6 +359,20 @@ func (b *testBundle) keyStatus(t *testing.T, key string) string {
 	}
 	require.NoError(t, err)
 	return status
+}
+
+// age makes d pass, as the database's clock sees it, for key: its stored
+// times move d into the past. Tests move time this way because the
+// middleware judges every time by the database's clock.
+func (b *testBundle) age(t *testing.T, key string, d time.Duration) {
+	t.Helper()
+	tag, err := b.pool.Exec(context.Background(), `
+		UPDATE wharf_idempotency_keys
+		SET claimed_at = claimed_at - $2::interval, expires_at = expires_at - $2::interval,
+		    completed_at = completed_at - $2::interval
+		WHERE idempotency_key = $1`, key, d)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, tag.RowsAffected(), "key %s", key)
 }
 
 func (b *testBundle) keyCount(t *testing.T) int {

@@ -62,23 +62,27 @@ func (m *Middleware) claim(ctx context.Context, tx pgx.Tx, req *keyedRequest) (v
 		return verdictBusy, nil, nil
 	}
 
-	now := m.conf.Now()
+	// Every time compared here is the database's clock (see the query):
+	// nodes whose clocks disagree still agree on which keys are in progress,
+	// timed out or expired.
 	var previous *uuid.UUID
-	row, err := q.IdempotencyKeyGetForUpdate(ctx, dbsqlc.IdempotencyKeyGetForUpdateParams{
+	found, err := q.IdempotencyKeyGetForUpdate(ctx, dbsqlc.IdempotencyKeyGetForUpdateParams{
 		Route: req.route, Principal: req.principal, IdempotencyKey: req.key,
+		InProgressTimeoutSeconds: m.conf.InProgressTimeout.Seconds(),
 	})
+	row := &found.WharfIdempotencyKey
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return 0, nil, fmt.Errorf("read key: %w", err)
-	case !now.Before(row.ExpiresAt):
+	case found.Expired:
 		// Expired but not yet pruned: as if never used.
 		previous = &row.ClaimID
 	case !bytes.Equal(row.Fingerprint, req.fingerprint):
 		return verdictMismatch, nil, nil
 	case row.Status == statusCompleted:
-		return verdictReplay, &row, nil
-	case now.Before(row.ClaimedAt.Add(m.conf.InProgressTimeout)):
+		return verdictReplay, row, nil
+	case !found.ClaimTimedOut:
 		return verdictBusy, nil, nil
 	default:
 		m.conf.Logger.WarnContext(ctx, "idempotency: taking over a key left in progress past InProgressTimeout",
@@ -87,14 +91,13 @@ func (m *Middleware) claim(ctx context.Context, tx pgx.Tx, req *keyedRequest) (v
 	}
 
 	n, err := q.IdempotencyKeyClaim(ctx, dbsqlc.IdempotencyKeyClaimParams{
-		Route:           req.route,
-		Principal:       req.principal,
-		IdempotencyKey:  req.key,
-		Fingerprint:     req.fingerprint,
-		ClaimID:         req.claimID,
-		ClaimedAt:       now,
-		ExpiresAt:       now.Add(m.conf.KeyRetention),
-		PreviousClaimID: previous,
+		Route:               req.route,
+		Principal:           req.principal,
+		IdempotencyKey:      req.key,
+		Fingerprint:         req.fingerprint,
+		ClaimID:             req.claimID,
+		KeyRetentionSeconds: m.conf.KeyRetention.Seconds(),
+		PreviousClaimID:     previous,
 	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("claim key: %w", err)
@@ -126,14 +129,14 @@ func (m *Middleware) complete(ctx context.Context, db dbsqlc.DBTX, req *keyedReq
 	}
 	// nil stores NULL: body not kept. An empty body is stored empty.
 	var body []byte
-	if limit := m.conf.MaxStoredResponseBody; limit < 0 || int64(len(rec.body)) <= limit {
+	if limit := m.conf.MaxStoredResponseBody; !rec.overflowed && (limit < 0 || rec.size <= limit) {
 		body = append([]byte{}, rec.body...)
 	} else {
+		// Past the buffer, size is what was written so far.
 		m.conf.Logger.WarnContext(ctx, "idempotency: response body larger than MaxStoredResponseBody; replays will carry no body",
-			"route", req.route, "key", req.key, "size", len(rec.body), "limit", limit)
+			"route", req.route, "key", req.key, "size", rec.size, "streamed", rec.overflowed, "limit", limit)
 	}
 	n, err := dbsqlc.New(db).IdempotencyKeyComplete(ctx, dbsqlc.IdempotencyKeyCompleteParams{
-		CompletedAt:     m.conf.Now(),
 		ResponseStatus:  int32(rec.finish()),
 		ResponseHeaders: headers,
 		ResponseBody:    body,
@@ -218,6 +221,9 @@ func (m *Middleware) replay(w http.ResponseWriter, row *dbsqlc.WharfIdempotencyK
 		dst[name] = values
 	}
 	dst.Set(HeaderReplayed, "true")
+	if row.ResponseBody == nil {
+		dst.Set(HeaderBodyOmitted, "true")
+	}
 	w.WriteHeader(int(*row.ResponseStatus))
 	_, _ = w.Write(row.ResponseBody)
 }

@@ -23,6 +23,9 @@ const (
 	// DefaultMaxStoredResponseBody is the largest response body stored for
 	// replay, in bytes.
 	DefaultMaxStoredResponseBody = 64 << 10
+	// DefaultMaxBufferedResponseBody is the most response body held in
+	// memory per request, in bytes.
+	DefaultMaxBufferedResponseBody = 1 << 20
 )
 
 // PrincipalFunc returns who a request acts for (the authenticated account,
@@ -66,13 +69,17 @@ type Config struct {
 
 	// KeyRetention is how long a key, with its stored response, is kept
 	// after it is claimed. An expired key is treated as never used, even
-	// before DeleteExpired removes it. In non-transactional mode it must
+	// before DeleteExpired removes it. Claim time and expiry are the
+	// database's clock, never a node's, so nodes whose clocks disagree
+	// agree on which keys have expired. In non-transactional mode it must
 	// exceed InProgressTimeout. Defaults to DefaultKeyRetention (24 hours).
 	KeyRetention time.Duration
 
 	// InProgressTimeout is how long a key may stay in progress before a
 	// retry of the same request may take it over, on the presumption that
-	// the process that claimed it died. It matters in non-transactional mode
+	// the process that claimed it died. It is measured by the database's
+	// clock from the claim, so a node whose clock runs ahead of the
+	// claimant's cannot take over early. It matters in non-transactional mode
 	// only (a transactional claim is never committed in progress) and must
 	// exceed the longest the handler can run: a takeover while the first
 	// handler still runs would run the handler twice. In non-transactional
@@ -95,9 +102,29 @@ type Config struct {
 	// MaxStoredResponseBody is the largest response body, in bytes, stored
 	// for replay. A larger response is still sent in full and the key still
 	// completed, but its replays carry the status and headers with an empty
-	// body (a truncated body would be worse than none). Defaults to
-	// DefaultMaxStoredResponseBody (64 KiB); -1 removes the limit.
+	// body and HeaderBodyOmitted (a truncated body would be worse than
+	// none). It may not exceed MaxBufferedResponseBody. Defaults to
+	// DefaultMaxStoredResponseBody (64 KiB); -1 removes the limit, and then
+	// MaxBufferedResponseBody must be -1 too.
 	MaxStoredResponseBody int64
+
+	// MaxBufferedResponseBody bounds the memory a request holds: the most
+	// response body, in bytes, the middleware buffers while the handler
+	// writes, before anything is sent. A handler that writes more is
+	// treated by mode:
+	//
+	//   - Non-transactional: the outcome is recorded as the handler crosses
+	//     the limit (the key completed with the status and headers, the body
+	//     not stored, as past MaxStoredResponseBody; a 5xx, 408, 425 or 429
+	//     releases the key instead), and only then is the response sent,
+	//     the rest streaming to the client as the handler writes it.
+	//   - Transactional: nothing may reach the client before the commit, so
+	//     writes past the limit fail with ErrResponseTooLarge, the handler's
+	//     writes roll back, the key is released and the client gets 500.
+	//
+	// Defaults to DefaultMaxBufferedResponseBody (1 MiB); -1 removes the
+	// limit (the whole response is held in memory).
+	MaxBufferedResponseBody int64
 
 	// ReplayHeaders names the response headers stored and replayed with the
 	// status and body. Defaults to Content-Type and Location.
@@ -106,9 +133,6 @@ type Config struct {
 	// Logger receives the middleware's logs. Request and response bodies
 	// are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
-
-	// Now returns the current time. Defaults to time.Now.
-	Now func() time.Time
 }
 
 // resolve returns a copy of c (which may be nil) with defaults filled in, or
@@ -162,6 +186,7 @@ func (c *Config) resolve() (Config, error) {
 	}{
 		{"MaxRequestBody", &out.MaxRequestBody, DefaultMaxRequestBody},
 		{"MaxStoredResponseBody", &out.MaxStoredResponseBody, DefaultMaxStoredResponseBody},
+		{"MaxBufferedResponseBody", &out.MaxBufferedResponseBody, DefaultMaxBufferedResponseBody},
 	}
 	for _, l := range limits {
 		if *l.value < -1 {
@@ -170,6 +195,12 @@ func (c *Config) resolve() (Config, error) {
 		if *l.value == 0 {
 			*l.value = l.def
 		}
+	}
+	if buffered, stored := out.MaxBufferedResponseBody, out.MaxStoredResponseBody; buffered >= 0 && (stored < 0 || stored > buffered) {
+		// A body is stored from the buffer: one that was not buffered
+		// cannot be.
+		return out, fmt.Errorf("idempotency: Config.MaxStoredResponseBody (%d) exceeds Config.MaxBufferedResponseBody (%d); -1 means no limit",
+			stored, buffered)
 	}
 	if out.ReplayHeaders == nil {
 		out.ReplayHeaders = []string{"Content-Type", "Location"}
@@ -184,9 +215,6 @@ func (c *Config) resolve() (Config, error) {
 	out.ReplayHeaders = canonical
 	if out.Logger == nil {
 		out.Logger = slog.Default()
-	}
-	if out.Now == nil {
-		out.Now = time.Now
 	}
 	return out, nil
 }

@@ -9,6 +9,14 @@
 // the same request get that response again, marked `Idempotent-Replayed:
 // true`, and the handler does not run twice.
 //
+// [New] returns a [Middleware] for a pool, a [PrincipalFunc] (whom a key
+// belongs to) and a [Config]; [Middleware.Wrap] wraps each handler to
+// protect. In transactional mode a handler writes through [Tx], so its
+// writes commit with the key. Keys are read from [HeaderKey]; replays are
+// marked with [HeaderReplayed]. [DeleteExpired] prunes expired keys (package
+// jobs runs it on a schedule). The README's "Idempotency keys for your own
+// endpoints" section shows a setup and its configuration.
+//
 // # Response contract
 //
 //   - Methods not in Config.Methods (default POST, PATCH) pass through.
@@ -23,7 +31,9 @@
 //     its status is below 500, 4xx included, since those are deterministic —
 //     except 408, 425 and 429, which are transient (see below).
 //   - Same key, same request (method, path and query, body): the stored
-//     response, with `Idempotent-Replayed: true`.
+//     response, with `Idempotent-Replayed: true`. When the first response's
+//     body was over MaxStoredResponseBody, the replay has its status and
+//     ReplayHeaders, an empty body and `Idempotent-Body-Omitted: true`.
 //   - Same key, different request: 422.
 //   - Same key while the first request is still running: 409 with
 //     Retry-After, at once (never queued behind the running handler).
@@ -32,10 +42,16 @@
 //     (in transactional mode the handler's writes roll back), so a retry
 //     runs the handler again. Those answers mean "not now", not a verdict a
 //     retry should get back for as long as the key is kept.
+//   - Response body over Config.MaxBufferedResponseBody (default 1 MiB):
+//     see "Responses are buffered" below.
 //   - Request body over Config.MaxRequestBody: 413. The database unreachable,
 //     or the outcome not committed: 503, nothing recorded.
 //   - Keys expire Config.KeyRetention (default 24 h) after they are claimed;
 //     an expired key is as good as new. DeleteExpired prunes them.
+//
+// Every time the middleware stores or compares (claim, takeover, expiry,
+// pruning) is the database's clock, never a node's: nodes whose clocks
+// disagree still agree on which keys are in progress and which expired.
 //
 // Every answer of the middleware's own is JSON, {"error": "…"}.
 //
@@ -91,7 +107,7 @@
 // returns, then sent. A 5xx, a transient 4xx or a panic deletes the claim.
 // A process that dies mid-handler leaves the key in_progress: retries get
 // 409 until Config.InProgressTimeout (default 5 minutes) has passed since
-// the claim, after which a retry of the same request takes the key over and
+// the claim, by the database's clock, after which a retry of the same request takes the key over and
 // runs the handler. The timeout must exceed the handler's longest run, or a
 // slow first request and its retry could both run; the default errs long
 // because a duplicate effect is worse than a client waiting. KeyRetention
@@ -113,4 +129,24 @@
 // never sees a success that its retry would not replay. Handlers that stream
 // (http.Flusher) are not supported; informational (1xx) responses are
 // dropped.
+//
+// The buffer is bounded by Config.MaxBufferedResponseBody (default 1 MiB),
+// so a request holds at most that much response in memory. A handler that
+// writes more:
+//
+//   - Non-transactional: its effects have happened, so its answer is sent,
+//     whole. As the body crosses the limit the outcome is recorded (the key
+//     completed with the status and ReplayHeaders but no body, as past
+//     MaxStoredResponseBody; a status that is not stored releases the key),
+//     and only then does the response start, the rest streaming as the
+//     handler writes it. A retry gets the status and headers with
+//     `Idempotent-Body-Omitted: true`, never a truncated body, and never a
+//     second run. A handler that panics after that point leaves the key
+//     completed: the client got the status, and a truncated body.
+//   - Transactional: nothing may be sent before the commit, so the rest
+//     cannot be sent at all. Writes past the limit fail with
+//     ErrResponseTooLarge, the transaction rolls back (the handler's writes
+//     and the key), and the client gets 500: no effect, and a retry runs
+//     the handler again. Size the limit above the largest response the
+//     handler sends.
 package idempotency

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/wharfhq/wharf/idempotency"
+	"github.com/wharfhq/wharf/internal/testdb"
 )
 
 // A payout endpoint that requires a key and debits a balance in the same
@@ -17,7 +18,7 @@ import (
 // balance is debited once.
 func ExampleMiddleware_Wrap() {
 	ctx := context.Background()
-	pool, cleanup := exampleDatabase() // a pool on a database migrated with wharf.Migrate
+	pool, cleanup := testdb.ForExample() // a pool on a database migrated with wharf.Migrate
 	defer cleanup()
 	if _, err := pool.Exec(ctx, `
 		CREATE TABLE balances (account text PRIMARY KEY, balance bigint NOT NULL);

@@ -16,6 +16,12 @@ const HeaderKey = "Idempotency-Key"
 // than produced by the handler.
 const HeaderReplayed = "Idempotent-Replayed"
 
+// HeaderBodyOmitted is set to "true", beside HeaderReplayed, on a replay
+// whose body is empty because the first response's body was larger than
+// the middleware stores (Config.MaxStoredResponseBody): the status and
+// headers are the first response's, the body is not.
+const HeaderBodyOmitted = "Idempotent-Body-Omitted"
+
 // MaxKeyLength is the longest idempotency key accepted, in bytes.
 const MaxKeyLength = 255
 

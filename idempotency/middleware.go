@@ -194,7 +194,8 @@ func checkScope(s string) error {
 }
 
 // serveAlone handles a keyed request in non-transactional mode: the claim
-// commits before the handler runs, the outcome is recorded after.
+// commits before the handler runs, the outcome is recorded after it, or as
+// soon as its response outgrows the buffer.
 func (m *Middleware) serveAlone(w http.ResponseWriter, r *http.Request, next http.Handler, req *keyedRequest) {
 	ctx := r.Context()
 	v, row, err := m.claimAlone(ctx, req)
@@ -207,19 +208,39 @@ func (m *Middleware) serveAlone(w http.ResponseWriter, r *http.Request, next htt
 		return
 	}
 
-	rec := newRecorder()
-	returned := false
+	var rec *recorder
+	settled := false
+	settle := func() {
+		settled = true
+		m.settleAlone(ctx, req, rec)
+	}
+	rec = newRecorder(m.conf.MaxBufferedResponseBody, func() http.ResponseWriter {
+		// Past the buffer: the status and headers are final, so the
+		// outcome is recorded now, before the client sees any of it,
+		// and the response then streams.
+		settle()
+		rec.sendTo(w)
+		return w
+	})
 	defer func() {
-		if !returned { // the handler panicked; the panic goes on up
+		if !settled { // the handler panicked; the panic goes on up
 			m.release(ctx, req)
 		}
 	}()
 	next.ServeHTTP(rec, r)
-	returned = true
+	if rec.streaming() {
+		return
+	}
+	settle()
+	rec.sendTo(w)
+}
 
+// settleAlone records a non-transactional handler's outcome: it completes
+// req's key with rec's response, or releases the key when the response is
+// not one to store.
+func (m *Middleware) settleAlone(ctx context.Context, req *keyedRequest, rec *recorder) {
 	if !storable(rec.finish()) {
 		m.release(ctx, req)
-		rec.sendTo(w)
 		return
 	}
 	fctx, cancel := finishContext(ctx)
@@ -228,18 +249,17 @@ func (m *Middleware) serveAlone(w http.ResponseWriter, r *http.Request, next htt
 	switch {
 	case err != nil:
 		// The handler's effects happened and cannot be undone here; its
-		// answer is the truth, so send it. The key stays in progress:
-		// retries get 409 until InProgressTimeout has passed since the
-		// claim, and then a retry takes the key over and runs the handler
-		// again — a second effect, which is why completeRetrying tries
-		// more than once and why transactional mode exists.
+		// answer is the truth, so it is sent all the same. The key stays
+		// in progress: retries get 409 until InProgressTimeout has passed
+		// since the claim, and then a retry takes the key over and runs the
+		// handler again — a second effect, which is why completeRetrying
+		// tries more than once and why transactional mode exists.
 		m.conf.Logger.ErrorContext(ctx, "idempotency: response not recorded; the key stays in progress until InProgressTimeout, after which a retry runs the handler again",
 			"route", req.route, "key", req.key, "error", err)
 	case !kept:
 		m.conf.Logger.WarnContext(ctx, "idempotency: claim lost while the handler ran (it outlived InProgressTimeout); response not recorded",
 			"route", req.route, "key", req.key)
 	}
-	rec.sendTo(w)
 }
 
 // serveTx handles a request in transactional mode. req is nil for a request
@@ -294,9 +314,18 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 
-	rec := newRecorder()
+	// Nothing may reach the client before the commit, so a response too
+	// large to buffer cannot be sent: it is refused, and the handler's
+	// writes roll back.
+	rec := newRecorder(m.conf.MaxBufferedResponseBody, nil)
 	next.ServeHTTP(rec, r.WithContext(withTx(ctx, handlerTx)))
 
+	if rec.overflowed {
+		m.conf.Logger.ErrorContext(ctx, "idempotency: response body larger than MaxBufferedResponseBody; rolled back",
+			append(logArgs, "status", rec.status, "limit", m.conf.MaxBufferedResponseBody)...)
+		writeError(w, http.StatusInternalServerError, msgTooLarge)
+		return
+	}
 	if !storable(rec.finish()) {
 		rec.sendTo(w) // the deferred rollback undoes the handler's writes and releases the key
 		return

@@ -32,6 +32,7 @@ func TestRetryAfterSuccessReplays(t *testing.T) {
 			require.Equal(t, first.header.Get("Content-Type"), again.header.Get("Content-Type"))
 			require.Equal(t, first.header.Get("Location"), again.header.Get("Location"))
 			require.True(t, again.replayed())
+			require.Empty(t, again.header.Get(idempotency.HeaderBodyOmitted), "the body was stored")
 			require.Empty(t, again.header.Get("X-Trace"), "only ReplayHeaders are stored")
 		}
 		require.EqualValues(t, 1, b.calls.Load())
@@ -374,10 +375,10 @@ func TestExpiredKeyIsNew(t *testing.T) {
 
 		changed := payoutOf("key-1")
 		changed.body = payoutBody("acct_1", 25)
-		b.clock.Advance(time.Hour - time.Second)
+		b.age(t, "key-1", time.Hour-time.Second)
 		require.Equal(t, http.StatusUnprocessableEntity, b.do(t, changed).status, "not expired yet")
 
-		b.clock.Advance(time.Second)
+		b.age(t, "key-1", time.Second)
 		res := b.do(t, changed)
 		require.Equal(t, http.StatusCreated, res.status, res.body)
 		require.False(t, res.replayed())
@@ -401,10 +402,10 @@ func TestStuckKeyIsTakenOverAfterTimeout(t *testing.T) {
 	firstDone := b.sendAsync(payoutOf("key-1"))
 	entered.wait()
 
-	b.clock.Advance(time.Minute - time.Second)
+	b.age(t, "key-1", time.Minute-time.Second)
 	require.Equal(t, http.StatusConflict, b.do(t, payoutOf("key-1")).status)
 
-	b.clock.Advance(time.Second)
+	b.age(t, "key-1", time.Second)
 	second := b.do(t, payoutOf("key-1"))
 	require.Equal(t, http.StatusCreated, second.status, second.body)
 	require.False(t, second.replayed())
@@ -454,6 +455,7 @@ func TestBodyLimits(t *testing.T) {
 		again := b.do(t, payoutOf("key-1"))
 		require.Equal(t, http.StatusAccepted, again.status)
 		require.True(t, again.replayed())
+		require.Equal(t, "true", again.header.Get(idempotency.HeaderBodyOmitted))
 		require.Equal(t, "text/plain", again.header.Get("Content-Type"))
 		require.Empty(t, again.body)
 		require.EqualValues(t, 1, b.calls.Load())
@@ -496,6 +498,11 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"NegativeRetryAfter", idempotency.Config{RetryAfter: -time.Second}, "Config.RetryAfter is negative"},
 		{"RequestLimit", idempotency.Config{MaxRequestBody: -2}, "Config.MaxRequestBody is -2"},
 		{"ResponseLimit", idempotency.Config{MaxStoredResponseBody: -2}, "Config.MaxStoredResponseBody is -2"},
+		{"BufferLimit", idempotency.Config{MaxBufferedResponseBody: -2}, "Config.MaxBufferedResponseBody is -2"},
+		{"StoredAboveBuffered", idempotency.Config{MaxStoredResponseBody: 2 << 20},
+			"Config.MaxStoredResponseBody (2097152) exceeds Config.MaxBufferedResponseBody (1048576)"},
+		{"StoredUnlimitedBufferedNot", idempotency.Config{MaxStoredResponseBody: -1, MaxBufferedResponseBody: 1 << 30},
+			"Config.MaxStoredResponseBody (-1) exceeds Config.MaxBufferedResponseBody (1073741824)"},
 		{"HeaderName", idempotency.Config{ReplayHeaders: []string{"Bad Header"}}, `"Bad Header" is not a header name`},
 		{"RetentionNotAboveTimeout", idempotency.Config{KeyRetention: time.Minute, InProgressTimeout: time.Minute},
 			"KeyRetention (1m0s) must be longer than Config.InProgressTimeout (1m0s)"},
@@ -506,6 +513,9 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		_, err := idempotency.New(pool, accountPrincipal, &tt.config)
 		require.ErrorContains(t, err, tt.want, tt.name)
 	}
+
+	_, err = idempotency.New(pool, accountPrincipal, &idempotency.Config{MaxStoredResponseBody: -1, MaxBufferedResponseBody: -1})
+	require.NoError(t, err, "no limit on either")
 
 	// A transactional claim is never committed in progress: no constraint.
 	_, err = idempotency.New(pool, accountPrincipal, &idempotency.Config{Transactional: true, KeyRetention: time.Minute})

@@ -5,15 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
-// DeleteExpired deletes the idempotency keys that expired at or before now
-// and returns how many it deleted. It is the pruning step for a periodic
+// DeleteExpired deletes the idempotency keys that have expired and returns
+// how many it deleted. Expiry is judged by the database's clock, which set
+// each key's expiry, never by the caller's: a node whose clock runs ahead
+// must not delete a key that a retry may still need. It is the pruning step for a periodic
 // job; a middleware never needs it for correctness, since it treats an
 // expired key as unused anyway.
 //
@@ -27,14 +28,12 @@ import (
 // nodes at once.
 //
 // ctx is checked between batches: when it ends, DeleteExpired returns the
-// count so far with ctx's error. A nil pool, a zero now or a batchSize below
-// 1 or above math.MaxInt32 is an error, and nothing is deleted.
-func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, now time.Time, batchSize int) (int, error) {
+// count so far with ctx's error. A nil pool or a batchSize below 1 or above
+// math.MaxInt32 is an error, and nothing is deleted.
+func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, batchSize int) (int, error) {
 	switch {
 	case pool == nil:
 		return 0, errors.New("idempotency: DeleteExpired: pool is nil")
-	case now.IsZero():
-		return 0, errors.New("idempotency: DeleteExpired: now is the zero time")
 	case batchSize < 1 || batchSize > math.MaxInt32:
 		return 0, fmt.Errorf("idempotency: DeleteExpired: batchSize %d is outside 1..%d", batchSize, math.MaxInt32)
 	}
@@ -44,10 +43,7 @@ func DeleteExpired(ctx context.Context, pool *pgxpool.Pool, now time.Time, batch
 		if err := ctx.Err(); err != nil {
 			return deleted, err
 		}
-		n, err := q.IdempotencyKeyDeleteExpired(ctx, dbsqlc.IdempotencyKeyDeleteExpiredParams{
-			Now:     now,
-			MaxRows: int32(batchSize),
-		})
+		n, err := q.IdempotencyKeyDeleteExpired(ctx, int32(batchSize))
 		deleted += int(n)
 		if err != nil {
 			return deleted, fmt.Errorf("idempotency: delete expired keys: %w", err)

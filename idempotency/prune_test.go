@@ -25,39 +25,41 @@ func TestDeleteExpired(t *testing.T) {
 	for i := range 5 {
 		claim(fmt.Sprintf("old-%d", i))
 	}
-	oldExpiry := b.clock.Now().Add(time.Hour)
-	b.clock.Advance(30 * time.Minute)
 	claim("new-0")
 	claim("new-1")
 	require.Equal(t, 7, b.keyCount(t))
 
 	t.Run("BadInputDeletesNothing", func(t *testing.T) {
 		for _, size := range []int{0, -1, math.MaxInt32 + 1} {
-			n, err := idempotency.DeleteExpired(ctx, b.pool, oldExpiry, size)
+			n, err := idempotency.DeleteExpired(ctx, b.pool, size)
 			require.ErrorContains(t, err, "batchSize")
 			require.Zero(t, n)
 		}
-		n, err := idempotency.DeleteExpired(ctx, b.pool, time.Time{}, 10)
-		require.ErrorContains(t, err, "zero time")
-		require.Zero(t, n)
-		n, err = idempotency.DeleteExpired(ctx, nil, oldExpiry, 10)
+		n, err := idempotency.DeleteExpired(ctx, nil, 10)
 		require.ErrorContains(t, err, "pool is nil")
 		require.Zero(t, n)
 		cancelled, cancel := context.WithCancel(ctx)
 		cancel()
-		n, err = idempotency.DeleteExpired(cancelled, b.pool, oldExpiry, 10)
+		n, err = idempotency.DeleteExpired(cancelled, b.pool, 10)
 		require.ErrorIs(t, err, context.Canceled)
 		require.Zero(t, n)
 		require.Equal(t, 7, b.keyCount(t))
 	})
 
 	t.Run("NothingBeforeExpiry", func(t *testing.T) {
-		n, err := idempotency.DeleteExpired(ctx, b.pool, oldExpiry.Add(-time.Microsecond), 10)
+		for i := range 5 {
+			b.age(t, fmt.Sprintf("old-%d", i), time.Hour-time.Minute)
+		}
+		n, err := idempotency.DeleteExpired(ctx, b.pool, 10)
 		require.NoError(t, err)
 		require.Zero(t, n)
+		require.Equal(t, 7, b.keyCount(t))
 	})
 
 	t.Run("BatchesSkipLockedKeys", func(t *testing.T) {
+		for i := range 5 {
+			b.age(t, fmt.Sprintf("old-%d", i), time.Minute)
+		}
 		// A request in flight holding an expired key (reclaiming it) must
 		// not make pruning wait.
 		tx, err := b.pool.Begin(ctx)
@@ -66,13 +68,13 @@ func TestDeleteExpired(t *testing.T) {
 		_, err = tx.Exec(ctx, "SELECT 1 FROM wharf_idempotency_keys WHERE idempotency_key = 'old-0' FOR UPDATE")
 		require.NoError(t, err)
 
-		n, err := idempotency.DeleteExpired(ctx, b.pool, oldExpiry, 2)
+		n, err := idempotency.DeleteExpired(ctx, b.pool, 2)
 		require.NoError(t, err)
 		require.Equal(t, 4, n, "batches of 2, 2 and 0, the locked key skipped")
 		require.Equal(t, "completed", b.keyStatus(t, "old-0"))
 
 		require.NoError(t, tx.Rollback(ctx))
-		n, err = idempotency.DeleteExpired(ctx, b.pool, oldExpiry, 2)
+		n, err = idempotency.DeleteExpired(ctx, b.pool, 2)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		require.Equal(t, 2, b.keyCount(t))

@@ -2,27 +2,47 @@ package idempotency
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 )
 
-// recorder buffers a handler's response. Nothing reaches the client until
-// the outcome is recorded: a client must never see a success that a retry
-// would not replay.
+// ErrResponseTooLarge is returned by the ResponseWriter a transactional
+// Middleware gives the handler when the response body would grow past
+// Config.MaxBufferedResponseBody: nothing more is taken, and the middleware
+// answers 500 and rolls the handler's writes back once the handler returns.
+var ErrResponseTooLarge = errors.New("idempotency: response body larger than Config.MaxBufferedResponseBody")
+
+// recorder buffers a handler's response, up to limit bytes of body. Nothing
+// reaches the client until the outcome is recorded: a client must never see
+// a success that a retry would not replay.
+//
+// A body that would grow past limit calls overflow once, before the write
+// that crosses it. overflow settles the outcome and returns where the
+// response goes from then on (the client: it has been sent the status, the
+// headers and the body so far), or nil to refuse the rest, which Write then
+// does with ErrResponseTooLarge.
 //
 // Handlers that stream (http.Flusher) are not supported: flushing is not
-// offered, and the response is sent whole once the handler returns.
+// offered, and the response is sent once the handler returns (or, past
+// limit, as overflow decides).
 type recorder struct {
 	header http.Header
 	sent   http.Header // header as it was when the status was written
 	status int
 	body   []byte
+	size   int64 // body bytes the handler wrote, including any not buffered
+	limit  int64 // most body bytes buffered; -1 none
+
+	overflow   func() http.ResponseWriter
+	overflowed bool
+	stream     http.ResponseWriter // where the body goes after overflow, when anywhere
 }
 
-func newRecorder() *recorder {
-	return &recorder{header: http.Header{}}
+func newRecorder(limit int64, overflow func() http.ResponseWriter) *recorder {
+	return &recorder{header: http.Header{}, limit: limit, overflow: overflow}
 }
 
 func (rec *recorder) Header() http.Header { return rec.header }
@@ -44,8 +64,42 @@ func (rec *recorder) Write(p []byte) (int, error) {
 	if rec.status == 0 {
 		rec.WriteHeader(http.StatusOK)
 	}
+	switch {
+	case rec.stream != nil:
+		return rec.streamed(p)
+	case rec.overflowed:
+		return 0, ErrResponseTooLarge
+	case rec.limit < 0 || rec.size+int64(len(p)) <= rec.limit:
+		rec.buffer(p)
+		rec.size += int64(len(p))
+		return len(p), nil
+	}
+	rec.overflowed = true
+	if rec.overflow != nil {
+		rec.stream = rec.overflow()
+	}
+	rec.body = nil // sent, or never to be: either way not held
+	if rec.stream == nil {
+		return 0, ErrResponseTooLarge
+	}
+	return rec.streamed(p)
+}
+
+func (rec *recorder) streamed(p []byte) (int, error) {
+	n, err := rec.stream.Write(p)
+	rec.size += int64(n)
+	return n, err
+}
+
+// buffer appends p to the body, which it grows as append does but never
+// beyond limit: memory held per request stays within limit.
+func (rec *recorder) buffer(p []byte) {
+	if need := len(rec.body) + len(p); need > cap(rec.body) && rec.limit >= 0 {
+		grown := make([]byte, len(rec.body), min(max(2*cap(rec.body), need, 512), int(rec.limit)))
+		copy(grown, rec.body)
+		rec.body = grown
+	}
 	rec.body = append(rec.body, p...)
-	return len(p), nil
 }
 
 // finish settles the status of a handler that wrote nothing (200, as
@@ -56,6 +110,10 @@ func (rec *recorder) finish() int {
 	}
 	return rec.status
 }
+
+// streaming reports whether the response went to the client as the handler
+// wrote it, past limit: it has been sent already.
+func (rec *recorder) streaming() bool { return rec.stream != nil }
 
 // sendTo writes the buffered response to w.
 func (rec *recorder) sendTo(w http.ResponseWriter) {
@@ -92,6 +150,7 @@ const (
 	msgHandlerTx    = "idempotency: the handler left its transaction failed; nothing was recorded"
 	msgBadScope     = "idempotency: cannot scope the Idempotency-Key (see the server log)"
 	msgCorrupt      = "idempotency: the stored response for this Idempotency-Key is unreadable"
+	msgTooLarge     = "idempotency: the response was larger than the middleware buffers (Config.MaxBufferedResponseBody); nothing was committed"
 )
 
 // writeError answers status with the JSON body {"error": msg}.

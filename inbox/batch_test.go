@@ -357,19 +357,26 @@ func TestHandlerCannotEndItsTransaction(t *testing.T) {
 	b := setup(t, nil)
 	createEffects(t, b.pool)
 	var endErrs sync.Map
+	var failedOnce atomic.Bool
 	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 		if err := applyEffect(ctx, tx, msg); err != nil {
 			return err
 		}
 		endErrs.Store(msg.EventID+"/commit", tx.Commit(ctx))
 		endErrs.Store(msg.EventID+"/rollback", tx.Rollback(ctx))
+		if msg.EventID == "fails_once" && failedOnce.CompareAndSwap(false, true) {
+			// Committed (as it thinks), then failed: the retry must not
+			// find a first effect already applied.
+			return errors.New("failed after committing")
+		}
 		return nil // ignoring the errors, as a careless handler would
 	})
+	receiveMany(t, b.pool, b.inbox, payments("fails_once"))
 	receiveMany(t, b.pool, b.inbox, payments("alone"))
 	receiveMany(t, b.pool, b.inbox, payments("batched_1", "batched_2"))
 	b.startWorkers(t)
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
-	for _, id := range []string{"alone", "batched_1", "batched_2"} {
+	for _, id := range []string{"fails_once", "alone", "batched_1", "batched_2"} {
 		require.Equal(t, 1, effectCount(t, b.pool, id), id)
 		for _, op := range []string{"/commit", "/rollback"} {
 			err, _ := endErrs.Load(id + op)

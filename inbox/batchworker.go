@@ -165,7 +165,9 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 		return nil
 	}
 	if err := sp.undo(ctx, tx); err != nil {
-		return &batchFatalError{fmt.Errorf("inbox: roll back handler of message %s: %w (handler: %v)", msg.ID, err, herr)}
+		// The handler's error is left out: this one may reach River's
+		// job row, beyond the reach of erasure (see handlerFailed).
+		return &batchFatalError{fmt.Errorf("inbox: roll back handler of message %s: %w", msg.ID, err)}
 	}
 	return herr
 }

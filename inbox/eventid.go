@@ -12,7 +12,8 @@ import (
 	"strings"
 )
 
-// HeaderEventID is the generic event-id header tried after a source's own.
+// HeaderEventID is the generic event-id header, read only when the source's
+// verifier signs it or the source names it as its IDHeader.
 const HeaderEventID = "X-Event-ID"
 
 const (
@@ -48,15 +49,18 @@ func parseBody(raw []byte) parsedBody {
 }
 
 // identify returns the event id and type of a request, following the
-// source's priority: its id header, X-Event-ID, its body fields, then the
-// SHA-256 of the canonical JSON (of the raw body when it is not JSON).
+// source's priority: its id header (see Source.idHeaders), its body fields,
+// then the SHA-256 of the canonical JSON (of the raw body when it is not
+// JSON).
 func (s *Source) identify(h http.Header, body parsedBody) (id, eventType string, err error) {
 	id, err = s.eventID(h, body)
 	if err != nil {
 		return "", "", err
 	}
-	if name := s.typeHeader(); name != "" {
-		eventType = strings.TrimSpace(h.Get(name))
+	for _, name := range s.typeHeaders() {
+		if eventType = strings.TrimSpace(h.Get(name)); eventType != "" {
+			break
+		}
 	}
 	if eventType == "" {
 		for _, field := range s.typeFields() {

@@ -30,7 +30,11 @@ func TestEventIDPriority(t *testing.T) {
 	}{
 		{"SchemeHeaderFirst", Source{Verifier: sw},
 			http.Header{"Webhook-Id": {"msg_1"}, "X-Event-Id": {"x_1"}}, `{"id":"b_1","type":"t"}`, "msg_1", "t"},
-		{"XEventIDWithoutLocation", Source{Verifier: plain},
+		// An unsigned X-Event-ID never outranks the body: it is read only
+		// when the verifier signs it or the source names it.
+		{"XEventIDUnsignedIgnored", Source{Verifier: plain},
+			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "b_1", ""},
+		{"XEventIDNamedBySource", Source{Verifier: plain, IDHeader: HeaderEventID},
 			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "x_1", ""},
 		{"XEventIDIgnoredWhenSchemeLocatesID", Source{Verifier: sw},
 			http.Header{"X-Event-Id": {"x_1"}}, `{"id":"b_1"}`, "b_1", ""},
@@ -134,6 +138,10 @@ func FuzzIdentify(f *testing.F) {
 func TestProviderPresets(t *testing.T) {
 	t.Parallel()
 	secrets := signature.Secrets{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+	signedXEventID, err := signature.NewHMAC(secrets, signature.HMACConfig{SignatureHeader: "X-Sig", Template: "{header:X-Event-ID}.{body}"}, nil)
+	require.NoError(t, err)
+	bodyOnly, err := signature.NewHMAC(secrets, signature.HMACConfig{SignatureHeader: "X-Sig"}, nil)
+	require.NoError(t, err)
 	tests := []struct {
 		name     string
 		verifier signature.Verifier
@@ -162,6 +170,32 @@ func TestProviderPresets(t *testing.T) {
 			http.Header{"I-Twilio-Idempotency-Token": {"0f5ad8a2"}}, `{"id":"x"}`, "0f5ad8a2", ""},
 		{"Svix", signature.NewSvix(secrets, nil),
 			http.Header{"Svix-Id": {"msg_1"}}, `{"type":"user.created"}`, "msg_1", "user.created"},
+		// Svix's whitelabelled headers: webhook-id, signed when svix-id is
+		// absent (a request carrying svix-id is verified with svix-*).
+		{"SvixWebhookHeaders", signature.NewSvix(secrets, nil),
+			http.Header{"Webhook-Id": {"msg_2"}}, `{"type":"user.created"}`, "msg_2", "user.created"},
+		{"SvixIDFirst", signature.NewSvix(secrets, nil),
+			http.Header{"Webhook-Id": {"msg_w"}, "Svix-Id": {"msg_s"}}, `{}`, "msg_s", ""},
+		// Standard Webhooks reads webhook-id only: a svix-id is not its id.
+		{"StandardWebhooksIgnoresSvixID", signature.NewStandardWebhooks(secrets, nil),
+			http.Header{"Svix-Id": {"msg_s"}}, `{"id":"body"}`, "body", ""},
+		// Shopify's Events deliveries: unprefixed lower-case headers, which
+		// Go keys as Shopify-Event-Id, apart from X-Shopify-Event-Id.
+		{"ShopifyEventsHeaders", signature.NewShopify(secrets, nil),
+			http.Header{"Shopify-Event-Id": {"evt-2"}, "Shopify-Webhook-Id": {"wh-2"}, "Shopify-Topic": {"products/update"}}, `{"id":9}`, "evt-2", "products/update"},
+		{"ShopifyEventsWebhookIDFallback", signature.NewShopify(secrets, nil),
+			http.Header{"Shopify-Webhook-Id": {"wh-2"}}, `{"id":9}`, "wh-2", ""},
+		{"ShopifyEventIDBeforeWebhookID", signature.NewShopify(secrets, nil),
+			http.Header{"X-Shopify-Webhook-Id": {"wh-1"}, "Shopify-Event-Id": {"evt-2"}}, `{"id":9}`, "evt-2", ""},
+		{"ShopifyPrefixedFirst", signature.NewShopify(secrets, nil),
+			http.Header{"X-Shopify-Event-Id": {"evt-1"}, "Shopify-Event-Id": {"evt-2"}, "X-Shopify-Topic": {"orders/create"}, "Shopify-Topic": {"x"}}, `{"id":9}`, "evt-1", "orders/create"},
+		// X-Event-ID is read when the signature covers it…
+		{"HMACSigningXEventID", signedXEventID, http.Header{"X-Event-Id": {"evt-h"}}, `{"id":"body"}`, "evt-h", ""},
+		// …and never when it does not: the signed body decides.
+		{"HMACBodyOnlyIgnoresXEventID", bodyOnly, http.Header{"X-Event-Id": {"forged"}}, `{"id":"body"}`, "body", ""},
+		// The hash is `printf %s {"a":1} | sha256sum`.
+		{"UnknownVerifierIgnoresXEventID", signature.VerifierFunc(nil), http.Header{"X-Event-Id": {"forged"}},
+			`{"a":1}`, "sha256:015abd7f5cc57a2dd94b7590f04ad8084273905ee33ec5cebeae62276a97f862", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

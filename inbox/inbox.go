@@ -1,15 +1,3 @@
-// Package inbox receives webhooks exactly once.
-//
-// Receiving a message is one transaction: the dedupe key (source, event id)
-// is claimed, the raw message stored and its River job inserted; only then is
-// the sender answered. A River worker later runs the application's Handler in
-// a transaction that also marks the message processed and completes the job,
-// so the handler's effect commits exactly once however often the sender
-// retries, the worker crashes or duplicates arrive concurrently.
-//
-// Use Handler for HTTP (signature verification, body limits, event-id
-// extraction and the response contract) or Receive to feed messages from any
-// other transport inside a transaction of your own.
 package inbox
 
 import (

@@ -34,7 +34,8 @@ type Incoming struct {
 	// EventType selects the handler; may be empty.
 	EventType string
 	// Header holds the request headers to keep with the message.
-	// Credentials (Authorization, Cookie, Proxy-Authorization) are dropped.
+	// Credentials and shared tokens are not stored (see
+	// Source.DropHeaders).
 	Header http.Header
 	// Body is the raw body, stored byte for byte.
 	Body []byte
@@ -113,7 +114,7 @@ func (ib *Inbox) ReceiveMany(ctx context.Context, tx pgx.Tx, msgs []Incoming) ([
 	var claims, repeats []*claim
 	seen := make(map[eventKey]bool, len(msgs))
 	for i := range msgs {
-		c, err := newClaim(i, &msgs[i])
+		c, err := newClaim(i, &msgs[i], ib.sources[msgs[i].Source])
 		if err != nil {
 			results[i].Err = err
 			continue
@@ -167,7 +168,7 @@ type claim struct {
 	proposed uuid.UUID // the message id, if the claim wins
 }
 
-func newClaim(index int, msg *Incoming) (*claim, error) {
+func newClaim(index int, msg *Incoming, src *Source) (*claim, error) {
 	if err := msg.validate(); err != nil {
 		return nil, err
 	}
@@ -176,7 +177,11 @@ func newClaim(index int, msg *Incoming) (*claim, error) {
 		sum := sha256.Sum256(msg.Body)
 		hash = sum[:]
 	}
-	headers, err := json.Marshal(storedHeaders(msg.Header))
+	var drop []string
+	if src != nil {
+		drop = src.DropHeaders
+	}
+	headers, err := json.Marshal(storedHeaders(msg.Header, drop))
 	if err != nil {
 		return nil, fmt.Errorf("%w: headers: %v", ErrInvalidMessage, err)
 	}
@@ -329,16 +334,34 @@ func validText(s string, min, max int) bool {
 	return n >= min && n <= max && utf8.ValidString(s) && !strings.ContainsRune(s, 0)
 }
 
-// credentialHeaders are never stored: they authenticate the sender to a
-// proxy or the app, and are secrets in their own right.
-var credentialHeaders = []string{"Authorization", "Cookie", "Proxy-Authorization"}
+// droppedHeaders are never stored with a message: credentials that
+// authenticate a sender to a proxy or the app, and the shared tokens that
+// some providers send in place of a signature. Each is a secret in its own
+// right. Source.DropHeaders adds to them; its doc lists them.
+var droppedHeaders = []string{
+	"Authorization",
+	"Cookie",
+	"Proxy-Authorization",
+	"X-Gitlab-Token",
+	"X-Goog-Channel-Token",
+	"X-Hook-Secret",
+	"X-Api-Key",
+	"Api-Key",
+	"X-Auth-Token",
+	"X-Webhook-Token",
+	"X-Webhook-Secret",
+}
 
-func storedHeaders(h http.Header) http.Header {
+// storedHeaders returns a copy of h without droppedHeaders and extra.
+func storedHeaders(h http.Header, extra []string) http.Header {
 	out := h.Clone()
 	if out == nil {
 		return http.Header{}
 	}
-	for _, name := range credentialHeaders {
+	for _, name := range droppedHeaders {
+		out.Del(name)
+	}
+	for _, name := range extra {
 		out.Del(name)
 	}
 	return out

@@ -65,6 +65,17 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	if row.ScrubbedAt != nil {
 		return fmt.Errorf("%w (message %s was erased)", ErrNotReplayable, id)
 	}
+	// Retention marks a day before it detaches its partition, under the
+	// lock held shared above, and holds no lock while it detaches.
+	dropping, err := q.PartitionDropMarked(ctx, dbsqlc.PartitionDropMarkedParams{
+		Parent: messagesTable, Day: partition.Day(row.ReceivedAt),
+	})
+	if err != nil {
+		return err
+	}
+	if dropping {
+		return fmt.Errorf("%w (message %s: retention is dropping its day)", ErrNotReplayable, id)
+	}
 	var oldJob *rivertype.JobRow
 	if row.JobID != nil {
 		oldJob, err = ib.river.JobGetTx(ctx, tx, *row.JobID)
@@ -150,17 +161,25 @@ func finalized(s rivertype.JobState) bool {
 	return s == rivertype.JobStateCompleted || s == rivertype.JobStateCancelled || s == rivertype.JobStateDiscarded
 }
 
-// Forget erases the body and headers of every stored delivery of the event
-// (source, eventID), for erasure requests, and returns how many messages it
-// erased. Metadata stays (ids, type, status, times), and so does the dedupe
-// key: a redelivery is still a duplicate and does not store the data again.
+// Forget erases the body, headers and last error of every stored delivery
+// of the event (source, eventID), for erasure requests, and returns how
+// many messages it erased. Metadata stays (ids, type, status, times), and
+// so does the dedupe key, as a tombstone kept for the retention jobs'
+// ErasedKeyRetention (90 days by default) from now, whatever the dedupe
+// window: a redelivery meanwhile is a duplicate and stores nothing.
 // A message not yet processed is marked dead, since it can no longer be
 // processed. It returns an error where errors.Is(err, ErrNotFound) is true
 // when no message has that event id.
 func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error) {
 	var erased int
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
-		rows, err := dbsqlc.New(tx).InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
+		q := dbsqlc.New(tx)
+		if _, err := q.InboxKeyTombstone(ctx, dbsqlc.InboxKeyTombstoneParams{
+			Now: ib.clock(), Source: source, EventID: eventID,
+		}); err != nil {
+			return err
+		}
+		rows, err := q.InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
 			Now: ib.clock(), Source: source, EventID: eventID,
 		})
 		if err != nil {

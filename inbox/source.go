@@ -30,10 +30,15 @@ type Source struct {
 	// anything is parsed or stored. Required: an unsigned source must say so
 	// explicitly with a signature.VerifierFunc that returns nil.
 	Verifier signature.Verifier
-	// IDHeader is the header holding the sender's event id. Defaults to the
-	// verifier's EventLocation().IDHeader, then its AltIDHeader, when it
-	// implements signature.EventLocator. X-Event-ID is tried only when
-	// neither this, IDFields nor the verifier locates the id.
+	// IDHeader is the header holding the sender's event id, read before the
+	// body. Defaults to the verifier's EventLocation().IDHeaders() in order
+	// (IDHeader, AltIDHeader, MoreIDHeaders), when it implements
+	// signature.EventLocator; then to X-Event-ID only when the verifier
+	// signs that header (a NewHMAC Template with {header:X-Event-ID}) and
+	// nothing else locates the id.
+	// Set it to a header the signature does not cover only for a sender
+	// that signs nothing else to dedupe on: a captured request replayed
+	// with a fresh value in it passes as a new event.
 	IDHeader string
 	// IDFields are JSON body fields (dotted paths reach into objects) tried
 	// in order for the event id after the headers. Defaults to the
@@ -42,7 +47,8 @@ type Source struct {
 	// body's canonical JSON (keys sorted, HashExcludeFields removed).
 	IDFields []string
 	// TypeHeader is the header holding the event type. Defaults to the
-	// verifier's EventLocation().TypeHeader.
+	// verifier's EventLocation().TypeHeaders() in order (TypeHeader, then
+	// MoreTypeHeaders).
 	TypeHeader string
 	// TypeFields are JSON body fields tried in order for the event type.
 	// Defaults to the verifier's EventLocation().TypeField, then "type",
@@ -63,6 +69,14 @@ type Source struct {
 	// OnMismatch is the answer to an event id reused with a different
 	// payload. Defaults to MismatchDuplicate.
 	OnMismatch MismatchPolicy
+	// DropHeaders names request headers never stored with this source's
+	// messages: a token header of the sender's own scheme, say. The
+	// Verifier still sees them. These are never stored, whatever the
+	// source: Authorization, Cookie, Proxy-Authorization and the shared
+	// tokens some providers send instead of a signature (X-Gitlab-Token,
+	// X-Goog-Channel-Token, X-Hook-Secret, X-Api-Key, Api-Key,
+	// X-Auth-Token, X-Webhook-Token, X-Webhook-Secret). Defaults to none.
+	DropHeaders []string
 }
 
 func (s *Source) validate() error {
@@ -96,21 +110,34 @@ func (s *Source) location() signature.EventLocation {
 	return signature.EventLocation{}
 }
 
-// idHeaders lists the headers tried for the event id, in order: the
-// source's IDHeader, else the scheme's own id headers. X-Event-ID is read
-// only when neither the source nor its scheme says where the id is: for a
-// scheme whose id is a body field (Stripe, Slack, Paddle), an unsigned header
-// must not override the signed id, or one captured request replayed with
-// fresh X-Event-IDs would pass as many events.
+// idHeaders lists the headers tried for the event id, before the body, in
+// order: the source's IDHeader; else the scheme's own id headers when the
+// signature covers them, or when neither the scheme nor the source names a
+// body field for the id (GitHub, Shopify, Twilio: their providers' ids are
+// unsigned headers, documented); else X-Event-ID when the verifier signs
+// it. A scheme's unsigned header is not read at all when a body field is
+// named (the body, or its hash, is signed), and an unsigned X-Event-ID is
+// never read: one captured request replayed with fresh values in it would
+// pass as many events, each applied.
 func (s *Source) idHeaders() []string {
 	if s.IDHeader != "" {
 		return []string{s.IDHeader}
 	}
 	loc := s.location()
-	if loc.IDHeader == "" && loc.AltIDHeader == "" && loc.IDField == "" && len(s.IDFields) == 0 {
+	names := loc.IDHeaders()
+	var out []string
+	for _, h := range names {
+		if loc.Signs(h) || (loc.IDField == "" && len(s.IDFields) == 0) {
+			out = append(out, h)
+		}
+	}
+	if len(names) > 0 {
+		return out
+	}
+	if loc.IDField == "" && len(s.IDFields) == 0 && loc.Signs(HeaderEventID) {
 		return []string{HeaderEventID}
 	}
-	return nonEmpty(loc.IDHeader, loc.AltIDHeader)
+	return nil
 }
 
 // idFields lists the body fields tried for the event id, in order.
@@ -121,12 +148,12 @@ func (s *Source) idFields() []string {
 	return nonEmpty(s.location().IDField, "id", "event_id", "messageId")
 }
 
-// typeHeader returns the header holding the event type, "" when none.
-func (s *Source) typeHeader() string {
+// typeHeaders lists the headers tried for the event type, in order.
+func (s *Source) typeHeaders() []string {
 	if s.TypeHeader != "" {
-		return s.TypeHeader
+		return []string{s.TypeHeader}
 	}
-	return s.location().TypeHeader
+	return s.location().TypeHeaders()
 }
 
 // typeFields lists the body fields tried for the event type, in order.

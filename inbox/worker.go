@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -211,11 +212,21 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[proces
 		log.ErrorContext(ctx, "inbox: recording failure", "error", err)
 	}
 	logFailure(ctx, log, msg, status, cause)
-	var cancelled *river.JobCancelError
-	if isPermanent(cause) && !errors.As(cause, &cancelled) {
-		return river.JobCancel(cause)
+	failed := &handlerFailed{messageID: msg.ID}
+	if isPermanent(cause) {
+		return river.JobCancel(failed)
 	}
-	return cause
+	return failed
+}
+
+// handlerFailed is what River records of a failed handler, in place of the
+// handler's error: that error may quote the payload, and River keeps its
+// job rows' errors beyond the reach of Forget and ScrubAfter. The error
+// itself is the message's last_error, which they erase.
+type handlerFailed struct{ messageID uuid.UUID }
+
+func (e *handlerFailed) Error() string {
+	return "inbox: the handler of message " + e.messageID.String() + " failed; its error is the message's last_error"
 }
 
 // isPermanent reports whether a handler's error fails its message without
@@ -264,6 +275,10 @@ func runHandlerIn(ctx context.Context, h Handler, tx handlerTx, msg *Message) (e
 const maxErrorLength = 4096
 
 func truncateError(s string) string {
+	// A text column cannot hold NUL or invalid UTF-8, and a handler's error
+	// may quote a binary body: an error that cannot be stored would leave
+	// its message unrecorded, neither failed nor dead.
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
 	if len(s) <= maxErrorLength {
 		return s
 	}

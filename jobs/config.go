@@ -1,16 +1,3 @@
-// Package jobs keeps Wharf's tables small without losing work: River
-// periodic jobs create daily partitions ahead, drop whole expired partitions
-// (cheap, no vacuum bloat) and prune dedupe keys in bounded batches.
-//
-// Add PeriodicJobs(cfg) to your River client's PeriodicJobs and register the
-// workers with AddWorkers. River runs periodic jobs on the elected leader;
-// every run also takes an advisory lock, so overlapping runs (two nodes, a
-// manual run from the CLI) are safe and end in the same state.
-//
-// A partition is dropped only when every row in it is finished; a day that
-// still holds work (a message to process, a delivery to retry, a dead letter
-// younger than DeadLetterRetention) is kept and reported, and dropped by a
-// later run once its rows finish.
 package jobs
 
 import (
@@ -25,16 +12,19 @@ import (
 )
 
 // Retention bounds and defaults. Every retention setting must lie within
-// [MinRetention, MaxRetention].
+// [MinRetention, MaxRetention], but ErasedKeyRetention: a tombstone is a
+// small row, kept up to MaxErasedKeyRetention.
 const (
-	MinRetention = 72 * time.Hour
-	MaxRetention = 90 * 24 * time.Hour
+	MinRetention          = 72 * time.Hour
+	MaxRetention          = 90 * 24 * time.Hour
+	MaxErasedKeyRetention = 10 * 365 * 24 * time.Hour
 
 	DefaultDedupeWindow        = 72 * time.Hour
 	DefaultInboxRetention      = 30 * 24 * time.Hour
 	DefaultOutboxRetention     = 30 * 24 * time.Hour
 	DefaultAttemptRetention    = 90 * 24 * time.Hour
 	DefaultDeadLetterRetention = 30 * 24 * time.Hour
+	DefaultErasedKeyRetention  = 90 * 24 * time.Hour
 	DefaultPartitionDaysAhead  = partition.DefaultDaysAhead
 	DefaultInterval            = time.Hour
 	DefaultBatchSize           = 200
@@ -46,7 +36,9 @@ type Config struct {
 	// DedupeWindow is how long an inbox dedupe key is kept: a redelivery
 	// within it is a duplicate, one after it is accepted as a new event.
 	// It must cover the longest retry window of your senders (see
-	// SourceRetryWindows). Keys of unfinished messages are kept regardless.
+	// SourceRetryWindows). Keys of messages that can still run (received,
+	// failing, or dead and so replayable) are kept regardless, until the
+	// message is processed or its day dropped.
 	// Defaults to DefaultDedupeWindow (72h).
 	DedupeWindow time.Duration
 	// InboxRetention is how long inbox messages are kept, by the day they
@@ -62,6 +54,14 @@ type Config struct {
 	// after it died, so that it can be inspected and replayed; its day is
 	// not dropped before. Defaults to DefaultDeadLetterRetention (30 days).
 	DeadLetterRetention time.Duration
+	// ErasedKeyRetention is how long the dedupe key of an event erased on
+	// request (inbox Forget) is kept from the erasure, as a tombstone: a
+	// redelivery within it is a duplicate and stores nothing; one after it
+	// is stored as a new event. Set it to the longest a sender may resend an
+	// event (a provider's manual "resend" included): at least DedupeWindow,
+	// at most MaxErasedKeyRetention (10 years). Defaults to
+	// DefaultErasedKeyRetention (90 days).
+	ErasedKeyRetention time.Duration
 	// ScrubAfter, when set, empties the bodies and headers of processed
 	// inbox messages and the payloads of fully delivered outbox events older
 	// than this (metadata stays), ahead of row retention. It must be shorter
@@ -108,6 +108,7 @@ func (c *Config) withDefaults() *Config {
 	setDefault(&out.OutboxRetention, DefaultOutboxRetention)
 	setDefault(&out.AttemptRetention, DefaultAttemptRetention)
 	setDefault(&out.DeadLetterRetention, DefaultDeadLetterRetention)
+	setDefault(&out.ErasedKeyRetention, DefaultErasedKeyRetention)
 	setDefault(&out.PartitionDaysAhead, DefaultPartitionDaysAhead)
 	setDefault(&out.Interval, DefaultInterval)
 	setDefault(&out.BatchSize, DefaultBatchSize)
@@ -148,6 +149,12 @@ func (c *Config) validate() error {
 		if r.value < MinRetention || r.value > MaxRetention {
 			errs = append(errs, fmt.Errorf("%s %s is outside [%s, %s]", r.name, r.value, MinRetention, MaxRetention))
 		}
+	}
+	switch {
+	case c.ErasedKeyRetention < c.DedupeWindow:
+		errs = append(errs, fmt.Errorf("ErasedKeyRetention %s is shorter than DedupeWindow %s", c.ErasedKeyRetention, c.DedupeWindow))
+	case c.ErasedKeyRetention > MaxErasedKeyRetention:
+		errs = append(errs, fmt.Errorf("ErasedKeyRetention %s is over %s", c.ErasedKeyRetention, MaxErasedKeyRetention))
 	}
 	for source, window := range c.SourceRetryWindows {
 		if window > c.DedupeWindow {

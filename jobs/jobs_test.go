@@ -233,13 +233,14 @@ func TestHundredDays(t *testing.T) {
 		require.Equal(t, perDay*retainedDays+extra, b.count(t, "SELECT count(*) FROM wharf_inbox_messages"), "day %d", d)
 
 		// Keys: those received within the last 72 hours (today and the
-		// three days before), plus the unfinished message's whatever its
-		// age; the dead letter's key is finished and ages out like others.
+		// three days before), plus the unfinished message's and the dead
+		// letter's whatever their age: a dead letter can be replayed for
+		// as long as it is kept, so its key guards it as long.
 		keys := perDay * (min(d, 3) + 1)
 		if d >= 5 {
 			keys++
 		}
-		if d >= 10 && d <= 13 {
+		if d >= 10 && d < 50 {
 			keys++
 		}
 		require.Equal(t, keys, b.count(t, "SELECT count(*) FROM wharf_inbox_keys"), "day %d", d)
@@ -360,6 +361,40 @@ func TestDedupeWindow(t *testing.T) {
 	require.NotEqual(t, first.MessageID, late.MessageID)
 }
 
+// TestDeadLetterKeepsItsKey: a dead message can be replayed until its day
+// is dropped, so its dedupe key outlives the window with it. Without the
+// key, a resend after the window would be accepted as a new event, and
+// replaying the dead letter would apply the event a second time.
+func TestDeadLetterKeepsItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil) // DedupeWindow 72h, DeadLetterRetention 30 days
+	t0 := time.Now()
+	b.clock.Set(t0)
+	first := b.receive(t, "s", "evt_dead")
+	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'dead'")
+	require.NoError(t, err)
+
+	b.clock.Set(t0.Add(10 * 24 * time.Hour))
+	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	require.NoError(t, err)
+	require.Zero(t, dry.DedupeKeysDeleted, "dry run counts the dead letter's key as expired")
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.Zero(t, res.DedupeKeysDeleted)
+	resend := b.receive(t, "s", "evt_dead")
+	require.True(t, resend.Duplicate, "a resend of a dead event after the window")
+	require.Equal(t, first.MessageID, resend.MessageID)
+
+	// Replayed and processed, the message is finished: its key ages out.
+	require.NoError(t, b.inbox.Replay(ctx, first.MessageID))
+	_, err = b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed'")
+	require.NoError(t, err)
+	res, err = b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.DedupeKeysDeleted)
+}
+
 func TestKeyPruningInBatches(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -391,19 +426,23 @@ func TestConfigValidation(t *testing.T) {
 		{jobs.Config{ScrubAfter: 40 * 24 * time.Hour}, "ScrubAfter"},
 		{jobs.Config{BatchSize: -1}, "BatchSize"},
 		{jobs.Config{Interval: time.Second}, "Interval"},
+		{jobs.Config{DedupeWindow: 96 * time.Hour, ErasedKeyRetention: 80 * time.Hour}, "ErasedKeyRetention 80h0m0s is shorter than DedupeWindow 96h0m0s"},
+		{jobs.Config{ErasedKeyRetention: 11 * 365 * 24 * time.Hour}, "ErasedKeyRetention 96360h0m0s is over 87600h0m0s"},
 	} {
 		require.ErrorContains(t, tt.cfg.Validate(), tt.want)
 	}
-	ok := jobs.Config{DedupeWindow: 96 * time.Hour, SourceRetryWindows: map[string]time.Duration{"stripe": 72 * time.Hour}}
+	ok := jobs.Config{DedupeWindow: 96 * time.Hour, SourceRetryWindows: map[string]time.Duration{"stripe": 72 * time.Hour}, ErasedKeyRetention: 5 * 365 * 24 * time.Hour}
 	require.NoError(t, ok.Validate())
 }
 
+// TestPrunesIdempotencyKeys: keys expire by the database's clock. The
+// maintainer's own clock, here 90 s ahead, decides nothing: a key the
+// database says expires in a minute is neither deleted nor counted.
 func TestPrunesIdempotencyKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, nil)
-	t0 := time.Now()
-	mw, err := idempotency.New(b.pool, func(*http.Request) string { return "p" }, &idempotency.Config{Now: func() time.Time { return t0 }})
+	mw, err := idempotency.New(b.pool, func(*http.Request) string { return "p" }, nil)
 	require.NoError(t, err)
 	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }))
 	for _, key := range []string{"k1", "k2", "k3"} {
@@ -413,13 +452,24 @@ func TestPrunesIdempotencyKeys(t *testing.T) {
 		h.ServeHTTP(rec, req)
 		require.Equal(t, http.StatusCreated, rec.Code)
 	}
-	b.clock.Set(t0.Add(23 * time.Hour))
+	expireIn := func(d time.Duration) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, "UPDATE wharf_idempotency_keys SET expires_at = now() + $1::interval", d)
+		require.NoError(t, err)
+	}
+
+	expireIn(time.Minute)
+	b.clock.Set(time.Now().Add(90 * time.Second))
+	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	require.NoError(t, err)
+	require.Zero(t, dry.IdempotencyKeysDeleted)
 	res, err := b.maint.Prune(ctx, nil)
 	require.NoError(t, err)
 	require.Zero(t, res.IdempotencyKeysDeleted)
+	require.Equal(t, 3, b.count(t, "SELECT count(*) FROM wharf_idempotency_keys"))
 
-	b.clock.Set(t0.Add(25 * time.Hour))
-	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	expireIn(-time.Second)
+	dry, err = b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
 	require.NoError(t, err)
 	require.EqualValues(t, 3, dry.IdempotencyKeysDeleted)
 	res, err = b.maint.Prune(ctx, nil)

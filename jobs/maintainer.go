@@ -68,6 +68,9 @@ type PruneOpts struct {
 type PruneResult struct {
 	// DryRun is true when nothing was changed.
 	DryRun bool `json:"dry_run,omitempty"`
+	// Skipped is true when another prune (another node's, or the CLI's) was
+	// running: this one did nothing.
+	Skipped bool `json:"skipped,omitempty"`
 	// Dropped lists the expired partitions dropped.
 	Dropped []string `json:"dropped"`
 	// Deferred lists expired partitions kept because they hold unfinished
@@ -84,6 +87,9 @@ type PruneResult struct {
 	// outbox events whose bodies were erased (Config.ScrubAfter).
 	MessagesScrubbed int64 `json:"messages_scrubbed"`
 	EventsScrubbed   int64 `json:"events_scrubbed"`
+	// ResponsesScrubbed counts outbox attempts whose recorded response was
+	// erased (Config.ScrubAfter): an endpoint may echo the payload.
+	ResponsesScrubbed int64 `json:"responses_scrubbed"`
 }
 
 // DeferredPartition is an expired partition kept for its unfinished rows.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/idempotency"
@@ -20,35 +21,43 @@ const (
 	outboxEventsTable  = "wharf_outbox_events"
 )
 
+// beforeFinalize is called before a prune completes an interrupted detach;
+// tests use it to place a second prune there.
+var beforeFinalize = func() {}
+
 // dropTimeout bounds the DROP that follows a DETACH. It runs even when the
 // job's context ends, so that a detached table is not left behind.
 const dropTimeout = time.Minute
 
-// pruneRun is one retention run. Its statements run on one pooled
-// connection, acquired after the run lock and before any retention lock: a
-// run never waits for a pooled connection while holding a lock that the
-// pool's other holders (replays) may be waiting for. Its advisory locks
-// are held by locks, in a transaction of their own (see runLocks): nothing
-// in a run depends on session state, so it works through PgBouncer in
-// transaction mode.
+// pruneLease names the lease one prune at a time holds.
+const pruneLease = "wharf.jobs.prune"
+
+// pruneLeaseTTL is how long a prune's lease lasts without renewal: a run
+// renews it before each partition, and one whose process died frees it
+// after this.
+const pruneLeaseTTL = 10 * time.Minute
+
+// pruneRun is one retention run. Everything it does runs on one connection:
+// a run never waits for a second pooled connection while it holds a lock
+// that the pool's other holders (replays) may be waiting for. It holds no
+// lock across a DETACH … CONCURRENTLY, which waits for every transaction
+// touching the table, and no session state: it works through a
+// transaction-mode pooler.
 type pruneRun struct {
 	m      *Maintainer
-	locks  *runLocks
 	conn   *pgx.Conn
 	q      *dbsqlc.Queries
+	holder uuid.UUID // of the prune lease; zero in a dry run
 	now    time.Time
 	dryRun bool
 	res    *PruneResult
 }
 
-// detachPoll is how often a run holding a retention lock checks whether
-// its DETACH … CONCURRENTLY has passed its first transaction.
-const detachPoll = 5 * time.Millisecond
-
 // Prune drops expired partitions whose rows are all finished (and tables
 // left detached by an interrupted run), defers the others, then prunes the
 // narrow tables in batches and scrubs bodies. One run at a time holds the
-// prune lock; a second waits for it and then finds little to do.
+// prune lease: a run that finds it held (another node's, the CLI's) does
+// nothing and returns a result with Skipped set. A dry run takes no lease.
 func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, error) {
 	if opts == nil {
 		opts = &PruneOpts{}
@@ -57,37 +66,69 @@ func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, 
 	if !opts.DryRun {
 		// Before taking a connection for the run: DeleteExpired uses the
 		// pool, and is safe alongside anything (it skips locked keys).
-		n, err := idempotency.DeleteExpired(ctx, m.pool, m.cfg.Now(), m.cfg.BatchSize)
+		n, err := idempotency.DeleteExpired(ctx, m.pool, m.cfg.BatchSize)
 		res.IdempotencyKeysDeleted = int64(n)
 		if err != nil {
 			m.logPrune(ctx, res, err)
 			return res, err
 		}
 	}
-	err := m.prune(ctx, opts, res)
+	conn, err := m.pool.Acquire(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer conn.Release()
+	r := &pruneRun{m: m, conn: conn.Conn(), q: dbsqlc.New(conn), dryRun: opts.DryRun, res: res}
+	if !r.dryRun {
+		if r.holder, err = uuid.NewV7(); err != nil {
+			return res, err
+		}
+		taken, err := r.renewLease(ctx)
+		if err != nil {
+			m.logPrune(ctx, res, err)
+			return res, err
+		}
+		if !taken {
+			res.Skipped = true
+			m.cfg.Logger.InfoContext(ctx, "wharf: prune skipped: another prune is running")
+			return res, nil
+		}
+		defer r.releaseLease(ctx)
+	}
+	r.now = m.cfg.Now()
+	for _, policy := range tablePolicies {
+		if err = r.table(ctx, policy); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = r.rows(ctx)
+	}
 	m.logPrune(ctx, res, err)
 	return res, err
 }
 
-func (m *Maintainer) prune(ctx context.Context, opts *PruneOpts, res *PruneResult) error {
-	locks, err := lockRun(ctx, m.pool, partition.LockKey("wharf.jobs.prune"))
+// renewLease takes or renews the prune lease, reporting whether this run
+// holds it.
+func (r *pruneRun) renewLease(ctx context.Context) (bool, error) {
+	_, err := r.q.LeaseTake(ctx, dbsqlc.LeaseTakeParams{Name: pruneLease, Holder: r.holder, TtlSeconds: pruneLeaseTTL.Seconds()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
 	if err != nil {
-		return err
+		return false, fmt.Errorf("jobs: prune lease: %w", err)
 	}
-	defer locks.close(ctx)
-	conn, err := m.pool.Acquire(ctx)
-	if err != nil {
-		return err
+	return true, nil
+}
+
+// releaseLease frees the prune lease, even when ctx has ended; if that
+// fails, the lease expires by itself.
+func (r *pruneRun) releaseLease(ctx context.Context) {
+	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.q.LeaseRelease(releaseCtx, dbsqlc.LeaseReleaseParams{Name: pruneLease, Holder: r.holder}); err != nil {
+		r.m.cfg.Logger.WarnContext(ctx, "wharf: releasing the prune lease failed; it expires by itself", "error", err)
 	}
-	defer conn.Release()
-	r := &pruneRun{m: m, locks: locks, conn: conn.Conn(), q: dbsqlc.New(conn), dryRun: opts.DryRun, res: res}
-	r.now = m.cfg.Now()
-	for _, policy := range tablePolicies {
-		if err := r.table(ctx, policy); err != nil {
-			return err
-		}
-	}
-	return r.rows(ctx)
 }
 
 func (r *pruneRun) table(ctx context.Context, policy tablePolicy) error {
@@ -107,28 +148,40 @@ func (r *pruneRun) table(ctx context.Context, policy tablePolicy) error {
 		// Left behind by a run stopped between its DETACH and its DROP: the
 		// DETACH came after the check that nothing in it was unfinished.
 		if expired(p) {
-			if err := r.drop(ctx, p.Name); err != nil {
+			if err := r.drop(ctx, policy.table, p); err != nil {
 				return err
 			}
 		}
 	}
+	// A detach left pending by an interrupted run first: while one is
+	// pending, Postgres refuses to detach any other partition of the table.
 	for _, p := range parts {
-		if !expired(p) {
+		if !expired(p) || !p.DetachPending {
 			continue
 		}
-		if p.DetachPending {
-			// A previous run was interrupted inside its DETACH.
-			if !r.dryRun {
-				if err := partition.Finalize(ctx, r.conn, policy.table, p.Name); err != nil {
-					return err
-				}
-			}
-			if err := r.drop(ctx, p.Name); err != nil {
+		if !r.dryRun {
+			if err := r.keepLease(ctx); err != nil {
 				return err
 			}
+			beforeFinalize()
+			if err := partition.Finalize(ctx, r.conn, policy.table, p.Name); err != nil {
+				return err
+			}
+		}
+		if err := r.drop(ctx, policy.table, p); err != nil {
+			return err
+		}
+	}
+	for _, p := range parts {
+		if !expired(p) || p.DetachPending {
 			continue
 		}
-		unfinished, err := r.detachIfFinished(ctx, policy, p)
+		if !r.dryRun {
+			if err := r.keepLease(ctx); err != nil {
+				return err
+			}
+		}
+		unfinished, err := r.markIfFinished(ctx, policy, p)
 		if err != nil {
 			return err
 		}
@@ -138,75 +191,75 @@ func (r *pruneRun) table(ctx context.Context, policy tablePolicy) error {
 				"partition", p.Name, "unfinished", unfinished)
 			continue
 		}
-		if err := r.drop(ctx, p.Name); err != nil {
+		if !r.dryRun {
+			// No lock held: DETACH … CONCURRENTLY waits for every
+			// transaction touching the table, long handlers included, and
+			// replays must not wait behind it. They see the mark instead.
+			if err := partition.Detach(ctx, r.conn, policy.table, p.Name); err != nil {
+				return err
+			}
+		}
+		if err := r.drop(ctx, policy.table, p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// detachIfFinished detaches partition p unless it holds unfinished rows,
-// and returns how many it holds. The retention lock, held exclusively from
-// the check until the detach has begun, keeps replays (which hold it
-// shared) from reviving a row in between.
-func (r *pruneRun) detachIfFinished(ctx context.Context, policy tablePolicy, p partition.Info) (unfinished int64, err error) {
-	release, err := r.locks.exclusive(ctx, partition.RetentionLockKey(policy.table))
+// keepLease renews the prune lease, failing the run if another prune has
+// taken it meanwhile (this one outlived its lease).
+func (r *pruneRun) keepLease(ctx context.Context) error {
+	held, err := r.renewLease(ctx)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	defer func() { err = errors.Join(err, release()) }()
-	if policy.unfinished != nil {
-		unfinished, err = policy.unfinished(ctx, r.q, p.Day, p.Day.AddDate(0, 0, 1), r.now.Add(-r.m.cfg.DeadLetterRetention))
-		if err != nil {
-			return 0, fmt.Errorf("jobs: count unfinished rows of %s: %w", p.Name, err)
-		}
+	if !held {
+		return errors.New("jobs: prune lease lost to another prune; stopping")
 	}
-	if unfinished > 0 || r.dryRun {
-		return unfinished, nil
-	}
-	return 0, r.detach(ctx, policy.table, p.Name, release)
+	return nil
 }
 
-// detach detaches parent's partition name with DETACH … CONCURRENTLY and
-// calls release as soon as the detach has committed its first transaction
-// (marking the partition pending): from then on no statement that starts
-// can revive a row of it. The lock must not be held longer: the detach's
-// second phase waits for every transaction that used parent, and a replay
-// that used parent before asking for the lock would wait for it in turn,
-// a deadlock that Postgres cannot see, since the lock is held by another
-// connection than the one detaching.
-func (r *pruneRun) detach(ctx context.Context, parent, name string, release func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- partition.Detach(ctx, r.conn, parent, name) }()
-	tick := time.NewTicker(detachPoll)
-	defer tick.Stop()
-	for {
-		select {
-		case err := <-done:
+// markIfFinished counts the unfinished rows of partition p and, when there
+// are none, marks p as being dropped, and returns the count. The retention
+// lock, held exclusively for that transaction, keeps replays (which hold it
+// shared and then check the mark) from reviving a row in between; once the
+// mark commits, replays of p's rows are refused.
+func (r *pruneRun) markIfFinished(ctx context.Context, policy tablePolicy, p partition.Info) (unfinished int64, err error) {
+	err = pgx.BeginFunc(ctx, r.conn, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if err := q.AdvisoryXactLock(ctx, dbsqlc.AdvisoryXactLockParams{
+			Class: partition.LockClass(), Key: partition.RetentionLockKey(policy.table),
+		}); err != nil {
 			return err
-		case <-tick.C:
 		}
-		started, err := partition.DetachStarted(ctx, r.locks.tx, parent, name)
-		if err == nil && started {
-			err = release()
+		if policy.unfinished != nil {
+			unfinished, err = policy.unfinished(ctx, q, p.Day, p.Day.AddDate(0, 0, 1), r.now.Add(-r.m.cfg.DeadLetterRetention))
+			if err != nil {
+				return fmt.Errorf("jobs: count unfinished rows of %s: %w", p.Name, err)
+			}
 		}
-		if err != nil || started {
-			return errors.Join(err, <-done)
+		if unfinished > 0 || r.dryRun {
+			return nil
 		}
-	}
+		return q.PartitionDropMark(ctx, dbsqlc.PartitionDropMarkParams{Parent: policy.table, Day: p.Day})
+	})
+	return unfinished, err
 }
 
-// drop drops a detached partition (or, dry, reports that it would), even
-// when ctx has ended.
-func (r *pruneRun) drop(ctx context.Context, name string) error {
+// drop drops a detached partition and clears its mark (or, dry, reports
+// that it would), even when ctx has ended.
+func (r *pruneRun) drop(ctx context.Context, parent string, p partition.Info) error {
 	if !r.dryRun {
 		dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dropTimeout)
 		defer cancel()
-		if err := partition.Drop(dropCtx, r.conn, name); err != nil {
+		if err := partition.Drop(dropCtx, r.conn, p.Name); err != nil {
 			return err
 		}
+		if err := r.q.PartitionDropUnmark(dropCtx, dbsqlc.PartitionDropUnmarkParams{Parent: parent, Day: p.Day}); err != nil {
+			return fmt.Errorf("jobs: unmark %s: %w", p.Name, err)
+		}
 	}
-	r.res.Dropped = append(r.res.Dropped, name)
+	r.res.Dropped = append(r.res.Dropped, p.Name)
 	return nil
 }
 
@@ -214,23 +267,29 @@ func (r *pruneRun) drop(ctx context.Context, name string) error {
 // batches.
 func (r *pruneRun) rows(ctx context.Context) error {
 	cfg := r.m.cfg
-	keyCutoff := r.now.Add(-cfg.DedupeWindow)
+	keyCutoff, erasedCutoff := r.now.Add(-cfg.DedupeWindow), r.now.Add(-cfg.ErasedKeyRetention)
 	eventCutoff, deadCutoff := r.now.Add(-cfg.OutboxRetention), r.now.Add(-cfg.DeadLetterRetention)
 	var err error
 
 	// A key whose message a replay revives must not go: hold the inbox's
 	// retention lock per batch.
 	r.res.DedupeKeysDeleted, err = r.batches(ctx, inboxMessagesTable,
-		func() (int64, error) { return r.q.RetentionInboxKeysExpiredCount(ctx, keyCutoff) },
+		func() (int64, error) {
+			return r.q.RetentionInboxKeysExpiredCount(ctx, dbsqlc.RetentionInboxKeysExpiredCountParams{
+				Cutoff: keyCutoff, ErasedCutoff: erasedCutoff,
+			})
+		},
 		func(q *dbsqlc.Queries, batch int32) (int64, error) {
-			return q.RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{Cutoff: keyCutoff, BatchSize: batch})
+			return q.RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
+				Cutoff: keyCutoff, ErasedCutoff: erasedCutoff, BatchSize: batch,
+			})
 		})
 	if err != nil {
 		return err
 	}
 
 	if r.dryRun { // a real run deleted them before taking its connection
-		if r.res.IdempotencyKeysDeleted, err = r.q.RetentionIdempotencyExpiredCount(ctx, r.now); err != nil {
+		if r.res.IdempotencyKeysDeleted, err = r.q.RetentionIdempotencyExpiredCount(ctx); err != nil {
 			return err
 		}
 	}
@@ -264,6 +323,14 @@ func (r *pruneRun) rows(ctx context.Context) error {
 		func() (int64, error) { return r.q.RetentionOutboxScrubCount(ctx, scrubCutoff) },
 		func(q *dbsqlc.Queries, batch int32) (int64, error) {
 			return q.RetentionOutboxScrub(ctx, dbsqlc.RetentionOutboxScrubParams{Now: r.now, Cutoff: scrubCutoff, BatchSize: batch})
+		})
+	if err != nil {
+		return err
+	}
+	r.res.ResponsesScrubbed, err = r.batches(ctx, "",
+		func() (int64, error) { return r.q.RetentionAttemptResponsesScrubCount(ctx, scrubCutoff) },
+		func(q *dbsqlc.Queries, batch int32) (int64, error) {
+			return q.RetentionAttemptResponsesScrub(ctx, dbsqlc.RetentionAttemptResponsesScrubParams{Cutoff: scrubCutoff, BatchSize: batch})
 		})
 	return err
 }
@@ -323,9 +390,10 @@ func (r *pruneRun) batches(ctx context.Context, lockTable string, count func() (
 }
 
 func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) {
-	attrs := []any{"dry_run", res.DryRun, "dropped", res.Dropped, "deferred", len(res.Deferred),
+	attrs := []any{"dry_run", res.DryRun, "skipped", res.Skipped, "dropped", res.Dropped, "deferred", len(res.Deferred),
 		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted,
-		"deliveries_deleted", res.DeliveriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed}
+		"deliveries_deleted", res.DeliveriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed,
+		"responses_scrubbed", res.ResponsesScrubbed}
 	if err != nil {
 		m.cfg.Logger.ErrorContext(ctx, "wharf: prune failed", append(attrs, "error", err)...)
 		return

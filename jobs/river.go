@@ -38,6 +38,10 @@ func PeriodicJobs(cfg *Config) []*river.PeriodicJob {
 	}
 }
 
+// QueueOf returns the River queue the periodic jobs of cfg go to
+// (Config.Queue, River's default queue unless set).
+func QueueOf(cfg *Config) string { return cfg.withDefaults().Queue }
+
 // AddWorkers registers the workers of the periodic jobs in workers. It
 // returns an error when cfg is invalid.
 func AddWorkers(workers *river.Workers, pool *pgxpool.Pool, cfg *Config) error {

@@ -33,6 +33,7 @@ var DefaultRetrySchedule = []time.Duration{
 const (
 	DefaultMaxPayloadBytes       = 256 << 10
 	DefaultResponseBodyLimit     = 16 << 10
+	DefaultResponseHeaderLimit   = 16 << 10
 	DefaultEndpointTimeout       = 15 * time.Second
 	DefaultMaxInFlight           = 10
 	DefaultBusyRetryDelay        = time.Second
@@ -117,8 +118,19 @@ type Config struct {
 	// Defaults to DefaultResponseBodyLimit (16 KiB). -1 records none.
 	ResponseBodyLimit int
 
+	// ResponseHeaderLimit bounds the response headers (status line and
+	// every header, 1xx responses included) a delivery reads: an endpoint
+	// that sends more fails the attempt ("server response headers exceeded
+	// … bytes"), like any other failure. It bounds the memory a response can
+	// take (Go's own default allows 10 MiB of headers, which parse into
+	// several times that); nginx and most proxies send at most 4 to 8 KiB.
+	//
+	// Defaults to DefaultResponseHeaderLimit (16 KiB).
+	ResponseHeaderLimit int
+
 	// EndpointTimeout is the request timeout of endpoints created without
-	// one. River's JobTimeout must be longer than every endpoint's timeout.
+	// one. Delivery jobs carry a River timeout longer than any endpoint's,
+	// whatever the client's JobTimeout.
 	//
 	// Defaults to DefaultEndpointTimeout (15 seconds).
 	EndpointTimeout time.Duration
@@ -194,6 +206,7 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.BusyRetryDelay = cmp.Or(out.BusyRetryDelay, DefaultBusyRetryDelay)
 	out.MaxPayloadBytes = cmp.Or(out.MaxPayloadBytes, DefaultMaxPayloadBytes)
 	out.ResponseBodyLimit = cmp.Or(out.ResponseBodyLimit, DefaultResponseBodyLimit)
+	out.ResponseHeaderLimit = cmp.Or(out.ResponseHeaderLimit, DefaultResponseHeaderLimit)
 	out.EndpointTimeout = cmp.Or(out.EndpointTimeout, DefaultEndpointTimeout)
 	out.MaxInFlight = cmp.Or(out.MaxInFlight, DefaultMaxInFlight)
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
@@ -248,6 +261,9 @@ func (c *Config) validate() error {
 	}
 	if c.ResponseBodyLimit < -1 {
 		bad("ResponseBodyLimit must not be negative (-1 records none)")
+	}
+	if c.ResponseHeaderLimit < 0 {
+		bad("ResponseHeaderLimit must not be negative")
 	}
 	if err := checkTimeout(c.EndpointTimeout); err != nil {
 		bad("EndpointTimeout: %v", err)

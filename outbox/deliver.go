@@ -68,6 +68,16 @@ type deliveryWorker struct {
 	outbox *Outbox
 }
 
+// deliveryJobTimeout is every delivery job's River timeout, whatever the
+// client's JobTimeout: longer than the longest endpoint timeout and the
+// statements around the request, so that River never cuts an attempt
+// short (the endpoint's own timeout bounds the request). River's rescuer
+// honours it: a delivery whose process died is retried once it is this old.
+const deliveryJobTimeout = maxEndpointTimeout + 2*recordTimeout + 30*time.Second
+
+// Timeout is deliveryJobTimeout.
+func (w *deliveryWorker) Timeout(*river.Job[DeliveryArgs]) time.Duration { return deliveryJobTimeout }
+
 // NextRetry returns the time Work decided for the next attempt (the
 // schedule, stretched by Retry-After or throttling), or the plain schedule
 // for a job Work did not finish (rescued after a crash).
@@ -134,7 +144,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	slot := int32(noLease)
 	if row.MaxInFlight > 0 {
 		var ok bool
-		slot, ok, err = o.acquireLease(ctx, row.EndpointID, row.ID, row.MaxInFlight, timeout)
+		slot, ok, err = o.acquireLease(ctx, row.EndpointID, row.ID, timeout)
 		if err != nil {
 			return o.databaseError(ctx, log, job, "take a concurrency slot", err)
 		}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
@@ -176,6 +178,100 @@ func TestDelivery(t *testing.T) {
 		}
 		require.Equal(t, int64(2), slow.maxSeen.Load())
 		require.LessOrEqual(t, fast.maxSeen.Load(), int64(2))
+	})
+
+	t.Run("LoweredCapCountsEveryLiveLease", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		var (
+			lowered   atomic.Bool
+			worst     atomic.Int64 // most requests in flight as one started after the cap was lowered
+			lateStart atomic.Int64 // requests started after the cap was lowered
+			mu        sync.Mutex
+			holds     = map[string]chan struct{}{}
+			all       = make(chan struct{})
+		)
+		hold := func(id string) chan struct{} {
+			mu.Lock()
+			defer mu.Unlock()
+			if holds[id] == nil {
+				holds[id] = make(chan struct{})
+			}
+			return holds[id]
+		}
+		var slow *sink
+		slow = newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			if lowered.Load() {
+				lateStart.Add(1)
+				for n := slow.inFlight.Load(); ; {
+					seen := worst.Load()
+					if n <= seen || worst.CompareAndSwap(seen, n) {
+						break
+					}
+				}
+			}
+			select {
+			case <-hold(r.Header.Get("webhook-id")):
+			case <-all:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+		ep := bundle.endpoint(t, slow.URL(), &outbox.EndpointParams{MaxInFlight: 4})
+		startRiver(t, bundle.pool, bundle.outbox)
+		t.Cleanup(func() {
+			select {
+			case <-all:
+			default:
+				close(all) // before River stops
+			}
+		})
+
+		events := make([]*outbox.Event, 12)
+		for i := range events {
+			events[i] = &outbox.Event{Type: "x", Data: i}
+		}
+		res := bundle.publish(t, events...)
+		require.Eventually(t, func() bool { return slow.inFlight.Load() == 4 }, 10*time.Second, 5*time.Millisecond)
+
+		two := 2
+		_, err := bundle.outbox.EndpointUpdate(ctx, ep.ID, &outbox.EndpointUpdateParams{MaxInFlight: &two})
+		require.NoError(t, err)
+		lowered.Store(true)
+
+		// Finish the two requests holding slots under the new cap: two
+		// requests holding slots above it are still in flight, so nothing
+		// may start.
+		rows, err := bundle.pool.Query(ctx, `
+			SELECT d.event_id FROM wharf_outbox_leases l JOIN wharf_outbox_deliveries d ON d.id = l.delivery_id
+			WHERE l.endpoint_id = $1 AND l.slot < 2 AND l.expires_at > now()`, ep.ID)
+		require.NoError(t, err)
+		low, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		require.NoError(t, err)
+		require.Len(t, low, 2)
+		for _, id := range low {
+			close(hold(outbox.EventIDPrefix + id.String()))
+		}
+		for _, id := range low {
+			bundle.awaitDelivery(t, ep.ID, outbox.EventIDPrefix+id.String(), outbox.StatusSucceeded)
+		}
+		// Let waiting deliveries try for a slot now that those two are free.
+		var freed time.Time
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT now()").Scan(&freed))
+		require.Eventually(t, func() bool {
+			var tried int
+			require.NoError(t, bundle.pool.QueryRow(ctx,
+				"SELECT count(*) FROM river_job WHERE attempted_at > $1", freed).Scan(&tried))
+			return tried >= 3
+		}, 10*time.Second, 5*time.Millisecond)
+
+		close(all)
+		for _, r := range res {
+			d := bundle.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, 1, d.Attempts)
+		}
+		require.Positive(t, lateStart.Load())
+		require.LessOrEqual(t, worst.Load(), int64(2), "a request started while the new cap's worth of requests was in flight")
 	})
 
 	t.Run("RetryAfterAndThrottlingStretchTheWait", func(t *testing.T) {

@@ -108,6 +108,9 @@ func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) (
 		query.EventID = &id
 	}
 	if params.Status != "" {
+		if err := checkText("status", params.Status); err != nil {
+			return nil, fmt.Errorf("outbox: list deliveries: %w", err)
+		}
 		query.Status = &params.Status
 	}
 	rows, err := o.queries.OutboxDeliveryList(ctx, query)

@@ -88,13 +88,14 @@ type EndpointParams struct {
 	// URL is where events are POSTed: an absolute http or https URL. It is
 	// checked against the SSRF guard at every connection, not here.
 	URL string
-	// Description is free text for people. At most 1024 bytes.
+	// Description is free text for people. At most 1024 bytes of UTF-8
+	// without NUL.
 	Description string
 	// EventTypes is the filter: exact types, "prefix.*" or "*". Empty or nil
 	// means every type. At most 100 entries.
 	EventTypes []string
 	// Tenant scopes the endpoint to one tenant's events. Empty means events
-	// published without a tenant.
+	// published without a tenant. At most 256 bytes of UTF-8 without NUL.
 	Tenant string
 	// Secret is the signing secret, "whsec_" and the base64 of 24 to 64
 	// bytes. Defaults to a new secret of 32 random bytes.
@@ -121,7 +122,8 @@ type EndpointUpdateParams struct {
 	// subscribes to every type.
 	EventTypes []string
 	// MaxInFlight replaces the cap, 1 to 1000; -1 (NoMaxInFlight) means no
-	// cap.
+	// cap. A lower cap holds at once: no request starts while as many as it
+	// are in flight, those started under the old cap included.
 	MaxInFlight *int
 	// Timeout replaces the request timeout.
 	Timeout *time.Duration
@@ -145,33 +147,14 @@ func (o *Outbox) EndpointCreate(ctx context.Context, params *EndpointParams) (*E
 	return o.endpointCreate(ctx, o.pool, params)
 }
 
-// EndpointCreateTx is EndpointCreate in tx.
+// EndpointCreateTx is EndpointCreate in tx. Parameters it refuses return an error
+// before any statement runs, so tx stays usable.
 func (o *Outbox) EndpointCreateTx(ctx context.Context, tx pgx.Tx, params *EndpointParams) (*EndpointWithSecret, error) {
 	return o.endpointCreate(ctx, tx, params)
 }
 
 func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *EndpointParams) (*EndpointWithSecret, error) {
-	if params == nil {
-		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
-	}
-	if err := checkURL(params.URL); err != nil {
-		return nil, err
-	}
-	if err := checkDescription(params.Description); err != nil {
-		return nil, err
-	}
-	eventTypes, err := checkEventTypes(params.EventTypes)
-	if err != nil {
-		return nil, err
-	}
-	if len(params.Tenant) > maxTenantLen {
-		return nil, fmt.Errorf("%w: tenant longer than %d bytes", ErrInvalidEndpoint, maxTenantLen)
-	}
-	maxInFlight, err := o.maxInFlight(params.MaxInFlight)
-	if err != nil {
-		return nil, err
-	}
-	timeout, err := o.timeout(params.Timeout)
+	want, err := o.checkEndpointParams(params)
 	if err != nil {
 		return nil, err
 	}
@@ -187,11 +170,11 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 		ID:          id,
 		Url:         params.URL,
 		Description: params.Description,
-		EventTypes:  eventTypes,
+		EventTypes:  want.eventTypes,
 		Tenant:      params.Tenant,
 		Secret:      secret,
-		MaxInFlight: maxInFlight,
-		TimeoutMs:   int32(timeout / time.Millisecond),
+		MaxInFlight: want.storedCap,
+		TimeoutMs:   int32(want.timeout / time.Millisecond),
 		Ordered:     params.Ordered,
 		Now:         o.config.now(),
 	})
@@ -229,6 +212,11 @@ func (o *Outbox) EndpointList(ctx context.Context, params *EndpointListParams) (
 	if err != nil {
 		return nil, err
 	}
+	if params.Tenant != nil {
+		if err := checkTenant(*params.Tenant); err != nil {
+			return nil, err
+		}
+	}
 	rows, err := o.queries.OutboxEndpointList(ctx, dbsqlc.OutboxEndpointListParams{Tenant: params.Tenant, MaxRows: limit})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list endpoints: %w", err)
@@ -247,7 +235,8 @@ func (o *Outbox) EndpointUpdate(ctx context.Context, id uuid.UUID, params *Endpo
 	return o.endpointUpdate(ctx, o.pool, id, params)
 }
 
-// EndpointUpdateTx is EndpointUpdate in tx.
+// EndpointUpdateTx is EndpointUpdate in tx. Parameters it refuses return an error
+// before any statement runs, so tx stays usable.
 func (o *Outbox) EndpointUpdateTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
 	return o.endpointUpdate(ctx, tx, id, params)
 }
@@ -300,12 +289,15 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 
 // EndpointDisable disables an endpoint with a reason: it gets no new
 // deliveries, and its pending ones are dead-lettered when their turn comes
-// (replay them after EndpointEnable).
+// (replay them after EndpointEnable). A reason that is not UTF-8 or holds a
+// NUL byte returns an error where errors.Is(err, ErrInvalidEndpoint) is
+// true and changes nothing.
 func (o *Outbox) EndpointDisable(ctx context.Context, id uuid.UUID, reason string) (*Endpoint, error) {
 	return o.endpointDisable(ctx, o.pool, id, reason)
 }
 
-// EndpointDisableTx is EndpointDisable in tx.
+// EndpointDisableTx is EndpointDisable in tx. Parameters it refuses return an error
+// before any statement runs, so tx stays usable.
 func (o *Outbox) EndpointDisableTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason string) (*Endpoint, error) {
 	return o.endpointDisable(ctx, tx, id, reason)
 }
@@ -313,6 +305,9 @@ func (o *Outbox) EndpointDisableTx(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 func (o *Outbox) endpointDisable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, reason string) (*Endpoint, error) {
 	if reason == "" {
 		reason = "disabled by the application"
+	}
+	if err := checkText("reason", reason); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
 	row, err := dbsqlc.New(db).OutboxEndpointDisable(ctx, dbsqlc.OutboxEndpointDisableParams{ID: id, Reason: truncate(reason, 1024), Now: o.config.now()})
 	if err != nil {
@@ -350,6 +345,10 @@ func (o *Outbox) EndpointDeleteTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 	return o.endpointDelete(ctx, tx, id)
 }
 
+// endpointDelete locks the endpoint's row, then (by ON DELETE CASCADE) its
+// deliveries' and its leases' rows: the lock order every statement that
+// locks more than one of these rows keeps (see OutboxAttemptRecord), so
+// that a deletion and an attempt being recorded cannot deadlock.
 func (o *Outbox) endpointDelete(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) error {
 	n, err := dbsqlc.New(db).OutboxEndpointDelete(ctx, id)
 	if err != nil {
@@ -474,6 +473,9 @@ func checkURL(raw string) error {
 	if raw == "" || len(raw) > maxURLLen {
 		return fmt.Errorf("%w: URL must be 1 to %d bytes", ErrInvalidEndpoint, maxURLLen)
 	}
+	if err := checkText("URL", raw); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("%w: URL does not parse", ErrInvalidEndpoint)
@@ -493,6 +495,19 @@ func checkURL(raw string) error {
 func checkDescription(d string) error {
 	if len(d) > maxDescriptionLen {
 		return fmt.Errorf("%w: description longer than %d bytes", ErrInvalidEndpoint, maxDescriptionLen)
+	}
+	if err := checkText("description", d); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
+	}
+	return nil
+}
+
+func checkTenant(tenant string) error {
+	if len(tenant) > maxTenantLen {
+		return fmt.Errorf("%w: tenant longer than %d bytes", ErrInvalidEndpoint, maxTenantLen)
+	}
+	if err := checkText("tenant", tenant); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
 	return nil
 }

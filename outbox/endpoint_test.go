@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"encoding/base64"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,63 @@ func TestEndpoint(t *testing.T) {
 		list, err := bundle.outbox.EndpointList(ctx, nil)
 		require.NoError(t, err)
 		require.Empty(t, list)
+	})
+
+	t.Run("InvalidTextIsRefusedAndTransactionStaysUsable", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, nil)
+		existing := bundle.endpoint(t, "https://example.com/existing", nil)
+
+		tx, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+
+		// Postgres refuses NUL and invalid UTF-8 in text: had any of these
+		// reached it, it would have aborted tx.
+		for name, params := range map[string]*outbox.EndpointParams{
+			"tenant with NUL":           {URL: "https://example.com/", Tenant: "acme\x00"},
+			"invalid UTF-8 tenant":      {URL: "https://example.com/", Tenant: "acme\xff"},
+			"description with NUL":      {URL: "https://example.com/", Description: "a\x00b"},
+			"invalid UTF-8 description": {URL: "https://example.com/", Description: "caf\xe9"},
+			"URL with NUL":              {URL: "https://example.com/\x00"},
+			"invalid UTF-8 URL":         {URL: "https://example.com/caf\xe9"},
+			"invalid UTF-8 host":        {URL: "https://exa\xffmple.com/"},
+			"event type with NUL":       {URL: "https://example.com/", EventTypes: []string{"a\x00"}},
+			"invalid UTF-8 event type":  {URL: "https://example.com/", EventTypes: []string{"a.\xff.*"}},
+		} {
+			_, err := bundle.outbox.EndpointCreateTx(ctx, tx, params)
+			require.ErrorIs(t, err, outbox.ErrInvalidEndpoint, name)
+		}
+		for name, params := range map[string]*outbox.EndpointUpdateParams{
+			"description with NUL":      {Description: ptr("a\x00b")},
+			"invalid UTF-8 description": {Description: ptr("caf\xe9")},
+			"invalid UTF-8 URL":         {URL: ptr("https://example.com/caf\xe9")},
+			"event type with NUL":       {EventTypes: []string{"a\x00"}},
+		} {
+			_, err := bundle.outbox.EndpointUpdateTx(ctx, tx, existing.ID, params)
+			require.ErrorIs(t, err, outbox.ErrInvalidEndpoint, name)
+		}
+		for _, reason := range []string{"maintenance\x00", "caf\xe9"} {
+			_, err := bundle.outbox.EndpointDisableTx(ctx, tx, existing.ID, reason)
+			require.ErrorIs(t, err, outbox.ErrInvalidEndpoint, "reason %q", reason)
+		}
+		_, err = bundle.outbox.EndpointList(ctx, &outbox.EndpointListParams{Tenant: ptr("acme\x00")})
+		require.ErrorIs(t, err, outbox.ErrInvalidEndpoint)
+		_, err = bundle.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{Status: "dead\x00"})
+		require.Error(t, err)
+
+		// The transaction is intact: a later statement in it succeeds and
+		// commits what that statement wrote, and nothing else.
+		created, err := bundle.outbox.EndpointCreateTx(ctx, tx, &outbox.EndpointParams{
+			URL: "https://example.com/café", Description: "ünïcode", Tenant: "açme",
+		})
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit(ctx))
+		list, err := bundle.outbox.EndpointList(ctx, nil)
+		require.NoError(t, err)
+		require.Len(t, list, 2)
+		require.Equal(t, existing.Endpoint, list[0], "the refused update and disable changed nothing")
+		require.Equal(t, created.Endpoint, list[1])
 	})
 
 	t.Run("UpdateDisableEnableDelete", func(t *testing.T) {
@@ -176,6 +234,76 @@ func TestEndpoint(t *testing.T) {
 		require.Empty(t, receiver.all())
 	})
 
+	t.Run("DeleteWhileAnAttemptIsRecordedDoesNotDeadlock", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		arrived, release := make(chan struct{}, 1), make(chan struct{})
+		receiver := newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusInternalServerError) // a failure writes the endpoint's health
+		})
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startRiver(t, bundle.pool, bundle.outbox)
+		t.Cleanup(func() {
+			select {
+			case <-release:
+			default:
+				close(release) // before River stops
+			}
+		})
+		bundle.publish(t, &outbox.Event{Type: "x"})
+		<-arrived
+
+		// waiting reports whether a statement containing text waits for a
+		// lock.
+		waiting := func(text string) bool {
+			var n int
+			require.NoError(t, bundle.pool.QueryRow(ctx, `
+				SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%' || $1 || '%'`,
+				text).Scan(&n))
+			return n > 0
+		}
+
+		// Line the two up: another transaction holds the endpoint's row
+		// (as a delivery's insert does), the deletion queues for it, then
+		// the attempt is recorded. Taking the delivery before the endpoint,
+		// the record waited behind the deletion while the deletion's
+		// cascade waited for the delivery: a deadlock.
+		holder, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer holder.Rollback(ctx) //nolint:errcheck
+		_, err = holder.Exec(ctx, "SELECT 1 FROM wharf_outbox_endpoints WHERE id = $1 FOR KEY SHARE", ep.ID)
+		require.NoError(t, err)
+		deleted := make(chan error, 1)
+		go func() { deleted <- bundle.outbox.EndpointDelete(ctx, ep.ID) }()
+		require.Eventually(t, func() bool { return waiting("DELETE FROM wharf_outbox_endpoints") },
+			10*time.Second, 5*time.Millisecond)
+		close(release)
+		require.Eventually(t, func() bool {
+			var attempts int
+			require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_attempts").Scan(&attempts))
+			return attempts > 0 || waiting("INSERT INTO wharf_outbox_attempts")
+		}, 10*time.Second, 5*time.Millisecond)
+		require.NoError(t, holder.Commit(ctx))
+
+		require.NoError(t, <-deleted)
+		_, err = bundle.outbox.EndpointGet(ctx, ep.ID)
+		require.ErrorIs(t, err, outbox.ErrNotFound)
+		require.Eventually(t, func() bool {
+			var state string
+			require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT state FROM river_job").Scan(&state))
+			return state == "completed" || state == "retryable" || state == "available"
+		}, 10*time.Second, 5*time.Millisecond)
+		var errs string
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT coalesce(errors::text, '') FROM river_job").Scan(&errs))
+		require.NotContains(t, errs, "deadlock")
+	})
+
 	t.Run("ReplayOfPendingDeliveryIsRefused", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, testConfig())
@@ -190,3 +318,5 @@ func TestEndpoint(t *testing.T) {
 		require.ErrorIs(t, err, outbox.ErrNotFound)
 	})
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -1,16 +1,3 @@
-// Package outbox publishes events inside the application's own Postgres
-// transaction and delivers them as signed Standard Webhooks to subscribed
-// endpoints, with retries, dead letters and endpoint health tracking.
-//
-// Publish writes the event and one River job per matching endpoint in the
-// caller's transaction: if the transaction rolls back nothing is ever sent;
-// once it commits, delivery attempts are guaranteed. Delivery is at least
-// once: every attempt carries the same webhook-id (the event id), so a
-// receiver dedupes on it.
-//
-// The application's River client works the jobs: register the delivery
-// worker with AddWorkers and list the outbox queue (Config.Queue) in the
-// client's Queues.
 package outbox
 
 import (
@@ -18,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -39,14 +27,19 @@ var (
 	// exist.
 	ErrNotFound = errors.New("outbox: not found")
 	// ErrInvalidEvent is returned by Publish for an event it refuses (empty
-	// or overlong type, data that is not JSON…). Nothing was written.
+	// or overlong type, data that is not JSON, text that is not UTF-8 or
+	// holds a NUL byte…). Nothing was written.
 	ErrInvalidEvent = errors.New("outbox: invalid event")
 	// ErrPayloadTooLarge is returned by Publish when an event's encoded body
 	// exceeds Config.MaxPayloadBytes. Nothing was written.
 	ErrPayloadTooLarge = errors.New("outbox: payload too large")
 	// ErrInvalidEndpoint is returned for endpoint parameters that cannot be
-	// used (a URL that is not absolute http or https, a bad filter…).
+	// used (a URL that is not absolute http or https, a bad filter, text
+	// that is not UTF-8 or holds a NUL byte…). Nothing was written.
 	ErrInvalidEndpoint = errors.New("outbox: invalid endpoint")
+	// ErrAmbiguousEndpoint is returned by EndpointEnsure when several
+	// endpoints of the tenant have the URL: it cannot tell which one to keep.
+	ErrAmbiguousEndpoint = errors.New("outbox: several endpoints have this URL")
 	// ErrEndpointDisabled is returned when replaying to a disabled endpoint.
 	ErrEndpointDisabled = errors.New("outbox: endpoint disabled")
 	// ErrDeliveryInProgress is returned when replaying a delivery that is
@@ -114,6 +107,10 @@ func (o *Outbox) AddWorkers(workers *river.Workers) error {
 
 // Queue returns the River queue the outbox's jobs go to.
 func (o *Outbox) Queue() string { return o.config.Queue }
+
+// EndpointTimeout returns the request timeout of endpoints created without
+// one (Config.EndpointTimeout).
+func (o *Outbox) EndpointTimeout() time.Duration { return o.config.EndpointTimeout }
 
 // translateError maps a database error to the package's errors.
 func translateError(err error) error {

@@ -28,7 +28,7 @@ const (
 
 // Event is an event to publish.
 type Event struct {
-	// Type names the event, such as "invoice.paid": 1 to 256 characters
+	// Type names the event, such as "invoice.paid": 1 to 256 bytes of UTF-8
 	// without spaces, control characters or "*". Endpoints subscribe to
 	// types.
 	Type string
@@ -38,7 +38,7 @@ type Event struct {
 	// OrderingKey, when set, orders deliveries to endpoints created with
 	// Ordered: such an endpoint gets an event only after every earlier event
 	// with the same key has been delivered or dead-lettered. At most 256
-	// characters.
+	// bytes of UTF-8 without NUL, as every text Wharf stores.
 	//
 	// "Earlier" is the order of Publish calls (insert order), not of
 	// commits: if two transactions publish the same key concurrently and
@@ -51,7 +51,7 @@ type Event struct {
 	OrderingKey string
 	// Tenant, when set, limits delivery to the endpoints of that tenant;
 	// without one, the event goes to endpoints without a tenant. At most 256
-	// characters.
+	// bytes of UTF-8 without NUL.
 	Tenant string
 }
 
@@ -202,6 +202,12 @@ func (o *Outbox) encodeEvent(event *Event, now time.Time) ([]byte, error) {
 	}
 	if len(event.Tenant) > maxTenantLen {
 		return nil, fmt.Errorf("%w: tenant longer than %d bytes", ErrInvalidEvent, maxTenantLen)
+	}
+	if err := checkText("ordering key", event.OrderingKey); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	if err := checkText("tenant", event.Tenant); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	data, err := marshalJSON(event.Data)
 	if err != nil {

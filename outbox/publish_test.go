@@ -151,6 +151,45 @@ func TestPublish(t *testing.T) {
 		require.Equal(t, 1, res.Deliveries)
 	})
 
+	t.Run("InvalidTextIsRefusedAndTransactionStaysUsable", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		ep := bundle.endpoint(t, okSink(t).URL(), nil)
+
+		tx, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer tx.Rollback(ctx) //nolint:errcheck
+
+		// Postgres refuses NUL and invalid UTF-8 in text: had any of these
+		// reached it, it would have aborted tx.
+		for name, bad := range map[string]*outbox.Event{
+			"type with NUL":              {Type: "a\x00b"},
+			"invalid UTF-8 type":         {Type: "a\xffb"},
+			"ordering key with NUL":      {Type: "ok", OrderingKey: "key\x00"},
+			"invalid UTF-8 ordering key": {Type: "ok", OrderingKey: "key\xc3"},
+			"tenant with NUL":            {Type: "ok", Tenant: "acme\x00"},
+			"invalid UTF-8 tenant":       {Type: "ok", Tenant: "\xfe\xffacme"},
+			"overlong ordering key":      {Type: "ok", OrderingKey: strings.Repeat("k", 257)},
+		} {
+			_, err := bundle.outbox.Publish(ctx, tx, bad)
+			require.ErrorIs(t, err, outbox.ErrInvalidEvent, name)
+			_, err = bundle.outbox.PublishMany(ctx, tx, []*outbox.Event{{Type: "fine"}, bad})
+			require.ErrorIs(t, err, outbox.ErrInvalidEvent, name)
+			require.Contains(t, err.Error(), "events[1]", name)
+		}
+
+		// The transaction is intact: a later statement in it succeeds, and
+		// it commits what that statement wrote, and nothing else.
+		res, err := bundle.outbox.Publish(ctx, tx, &outbox.Event{Type: "fine", OrderingKey: "ключ", Tenant: ""})
+		require.NoError(t, err)
+		require.Equal(t, 1, res.Deliveries)
+		require.NoError(t, tx.Commit(ctx))
+		list, err := bundle.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{EndpointID: &ep.ID})
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.Equal(t, res.EventID, list[0].EventID)
+	})
+
 	t.Run("NilTransaction", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, testConfig())

@@ -33,6 +33,9 @@ type attemptRecord struct {
 // Config.DisableAfter. An error where errors.Is(err, pgx.ErrNoRows) is true
 // means the delivery is no longer the attempt's to record: it no longer
 // exists, a replay moved it to a newer generation, or it is finished.
+//
+// It locks the endpoint's row first, then the delivery's, then the
+// lease's: the order EndpointDelete locks them in.
 func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string, error) {
 	if err := o.partitions.Ensure(ctx, nil, attemptsTable, rec.attemptedAt); err != nil {
 		return "", err

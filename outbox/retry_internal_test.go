@@ -135,6 +135,7 @@ func TestConfigValidation(t *testing.T) {
 	require.Equal(t, DefaultRetrySchedule, cfg.RetrySchedule)
 	require.Equal(t, 256<<10, cfg.MaxPayloadBytes)
 	require.Equal(t, 16<<10, cfg.ResponseBodyLimit)
+	require.Equal(t, 16<<10, cfg.ResponseHeaderLimit)
 	require.Equal(t, 24*time.Hour, cfg.SecretRotationOverlap)
 	require.Equal(t, 5*24*time.Hour, cfg.DisableAfter)
 
@@ -145,6 +146,7 @@ func TestConfigValidation(t *testing.T) {
 		"timeout":           {EndpointTimeout: time.Hour},
 		"max in flight":     {MaxInFlight: -3},
 		"payload":           {MaxPayloadBytes: -1},
+		"header limit":      {ResponseHeaderLimit: -1},
 		"disable after":     {DisableAfter: -2},
 	} {
 		_, err := bad.withDefaults()

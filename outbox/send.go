@@ -19,18 +19,21 @@ const UserAgent = "Wharf-Webhooks/1"
 
 // newHTTPClient returns the client deliveries are sent with: every
 // connection passes the SSRF guard, no proxy is used (a proxy would connect
-// where the guard cannot see), and redirects are returned, not followed.
+// where the guard cannot see), redirects are returned, not followed, and
+// response headers are bounded (HTTP/2's header list limit follows
+// MaxResponseHeaderBytes) as the recorded body is.
 func newHTTPClient(c *Config) *http.Client {
 	dialer := guardDialer(c.Dialer, newSSRFGuard(c))
 	transport := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          512,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		Proxy:                  nil,
+		DialContext:            dialer.DialContext,
+		ForceAttemptHTTP2:      true,
+		MaxIdleConns:           512,
+		MaxIdleConnsPerHost:    64,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    10 * time.Second,
+		ExpectContinueTimeout:  time.Second,
+		MaxResponseHeaderBytes: int64(c.ResponseHeaderLimit),
 	}
 	return &http.Client{
 		Transport: transport,

@@ -19,11 +19,17 @@ type BlockedAddressError struct {
 	Addr netip.Addr
 	// Reason names the range it is in ("loopback", "cloud metadata"…).
 	Reason string
+	// Private is true when Config.AllowPrivateNetworks would allow it
+	// (loopback, private, shared, link-local and unique-local ranges).
+	Private bool
 }
 
-// Error describes the refusal.
+// Error describes the refusal and names the switch that allows it.
 func (e *BlockedAddressError) Error() string {
-	return fmt.Sprintf("outbox: refused to connect to %s (%s); allow it with Config.AllowedNetworks", e.Addr, e.Reason)
+	if e.Private {
+		return fmt.Sprintf("outbox: refused to connect to %s (%s); set Config.AllowPrivateNetworks to allow private and loopback addresses (a development setup), or list the network in Config.AllowedNetworks", e.Addr, e.Reason)
+	}
+	return fmt.Sprintf("outbox: refused to connect to %s (%s); only listing it in Config.AllowedNetworks allows it", e.Addr, e.Reason)
 }
 
 // Is matches ErrBlockedAddress.
@@ -105,7 +111,7 @@ func (g *ssrfGuard) check(addr netip.Addr) error {
 	if !blocked || (class.private && g.allowPrivate) {
 		return nil
 	}
-	return &BlockedAddressError{Addr: addr, Reason: class.reason}
+	return &BlockedAddressError{Addr: addr, Reason: class.reason, Private: class.private}
 }
 
 func (g *ssrfGuard) allowListed(addr netip.Addr) bool {

@@ -76,6 +76,10 @@ func TestSSRFGuardCheck(t *testing.T) {
 		require.Equal(t, c.reason, blocked.Reason, c.addr)
 	}
 
+	// The error names the switch that fixes it.
+	require.ErrorContains(t, strict.check(netip.MustParseAddr("127.0.0.1")), "set Config.AllowPrivateNetworks")
+	require.ErrorContains(t, strict.check(netip.MustParseAddr("169.254.169.254")), "only listing it in Config.AllowedNetworks")
+
 	private := &ssrfGuard{allowPrivate: true}
 	for _, allowed := range []string{"127.0.0.1", "::1", "10.0.0.1", "fd12::1", "169.254.1.1", "100.64.0.1"} {
 		require.NoError(t, private.check(netip.MustParseAddr(allowed)), allowed)

@@ -76,6 +76,21 @@ SET body = '', headers = '{}', scrubbed_at = @now::timestamptz, updated_at = @no
 WHERE source = @source AND event_id = @event_id
 RETURNING id, job_id;
 
+-- name: InboxKeyTombstone :execrows
+-- Makes an erased event's key a tombstone, kept for the erased-key
+-- retention from now whatever the dedupe window: the key as it is, or, when
+-- retention has pruned it, a key made again from the newest stored message.
+-- Run first in Forget: locking the key makes a concurrent receive of the
+-- event either wait for the erasure or commit before it, where Forget's
+-- next statement sees and erases its message. No row: no message stored.
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, erased_at)
+SELECT m.source, m.event_id, m.payload_hash, m.id, m.received_at, @now::timestamptz
+FROM wharf_inbox_messages m
+WHERE m.source = @source AND m.event_id = @event_id
+ORDER BY m.received_at DESC
+LIMIT 1
+ON CONFLICT (source, event_id) DO UPDATE SET erased_at = excluded.erased_at;
+
 -- name: InboxKeyClaimMany :many
 -- Claims many keys in one statement, the batch form of InboxKeyClaim: the
 -- caller learns which claims it won by comparing each returned message_id

@@ -132,17 +132,31 @@ ORDER BY seq
 LIMIT 1;
 
 -- name: OutboxLeaseAcquire :one
--- Takes a free slot up to last_slot (the one free longest) that no other
--- worker is taking at this moment, for lease_seconds. No row means
--- every slot is held, locked by another worker, or not created yet. Lease
--- times are the database's clock, never a node's, so that nodes whose
--- clocks disagree still agree on which leases have expired: now(), the
--- start of this statement's own transaction (run it outside any other),
--- which unlike clock_timestamp() can bound the index scan. It commits
--- without waiting for its WAL flush: a lease lost to a Postgres crash only
--- lets one more request in flight for a while.
+-- Takes a free slot under the endpoint's cap (the one free longest) that no
+-- other worker is taking at this moment, for lease_seconds. No row means
+-- every slot is held, locked by another worker or not created yet, or that
+-- a live lease holds a slot at or above the cap: the cap was lowered while
+-- it was in flight, and OutboxLeaseAcquireCounted must count it. The cap is
+-- read here, not passed in, so that a delivery loaded before the cap
+-- changed still obeys the new one. Lease times are the database's clock,
+-- never a node's, so that nodes whose clocks disagree still agree on which
+-- leases have expired: now(), the start of this statement's own
+-- transaction (run it outside any other), which unlike clock_timestamp()
+-- can bound the index scan. It commits without waiting for its WAL flush:
+-- a lease lost to a Postgres crash only lets one more request in flight
+-- for a while.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
+    SELECT ep.max_in_flight
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_outbox_leases above
+          WHERE above.endpoint_id = ep.id
+            AND above.slot >= ep.max_in_flight
+            AND above.expires_at > now())
 )
 UPDATE wharf_outbox_leases l
 SET delivery_id = @delivery_id::uuid,
@@ -150,13 +164,55 @@ SET delivery_id = @delivery_id::uuid,
 FROM async_commit
 WHERE l.ctid = (
     SELECT f.ctid
-    FROM wharf_outbox_leases f
+    FROM wharf_outbox_leases f, endpoint
     WHERE f.endpoint_id = @endpoint_id::uuid
-      AND f.slot <= @last_slot::int
+      AND f.slot < endpoint.max_in_flight
       AND f.expires_at <= now()
     ORDER BY f.expires_at
     LIMIT 1
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE OF f SKIP LOCKED)
+RETURNING l.slot;
+
+-- name: OutboxLeaseAcquireCounted :one
+-- OutboxLeaseAcquire for an endpoint whose cap was lowered while more
+-- leases were live than the new cap allows: it takes a free slot under the
+-- cap only while fewer leases than the cap are live, counting every slot.
+-- It locks the endpoint's slots, all of them in slot order, so such
+-- acquisitions of one endpoint run one at a time, and OutboxLeaseAcquire
+-- (SKIP LOCKED) cannot take a slot while one counts. The endpoint row is
+-- locked first (KEY SHARE: only its deletion waits), the lock order of
+-- every statement that locks more than one of these rows: endpoint, then
+-- delivery, then lease (see OutboxAttemptRecord). No row means the
+-- endpoint is at its cap, or was deleted.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS (
+    SELECT ep.id, ep.max_in_flight FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+    FOR KEY SHARE
+),
+slots AS (
+    SELECT l.slot, l.expires_at, endpoint.max_in_flight
+    FROM wharf_outbox_leases l
+    JOIN endpoint ON l.endpoint_id = endpoint.id
+    ORDER BY l.slot
+    FOR UPDATE OF l
+),
+free AS (
+    SELECT s.slot
+    FROM slots s
+    WHERE s.slot < s.max_in_flight
+      AND s.expires_at <= now()
+      AND (SELECT count(*) FROM slots live WHERE live.expires_at > now()) < s.max_in_flight
+    ORDER BY s.expires_at
+    LIMIT 1
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = @delivery_id::uuid,
+    expires_at = now() + make_interval(secs => @lease_seconds::float8)
+FROM free, async_commit
+WHERE l.endpoint_id = @endpoint_id::uuid AND l.slot = free.slot
 RETURNING l.slot;
 
 -- name: OutboxLeaseSlotsCreate :exec
@@ -165,12 +221,18 @@ SELECT @endpoint_id::uuid, s.slot FROM generate_series(0, @last_slot::int) AS s(
 ON CONFLICT (endpoint_id, slot) DO NOTHING;
 
 -- name: OutboxLeaseCount :one
--- The endpoint's slots below last_slot, and how many of them are held (by
--- the database's clock, as OutboxLeaseAcquire).
-SELECT count(*) AS slots,
-       count(*) FILTER (WHERE expires_at > now()) AS held
-FROM wharf_outbox_leases
-WHERE endpoint_id = @endpoint_id::uuid AND slot <= @last_slot::int;
+-- The endpoint's cap (0: none), how many of its slots under the cap exist,
+-- and how many leases are live (by the database's clock, as
+-- OutboxLeaseAcquire): in every slot, and in slots at or above the cap
+-- (taken before it was lowered). No row means the endpoint was deleted.
+SELECT ep.max_in_flight,
+       count(l.slot) FILTER (WHERE l.slot < ep.max_in_flight) AS slots,
+       count(l.slot) FILTER (WHERE l.expires_at > now()) AS held,
+       count(l.slot) FILTER (WHERE l.slot >= ep.max_in_flight AND l.expires_at > now()) AS held_above
+FROM wharf_outbox_endpoints ep
+LEFT JOIN wharf_outbox_leases l ON l.endpoint_id = ep.id
+WHERE ep.id = @endpoint_id::uuid
+GROUP BY ep.max_in_flight;
 
 -- name: OutboxLeaseRelease :exec
 UPDATE wharf_outbox_leases
@@ -191,10 +253,21 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- failing since before disable_before (NULL: never), decided once in
 -- endpoint. A success skips the endpoint write while nothing would change
 -- but a last_success_at newer than stale_before, so that busy endpoints do
--- not serialise on their row. endpoint locks the row it decides on (FOR
--- UPDATE returns its latest committed version), so the decision and the
--- write see the same failure streak even when attempts of one endpoint
+-- not serialise on their row. endpoint locks the row it decides on (FOR NO
+-- KEY UPDATE returns its latest committed version), so the decision and
+-- the write see the same failure streak even when attempts of one endpoint
 -- finish together.
+--
+-- Lock order: endpoint row, then delivery row, then lease row, as
+-- EndpointDelete takes them (it deletes the endpoint, and its cascade then
+-- the endpoint's deliveries and leases) and as every other statement that
+-- locks more than one of them does. endpoint_lock therefore takes the
+-- endpoint row first, in KEY SHARE mode: it waits only for a deletion, and
+-- neither records of the same endpoint nor the health write (NO KEY UPDATE)
+-- wait for it. current_delivery joins it, so the delivery row is locked
+-- after it, and not at all once the endpoint is deleted. Locking the
+-- delivery first, a record could hold the delivery while waiting for an
+-- endpoint whose deletion waited for that delivery: a deadlock (40P01).
 --
 -- The statement commits without waiting for its WAL flush
 -- (synchronous_commit off for this transaction only): River records the
@@ -205,13 +278,20 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
+endpoint_lock AS (
+    SELECT ep.id
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+    FOR KEY SHARE
+),
 current_delivery AS (
     SELECT d.id, d.endpoint_id, d.event_id, d.attempts
     FROM wharf_outbox_deliveries d
+    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
     WHERE d.id = @delivery_id::uuid
       AND d.generation = @generation::int
       AND d.status IN ('pending', 'retrying')
-    FOR UPDATE
+    FOR UPDATE OF d
 ),
 attempt AS (
     INSERT INTO wharf_outbox_attempts (
@@ -242,7 +322,7 @@ endpoint AS (
            OR ep.consecutive_failures > 0
            OR ep.last_success_at IS NULL
            OR ep.last_success_at < @stale_before::timestamptz)
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ),
 health AS (
     UPDATE wharf_outbox_endpoints ep
@@ -309,6 +389,9 @@ WHERE d.id = @id::uuid
   AND ep.enabled
   AND (d.status IN ('succeeded', 'dead')
        OR (d.status IN ('pending', 'retrying') AND d.generation = sqlc.narg('orphaned_generation')::int))
+  -- Not while retention drops the event's partition.
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.generation;
@@ -323,6 +406,9 @@ SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, up
 WHERE d.endpoint_id = @endpoint_id::uuid
   AND d.status = 'dead'
   AND d.created_at >= @since::timestamptz
+  -- Not while retention drops the event's partition.
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.id, d.generation;
@@ -331,3 +417,11 @@ RETURNING d.id, d.generation;
 SELECT * FROM wharf_outbox_attempts
 WHERE delivery_id = @delivery_id::uuid
 ORDER BY attempted_at, attempt;
+
+-- name: OutboxEndpointsByURL :many
+-- The endpoints of a tenant with a URL, oldest first: EndpointEnsure's
+-- lookup (at most two are needed to tell one from several).
+SELECT * FROM wharf_outbox_endpoints
+WHERE tenant = @tenant AND url = @url
+ORDER BY created_at, id
+LIMIT 2;

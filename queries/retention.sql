@@ -13,28 +13,38 @@ LIMIT 1;
 
 -- name: RetentionInboxKeysDelete :execrows
 -- Deletes one batch of dedupe keys older than the cutoff. A key whose
--- message is still to process or failing is kept: dropping it would let a
--- redelivery in while the first delivery is unfinished.
+-- message can still run (to process, failing, or dead and so replayable
+-- until its day is dropped) is kept: dropping it would let a redelivery in
+-- as a new event while the first can still apply its effect. So is the
+-- tombstone of an event erased after the erased cutoff.
 DELETE FROM wharf_inbox_keys k
 WHERE (k.source, k.event_id) IN (
     SELECT c.source, c.event_id FROM wharf_inbox_keys c
     WHERE c.received_at < @cutoff::timestamptz
+      AND (c.erased_at IS NULL OR c.erased_at < @erased_cutoff::timestamptz)
       AND NOT EXISTS (
           SELECT 1 FROM wharf_inbox_messages m
-          WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'))
+          WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
     ORDER BY c.received_at
     LIMIT @batch_size::int
-);
+)
+  -- Again on the row itself: a key that a concurrent Forget made a
+  -- tombstone is re-checked here once its lock is released.
+  AND k.received_at < @cutoff::timestamptz
+  AND (k.erased_at IS NULL OR k.erased_at < @erased_cutoff::timestamptz);
 
 -- name: RetentionInboxKeysExpiredCount :one
 SELECT count(*) FROM wharf_inbox_keys c
 WHERE c.received_at < @cutoff::timestamptz
+  AND (c.erased_at IS NULL OR c.erased_at < @erased_cutoff::timestamptz)
   AND NOT EXISTS (
       SELECT 1 FROM wharf_inbox_messages m
-      WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'));
+      WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'));
 
 -- name: RetentionIdempotencyExpiredCount :one
-SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= @now::timestamptz;
+-- Keys IdempotencyKeyDeleteExpired would delete: expired by the database's
+-- clock, as the middleware judges them.
+SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= now();
 
 -- name: RetentionOutboxUnfinishedCount :one
 -- Deliveries that need the events of one day: still to deliver or retry,
@@ -69,10 +79,12 @@ WHERE d.event_created_at < @cutoff::timestamptz
 
 -- name: RetentionInboxScrub :execrows
 -- Empties the body and headers of one batch of processed messages received
--- before the cutoff. Failed and dead messages keep theirs: they may be
+-- before the cutoff, and the last error of an earlier failed attempt (it
+-- may quote the payload). Failed and dead messages keep theirs: they may be
 -- replayed.
 UPDATE wharf_inbox_messages m
-SET body = '', headers = '{}', scrubbed_at = @now::timestamptz
+SET body = '', headers = '{}', scrubbed_at = @now::timestamptz,
+    last_error = CASE WHEN m.last_error IS NULL THEN NULL ELSE 'erased by retention' END
 WHERE (m.received_at, m.id) IN (
     SELECT s.received_at, s.id FROM wharf_inbox_messages s
     WHERE s.received_at < @cutoff::timestamptz AND s.status = 'processed' AND s.scrubbed_at IS NULL
@@ -94,6 +106,22 @@ WHERE (e.created_at, e.id) IN (
       AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded')
     LIMIT @batch_size::int
 );
+
+-- name: RetentionAttemptResponsesScrub :execrows
+-- Empties the responses of one batch of delivery attempts made before the
+-- cutoff, whatever became of their event or delivery: an endpoint may echo
+-- the payload, and attempts outlive both. Nothing replays a response.
+UPDATE wharf_outbox_attempts a
+SET response_body = ''
+WHERE (a.attempted_at, a.id) IN (
+    SELECT s.attempted_at, s.id FROM wharf_outbox_attempts s
+    WHERE s.attempted_at < @cutoff::timestamptz AND s.response_body <> ''
+    LIMIT @batch_size::int
+);
+
+-- name: RetentionAttemptResponsesScrubCount :one
+SELECT count(*) FROM wharf_outbox_attempts
+WHERE attempted_at < @cutoff::timestamptz AND response_body <> '';
 
 -- name: RetentionOutboxScrubCount :one
 SELECT count(*) FROM wharf_outbox_events s

@@ -152,3 +152,30 @@ func BenchmarkVerify(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkHostileSignatureHeader measures each scheme's refusal of
+// signature headers of wrong signatures, its verifier holding limitKeys keys:
+// 1 MB of them (what net/http's default MaxHeaderBytes lets through), refused
+// by its size, and MaxSignatureEntries of them, the most work a request can
+// cost. ops is the MACs and signature verifications per request.
+func BenchmarkHostileSignatureHeader(b *testing.B) {
+	ctx := context.Background()
+	sizes := []struct {
+		name    string
+		entries int
+	}{{"1MB", 1 << 20 / 32}, {"MaxSignatureEntries", signature.MaxSignatureEntries}}
+	for _, size := range sizes {
+		for _, c := range limitCases(b) {
+			req := c.request(c.sigs(size.entries))
+			b.Run(c.name+"/"+size.name, func(b *testing.B) {
+				before := c.work()
+				for b.Loop() {
+					if c.v.Verify(ctx, req) == nil {
+						b.Fatal("a hostile header verified")
+					}
+				}
+				b.ReportMetric(float64(c.work()-before)/float64(b.N), "ops")
+			})
+		}
+	}
+}

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"strings"
-	"time"
 )
 
 // HMACConfig describes an HMAC signature scheme for NewHMAC: enough to
@@ -14,6 +14,13 @@ import (
 type HMACConfig struct {
 	// SignatureHeader is the header carrying the signature. Required.
 	SignatureHeader string
+	// AltSignatureHeaders are other names the provider sends the same
+	// signature under (Shopify: shopify-hmac-sha256 beside
+	// X-Shopify-Hmac-Sha256). A request may carry any of them, or several
+	// holding the same value; several holding different values are refused
+	// with ErrMalformedHeader, since one was not the provider's. Each is
+	// held to the limits of a signature header. Defaults to none.
+	AltSignatureHeaders []string
 	// Prefix precedes the encoded signature in the header ("sha256=",
 	// "v0="). Defaults to none.
 	Prefix string
@@ -47,9 +54,11 @@ type HMAC struct {
 	secrets   SecretSource
 	opts      *Options
 	cfg       HMACConfig
+	sigNames  []string // SignatureHeader, then AltSignatureHeaders
 	newHash   func() hash.Hash
 	template  []templatePart
 	signsTime bool
+	work      *workCounter
 }
 
 // NewHMAC returns a verifier for the scheme cfg describes, with the given
@@ -67,7 +76,10 @@ func NewHMAC(secrets SecretSource, cfg HMACConfig, opts *Options) (*HMAC, error)
 	if err != nil {
 		return nil, fmt.Errorf("signature: HMACConfig.Template: %w", err)
 	}
-	h := &HMAC{secrets: secrets, opts: opts, cfg: cfg, newHash: newHash, template: template}
+	// The caller keeps its slices; the verifier's must not change under it.
+	cfg.AltSignatureHeaders = slices.Clone(cfg.AltSignatureHeaders)
+	cfg.Events = cfg.Events.clone()
+	h := &HMAC{secrets: secrets, opts: opts, cfg: cfg, sigNames: cfg.signatureHeaders(), newHash: newHash, template: template}
 	var signsBody bool
 	for _, p := range template {
 		signsBody = signsBody || p.kind == partBody
@@ -99,6 +111,9 @@ func (c *HMACConfig) applyDefaults() error {
 	if c.SignatureHeader == "" {
 		return errors.New("SignatureHeader is required")
 	}
+	if len(c.signatureHeaders()) != 1+len(c.AltSignatureHeaders) {
+		return errors.New("AltSignatureHeaders must be distinct non-empty names other than SignatureHeader")
+	}
 	if c.Algorithm == "" {
 		c.Algorithm = SHA256
 	}
@@ -114,11 +129,17 @@ func (c *HMACConfig) applyDefaults() error {
 	return nil
 }
 
+// signatureHeaders returns SignatureHeader then AltSignatureHeaders, without
+// blanks or repeats.
+func (c *HMACConfig) signatureHeaders() []string {
+	return headerList(append([]string{c.SignatureHeader}, c.AltSignatureHeaders...))
+}
+
 // EventLocation reports the configuration's Events, with SignedHeaders the
 // headers that Template signs ({header:Name}, and TimestampHeader through
 // {timestamp}).
 func (h *HMAC) EventLocation() EventLocation {
-	loc := h.cfg.Events
+	loc := h.cfg.Events.clone()
 	loc.SignedHeaders = nil
 	if h.cfg.TimestampHeader != "" {
 		loc.SignedHeaders = append(loc.SignedHeaders, h.cfg.TimestampHeader)
@@ -133,20 +154,20 @@ func (h *HMAC) EventLocation() EventLocation {
 
 // Verify checks r's signature. See the package documentation for errors.
 func (h *HMAC) Verify(ctx context.Context, r *Request) error {
-	raw, err := header(r.Header, h.cfg.SignatureHeader)
+	name, raw, err := agreeingSignatureHeader(r.Header, h.sigNames)
 	if err != nil {
 		return err
 	}
 	encoded, ok := strings.CutPrefix(raw, h.cfg.Prefix)
 	if !ok {
-		return malformed(h.cfg.SignatureHeader, fmt.Sprintf("does not start with %q", h.cfg.Prefix))
+		return malformed(name, fmt.Sprintf("does not start with %q", h.cfg.Prefix))
 	}
 	sig, err := h.cfg.Encoding.decode(strings.TrimSpace(encoded))
 	if err != nil {
-		return malformed(h.cfg.SignatureHeader, err.Error())
+		return malformed(name, err.Error())
 	}
 	var timestamp string
-	var signedAt time.Time
+	var signedAt int64
 	if h.signsTime {
 		if timestamp, err = header(r.Header, h.cfg.TimestampHeader); err != nil {
 			return err
@@ -168,7 +189,7 @@ func (h *HMAC) Verify(ctx context.Context, r *Request) error {
 	if err != nil {
 		return err
 	}
-	return matchMAC(h.newHash, keys, [][]byte{sig}, content)
+	return matchMAC(h.work, h.newHash, keys, [][]byte{sig}, content)
 }
 
 // content fills the template for r.

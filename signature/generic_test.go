@@ -35,6 +35,9 @@ func TestNewHMACConfigErrors(t *testing.T) {
 		{"Unclosed", signature.HMACConfig{SignatureHeader: "X-Sig", Template: "{body}.{timestamp"}, "unclosed placeholder at byte 7"},
 		{"TimestampWithoutHeader", signature.HMACConfig{SignatureHeader: "X-Sig", Template: "{timestamp}.{body}"}, "TimestampHeader is empty"},
 		{"HeaderWithoutTimestamp", signature.HMACConfig{SignatureHeader: "X-Sig", TimestampHeader: "X-Ts"}, "does not sign {timestamp}"},
+		{"AltSignatureHeaderRepeatsMain", signature.HMACConfig{SignatureHeader: "X-Sig", AltSignatureHeaders: []string{"x-sig"}}, "AltSignatureHeaders must be distinct"},
+		{"AltSignatureHeaderEmpty", signature.HMACConfig{SignatureHeader: "X-Sig", AltSignatureHeaders: []string{""}}, "AltSignatureHeaders must be distinct"},
+		{"AltSignatureHeadersRepeat", signature.HMACConfig{SignatureHeader: "X-Sig", AltSignatureHeaders: []string{"Sig", "SIG"}}, "AltSignatureHeaders must be distinct"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,7 +85,9 @@ func TestHMACTimestampedSHA512Base64(t *testing.T) {
 	v, err := signature.NewHMAC(signature.Secrets{genericSecret}, cfg, at(ts))
 	require.NoError(t, err)
 	require.NoError(t, v.Verify(ctx, request("1700000000", good, body)))
-	require.Equal(t, cfg.Events, v.EventLocation())
+	want := cfg.Events
+	want.SignedHeaders = []string{"X-Acme-Timestamp"}
+	require.Equal(t, want, v.EventLocation())
 
 	stale, err := signature.NewHMAC(signature.Secrets{genericSecret}, cfg, at(ts+301))
 	require.NoError(t, err)
@@ -165,4 +170,53 @@ func FuzzHMACTemplate(f *testing.F) {
 		err = v.Verify(context.Background(), &signature.Request{URL: "https://example.com/", Header: h, Body: []byte("x")})
 		requireRequestError(t, err)
 	})
+}
+
+// TestHMACAltSignatureHeaders: a provider renaming its signature header is
+// verified under either name, the template's content unchanged, and the
+// verifier does not share the caller's slices.
+func TestHMACAltSignatureHeaders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	body := `{"id":"x"}`
+	sig := "v2=" + hex.EncodeToString(macOf(sha256.New, genericSecret, body))
+	alts := []string{"Acme-Signature"}
+	more := []string{"Acme-Event-Id"}
+	v, err := signature.NewHMAC(signature.Secrets{genericSecret}, signature.HMACConfig{
+		SignatureHeader:     "X-Acme-Signature",
+		AltSignatureHeaders: alts,
+		Prefix:              "v2=",
+		Events:              signature.EventLocation{IDHeader: "X-Acme-Event-Id", MoreIDHeaders: more},
+	}, nil)
+	require.NoError(t, err)
+	alts[0], more[0] = "X-Forged", "X-Forged"
+
+	for _, name := range []string{"X-Acme-Signature", "Acme-Signature"} {
+		require.NoError(t, v.Verify(ctx, newRequest(body, name, sig)), name)
+		requireRejected(t, v.Verify(ctx, newRequest(body+" ", name, sig)), signature.ErrNoMatch, genericSecret)
+	}
+	requireRejected(t, v.Verify(ctx, newRequest(body, "X-Forged", sig)), signature.ErrMissingHeader, genericSecret)
+	err = v.Verify(ctx, newRequest(body, "Acme-Signature", "sha256="+sig[len("v2="):]))
+	requireRejected(t, err, signature.ErrMalformedHeader, genericSecret)
+	require.ErrorContains(t, err, `Acme-Signature: does not start with "v2="`)
+	require.Equal(t, []string{"X-Acme-Event-Id", "Acme-Event-Id"}, v.EventLocation().IDHeaders())
+}
+
+// TestEventLocationHeaderOrder: IDHeaders and TypeHeaders list each name
+// once, in the order tried, and never alias the location's own slices.
+func TestEventLocationHeaderOrder(t *testing.T) {
+	t.Parallel()
+	loc := signature.EventLocation{
+		IDHeader:        "X-Event-Id",
+		AltIDHeader:     "",
+		MoreIDHeaders:   []string{"event-id", "X-Delivery", "", "x-delivery"},
+		MoreTypeHeaders: []string{"Topic", "topic"},
+	}
+	ids := loc.IDHeaders()
+	require.Equal(t, []string{"X-Event-Id", "event-id", "X-Delivery"}, ids)
+	ids[1] = "changed"
+	require.Equal(t, "event-id", loc.MoreIDHeaders[0])
+	require.Equal(t, []string{"Topic"}, loc.TypeHeaders())
+	require.Empty(t, signature.EventLocation{}.IDHeaders())
+	require.Empty(t, signature.EventLocation{}.TypeHeaders())
 }

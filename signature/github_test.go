@@ -2,6 +2,8 @@ package signature_test
 
 import (
 	"context"
+	"crypto/sha1" // GitHub's legacy X-Hub-Signature is HMAC-SHA1.
+	"encoding/hex"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,6 +33,32 @@ func TestGitHubPublishedVector(t *testing.T) {
 	require.NoError(t, v.Verify(context.Background(), req))
 
 	require.Equal(t, signature.EventLocation{IDHeader: signature.HeaderGitHubDelivery, TypeHeader: signature.HeaderGitHubEvent}, v.EventLocation())
+}
+
+// TestGitHubIgnoresSHA1Header: X-Hub-Signature, the legacy HMAC-SHA1 that
+// GitHub sends beside X-Hub-Signature-256, is never read, so it can neither
+// verify a request alone nor spoil a genuine SHA-256 one. A sender that signs
+// only with it is a NewHMAC configuration.
+func TestGitHubIgnoresSHA1Header(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sha1Sig := "sha1=" + hex.EncodeToString(macOf(sha1.New, githubSecret, githubBody))
+	v := signature.NewGitHub(signature.Secrets{githubSecret}, nil)
+
+	onlySHA1 := newRequest(githubBody, "X-Hub-Signature", sha1Sig, signature.HeaderGitHubDelivery, "72d3162e")
+	err := v.Verify(ctx, onlySHA1)
+	requireRejected(t, err, signature.ErrMissingHeader, githubSecret)
+	require.ErrorContains(t, err, signature.HeaderGitHubSignature256)
+
+	both := githubRequest(githubSignature, githubBody)
+	both.Header.Set("X-Hub-Signature", "sha1=0000")
+	require.NoError(t, v.Verify(ctx, both))
+
+	legacy, err := signature.NewHMAC(signature.Secrets{githubSecret},
+		signature.HMACConfig{SignatureHeader: "X-Hub-Signature", Prefix: "sha1=", Algorithm: signature.SHA1}, nil)
+	require.NoError(t, err)
+	require.NoError(t, legacy.Verify(ctx, onlySHA1))
+	requireRejected(t, legacy.Verify(ctx, newRequest("Hello, World?", "X-Hub-Signature", sha1Sig)), signature.ErrNoMatch, githubSecret)
 }
 
 func TestGitHubRejects(t *testing.T) {

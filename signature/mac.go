@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash"
 	"strings"
+	"sync/atomic"
 )
 
 // HashAlgorithm names the hash an HMAC scheme uses.
@@ -88,13 +89,26 @@ func computeMAC(newHash func() hash.Hash, key []byte, parts ...[]byte) []byte {
 	return mac.Sum(nil)
 }
 
+// workCounter counts the MACs and signature verifications a verifier runs,
+// the cryptographic work one request costs. Verifiers hold a nil one, which
+// counts nothing; the package's tests set one to hold that work to its bound.
+type workCounter struct{ n atomic.Int64 }
+
+func (c *workCounter) add() {
+	if c != nil {
+		c.n.Add(1)
+	}
+}
+
 // matchMAC returns nil when a candidate equals the MAC of one of the signed
 // contents (several when the sender's exact content is ambiguous, as with
 // Twilio's ports) under one of the keys, otherwise ErrNoMatch. Comparisons are
-// constant-time.
-func matchMAC(newHash func() hash.Hash, keys, candidates [][]byte, contents ...[][]byte) error {
+// constant-time. It computes at most len(keys) × len(contents) MACs, however
+// many candidates there are.
+func matchMAC(work *workCounter, newHash func() hash.Hash, keys, candidates [][]byte, contents ...[][]byte) error {
 	for _, key := range keys {
 		for _, content := range contents {
+			work.add()
 			expected := computeMAC(newHash, key, content...)
 			for _, candidate := range candidates {
 				if hmac.Equal(expected, candidate) {
@@ -126,14 +140,24 @@ func malformed(name, reason string) error {
 	return fmt.Errorf("%w: %s: %s", ErrMalformedHeader, name, reason)
 }
 
+// tooManyEntries is the reason a signature header with more than
+// MaxSignatureEntries entries is malformed.
+func tooManyEntries() error {
+	return fmt.Errorf("more than MaxSignatureEntries (%d) entries", MaxSignatureEntries)
+}
+
 // headerParam is one key=value entry of a structured signature header such
 // as Stripe's "t=…,v1=…" or Paddle's "ts=…;h1=…".
 type headerParam struct{ key, value string }
 
 // parseHeaderParams splits v into key=value entries separated by sep,
 // trimming spaces. An entry without "=" or with an empty key is an error
-// naming its position, not its content.
+// naming its position, not its content; more than MaxSignatureEntries
+// entries is an error too.
 func parseHeaderParams(v, sep string) ([]headerParam, error) {
+	if strings.Count(v, sep) >= MaxSignatureEntries {
+		return nil, tooManyEntries()
+	}
 	var params []headerParam
 	for i, entry := range strings.Split(v, sep) {
 		key, value, ok := strings.Cut(strings.TrimSpace(entry), "=")

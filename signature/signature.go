@@ -1,26 +1,12 @@
-// Package signature signs and verifies webhook requests.
-//
-// Every scheme verifies over the raw request bytes, compares in constant
-// time, accepts several secrets at once (rotation) and, where the scheme has a
-// timestamp, rejects requests outside a tolerance (default 5 minutes both
-// ways). Errors say which check failed — errors.Is matches ErrMissingHeader,
-// ErrMalformedHeader, ErrStaleTimestamp, ErrNoMatch, or, for a problem on
-// the receiving side, ErrNoSecrets (ErrInvalidOptions too when the Options
-// are invalid) — and never contain a secret, an expected signature or a
-// received one.
-//
-// Presets cover the common providers: NewStandardWebhooks (v1 HMAC and v1a
-// ed25519), NewSvix, NewStripe, NewGitHub, NewShopify, NewSlack, NewPaddle
-// and NewTwilio; NewHMAC configures the rest. Each preset also implements
-// EventLocator, naming where its provider puts the event id. Wharf's own
-// outgoing webhooks are signed with SignStandardWebhooks.
 package signature
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,11 +16,33 @@ import (
 // unless Options.Tolerance says otherwise.
 const DefaultTolerance = 5 * time.Minute
 
+// Limits on a signature header, checked before it is parsed or any secret is
+// read, so that what a request can make a verifier do is bounded before the
+// request is authenticated.
+const (
+	// MaxSignatureHeaderBytes is the longest signature header a verifier
+	// reads; a longer one is refused with ErrMalformedHeader. Real headers
+	// are far shorter (sixteen Standard Webhooks v1a entries take 1.5 KiB),
+	// and 8 KiB is also the longest header line common proxies pass by
+	// default, which leaves room for signature versions yet to come.
+	MaxSignatureHeaderBytes = 8 << 10
+	// MaxSignatureEntries is the most entries a signature header may hold:
+	// space-separated signatures in Standard Webhooks, key=value entries
+	// (the timestamp, and versions the verifier skips, included) in Stripe's
+	// and Paddle's. More is refused with ErrMalformedHeader. Senders add one
+	// entry per secret they sign with, a few during a rotation. A request
+	// costs at most this many signature verifications per key, and one MAC
+	// per key however many entries it holds.
+	MaxSignatureEntries = 16
+)
+
 var (
 	// ErrMissingHeader means a header the scheme requires is absent or empty.
 	ErrMissingHeader = errors.New("signature: missing header")
-	// ErrMalformedHeader means a header is present but cannot be parsed, or
-	// (Twilio) the form body its signature covers cannot be parsed.
+	// ErrMalformedHeader means a header is present but cannot be parsed, a
+	// signature header is sent more than once or exceeds
+	// MaxSignatureHeaderBytes or MaxSignatureEntries, or (Twilio) the form
+	// body its signature covers cannot be parsed.
 	ErrMalformedHeader = errors.New("signature: malformed header")
 	// ErrStaleTimestamp means the signed timestamp is outside the tolerance.
 	ErrStaleTimestamp = errors.New("signature: timestamp outside tolerance")
@@ -97,21 +105,37 @@ func (f VerifierFunc) Verify(ctx context.Context, r *Request) error { return f(c
 // EventLocation says where a provider puts the event id that every delivery
 // of one event shares, and the event type. Empty fields mean "not there".
 // The inbox reads them, before its own defaults.
+//
+// A provider that sends one value under several header names (Svix's
+// svix-id or webhook-id, Shopify's X-Shopify-Event-Id or shopify-event-id)
+// lists them in the order they are tried: IDHeaders and TypeHeaders return
+// that order. A verifier that accepts several signed header sets verifies
+// each request with the set whose id header comes first in IDHeaders among
+// those the request carries, so the id read first is the one its signature
+// covers.
 type EventLocation struct {
 	// IDHeader is the header holding the event id (webhook-id,
 	// X-GitHub-Delivery…). Consulted first.
 	IDHeader string
 	// AltIDHeader is the header holding the event id when IDHeader is absent
-	// (Shopify: X-Shopify-Event-Id, else X-Shopify-Webhook-Id).
+	// (Svix: webhook-id, when svix-id is absent).
 	AltIDHeader string
+	// MoreIDHeaders are further headers holding the event id, consulted in
+	// order when IDHeader and AltIDHeader are absent (Shopify: its webhook
+	// ids, after its event ids).
+	MoreIDHeaders []string
 	// IDField is the JSON body field holding the event id (id, event_id…),
-	// consulted when neither header is present. A dot descends into nested
+	// consulted when no id header is present. A dot descends into nested
 	// objects ("event.id").
 	IDField string
 	// TypeHeader is the header holding the event type (X-GitHub-Event…).
 	TypeHeader string
+	// MoreTypeHeaders are further headers holding the event type,
+	// consulted in order when TypeHeader is absent (Shopify: shopify-topic
+	// after X-Shopify-Topic).
+	MoreTypeHeaders []string
 	// TypeField is the JSON body field holding the event type, consulted
-	// when TypeHeader is absent. A dot descends into nested objects
+	// when no type header is present. A dot descends into nested objects
 	// ("event.type").
 	TypeField string
 	// SignedHeaders lists the headers, besides the signature header itself,
@@ -122,6 +146,39 @@ type EventLocation struct {
 	// scheme names that header as its provider's id (GitHub, Shopify,
 	// Twilio) or the source says so.
 	SignedHeaders []string
+}
+
+// clone returns l with slices of its own.
+func (l EventLocation) clone() EventLocation {
+	l.MoreIDHeaders = slices.Clone(l.MoreIDHeaders)
+	l.MoreTypeHeaders = slices.Clone(l.MoreTypeHeaders)
+	l.SignedHeaders = slices.Clone(l.SignedHeaders)
+	return l
+}
+
+// IDHeaders returns the headers holding the event id in the order they are
+// tried: IDHeader, AltIDHeader, then MoreIDHeaders, without blanks or
+// repeats (compared case-insensitively).
+func (l EventLocation) IDHeaders() []string {
+	return headerList(append([]string{l.IDHeader, l.AltIDHeader}, l.MoreIDHeaders...))
+}
+
+// TypeHeaders returns the headers holding the event type in the order they
+// are tried: TypeHeader, then MoreTypeHeaders, without blanks or repeats.
+func (l EventLocation) TypeHeaders() []string {
+	return headerList(append([]string{l.TypeHeader}, l.MoreTypeHeaders...))
+}
+
+// headerList returns names without empty ones and without repeats, which
+// http.Header reads alike whatever their case.
+func headerList(names []string) []string {
+	out := names[:0]
+	for _, name := range names {
+		if name != "" && !slices.ContainsFunc(out, func(o string) bool { return strings.EqualFold(o, name) }) {
+			out = append(out, name)
+		}
+	}
+	return slices.Clip(out)
 }
 
 // Signs reports whether the signature covers header name.
@@ -193,8 +250,9 @@ func (o *Options) now() time.Time {
 // toleranceDisabled is the one Tolerance value that disables the check.
 const toleranceDisabled = -1
 
-// checkTimestamp enforces the tolerance around now for a signed unix time.
-func (o *Options) checkTimestamp(signed time.Time) error {
+// checkTimestamp enforces the tolerance around now for a signed unix time,
+// any int64 a sender can write.
+func (o *Options) checkTimestamp(signed int64) error {
 	tolerance := o.tolerance()
 	switch {
 	case tolerance == toleranceDisabled:
@@ -202,10 +260,59 @@ func (o *Options) checkTimestamp(signed time.Time) error {
 	case tolerance < 0:
 		return &optionsError{problem: fmt.Sprintf("Tolerance is %s; only -1 disables the timestamp check", tolerance)}
 	}
-	if d := o.now().Sub(signed); d > tolerance || d < -tolerance {
-		return fmt.Errorf("%w: signed %s, tolerance %s", ErrStaleTimestamp, signed.UTC().Format(time.RFC3339), tolerance)
+	off := offsetOf(o.now(), signed)
+	tolSec, tolNsec := uint64(tolerance/time.Second), int64(tolerance%time.Second)
+	if off.sec < tolSec || off.sec == tolSec && off.nsec <= tolNsec {
+		return nil
 	}
-	return nil
+	return off.staleError(signed, tolerance)
+}
+
+// offset is the distance between now and a signed unix second, in whole
+// seconds and nanoseconds (below one second), and its direction. It is exact
+// for any int64 a sender can write, where time.Unix overflows and Time.Sub
+// saturates: larger minus smaller of two int64s is exact in uint64.
+type offset struct {
+	sec    uint64
+	nsec   int64
+	future bool // signed after now
+}
+
+func offsetOf(now time.Time, signed int64) offset {
+	nowSec, nowNsec := now.Unix(), int64(now.Nanosecond())
+	if signed <= nowSec {
+		return offset{sec: uint64(nowSec) - uint64(signed), nsec: nowNsec}
+	}
+	// signed - now = (ahead-1)s + (1s - nowNsec).
+	off := offset{sec: uint64(signed) - uint64(nowSec) - 1, nsec: int64(time.Second) - nowNsec, future: true}
+	if off.nsec == int64(time.Second) {
+		off.sec, off.nsec = off.sec+1, 0
+	}
+	return off
+}
+
+// maxWrittenSeconds is the longest offset staleError writes as a Duration:
+// about 292 years.
+const maxWrittenSeconds = math.MaxInt64/int64(time.Second) - 1
+
+// staleError says when a request was signed and how far that is from now:
+// the raw unix seconds always, the date too when it is near enough to be
+// written (RFC 3339 has four-digit years).
+func (off offset) staleError(signed int64, tolerance time.Duration) error {
+	direction := "in the past"
+	if off.future {
+		direction = "in the future"
+	}
+	if off.sec > uint64(maxWrittenSeconds) {
+		return fmt.Errorf("%w: signed at unix %d, more than %d years %s, tolerance %s",
+			ErrStaleTimestamp, signed, maxWrittenSeconds/(365*24*3600), direction, tolerance)
+	}
+	var date string
+	if t := time.Unix(signed, 0).UTC(); 0 <= t.Year() && t.Year() <= 9999 {
+		date = " (" + t.Format(time.RFC3339) + ")"
+	}
+	return fmt.Errorf("%w: signed at unix %d%s, %s %s, tolerance %s", ErrStaleTimestamp, signed, date,
+		time.Duration(off.sec)*time.Second+time.Duration(off.nsec), direction, tolerance)
 }
 
 // signedURL is the URL a sender signed for r: PublicBaseURL followed by
@@ -251,12 +358,12 @@ func isURLScheme(s string) bool {
 }
 
 // parseUnix parses integer unix seconds.
-func parseUnix(v string) (time.Time, error) {
+func parseUnix(v string) (int64, error) {
 	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 	if err != nil {
-		return time.Time{}, errors.New("not integer unix seconds")
+		return 0, errors.New("not integer unix seconds")
 	}
-	return time.Unix(n, 0), nil
+	return n, nil
 }
 
 // secretsOf fetches the current secrets and drops empty ones.
@@ -280,11 +387,54 @@ func secretsOf(ctx context.Context, src SecretSource) ([]string, error) {
 	return out, nil
 }
 
-// header returns the first non-empty value of name.
+// header returns the first value of name, which must not be empty.
 func header(h http.Header, name string) (string, error) {
 	v := h.Get(name)
 	if v == "" {
 		return "", fmt.Errorf("%w: %s", ErrMissingHeader, name)
 	}
 	return v, nil
+}
+
+// signatureHeader returns the value of a scheme's signature header, refusing
+// one sent more than once (which of them would the sender have meant?) or
+// longer than MaxSignatureHeaderBytes before anything reads it further.
+func signatureHeader(h http.Header, name string) (string, error) {
+	values := h.Values(name)
+	switch {
+	case len(values) > 1:
+		return "", malformed(name, fmt.Sprintf("sent %d times; a request carries one", len(values)))
+	case len(values) == 0 || values[0] == "":
+		return "", fmt.Errorf("%w: %s", ErrMissingHeader, name)
+	case len(values[0]) > MaxSignatureHeaderBytes:
+		return "", malformed(name, fmt.Sprintf("%d bytes, more than MaxSignatureHeaderBytes (%d)", len(values[0]), MaxSignatureHeaderBytes))
+	}
+	return values[0], nil
+}
+
+// agreeingSignatureHeader returns the first of names that h carries, and its
+// value, for a signature sent under several names. Every name carried is
+// held to signatureHeader's checks, and all must hold the same value: a
+// request whose signatures disagree is refused rather than verified with
+// one chosen for it. An empty header counts as absent.
+func agreeingSignatureHeader(h http.Header, names []string) (name, value string, err error) {
+	for _, n := range names {
+		if vs := h.Values(n); len(vs) == 0 || len(vs) == 1 && vs[0] == "" {
+			continue
+		}
+		v, err := signatureHeader(h, n)
+		if err != nil {
+			return "", "", err
+		}
+		switch {
+		case name == "":
+			name, value = n, v
+		case v != value:
+			return "", "", malformed(name, "differs from "+n+"; a request carries one signature")
+		}
+	}
+	if name == "" {
+		return "", "", fmt.Errorf("%w: %s", ErrMissingHeader, strings.Join(names, " or "))
+	}
+	return name, value, nil
 }

@@ -27,7 +27,8 @@ func TestSlackPublishedVector(t *testing.T) {
 	require.NoError(t, v.Verify(context.Background(), slackRequest("1531420618", slackSignature, slackBody)))
 
 	loc := v.EventLocation()
-	require.Equal(t, signature.EventLocation{IDField: "event_id", TypeField: "event.type"}, loc)
+	require.Equal(t, signature.EventLocation{IDField: "event_id", TypeField: "event.type",
+		SignedHeaders: []string{signature.HeaderSlackTimestamp}}, loc)
 }
 
 func TestSlackRejects(t *testing.T) {

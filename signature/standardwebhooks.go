@@ -27,7 +27,8 @@ const (
 	HeaderWebhookSignature = "webhook-signature"
 )
 
-// Svix sends the Standard Webhooks scheme under these names.
+// Svix sends the Standard Webhooks scheme under these names, or, for an
+// application with whitelabelled headers, under the webhook-* names.
 const (
 	// HeaderSvixID is Svix's webhook-id.
 	HeaderSvixID = "svix-id"
@@ -54,6 +55,9 @@ const (
 // Svix (the same scheme under svix-* names) reuses the implementation.
 type swHeaders struct{ id, timestamp, signature string }
 
+// carriedBy reports whether h carries this set's id header, even empty.
+func (s swHeaders) carriedBy(h http.Header) bool { return len(h.Values(s.id)) > 0 }
+
 var (
 	standardHeaders = swHeaders{HeaderWebhookID, HeaderWebhookTimestamp, HeaderWebhookSignature}
 	svixHeaders     = swHeaders{HeaderSvixID, HeaderSvixTimestamp, HeaderSvixSignature}
@@ -66,7 +70,10 @@ var (
 type StandardWebhooks struct {
 	secrets SecretSource
 	opts    *Options
-	headers swHeaders
+	// headerSets are the header sets accepted, in order of precedence: a
+	// request is verified with the first whose id header it carries.
+	headerSets []swHeaders
+	work       *workCounter
 }
 
 // NewStandardWebhooks returns a Standard Webhooks verifier with the given
@@ -74,49 +81,90 @@ type StandardWebhooks struct {
 // prefix: "whsec_…" (or bare base64) verifies v1, "whpk_…" verifies v1a, and
 // "whsk_…" verifies v1a with the public key derived from it; one source may
 // mix them, as the specification allows a sender to switch.
+//
+// It reads the webhook-* headers only, as the specification's reference
+// libraries do: a request signed under svix-* names is Svix's, for NewSvix.
 func NewStandardWebhooks(secrets SecretSource, opts *Options) *StandardWebhooks {
-	return &StandardWebhooks{secrets: secrets, opts: opts, headers: standardHeaders}
+	return &StandardWebhooks{secrets: secrets, opts: opts, headerSets: []swHeaders{standardHeaders}}
 }
 
 // NewSvix returns a verifier for Svix, which sends Standard Webhooks under
-// svix-id, svix-timestamp and svix-signature; secrets are Svix's whsec_
-// endpoint secrets.
+// svix-id, svix-timestamp and svix-signature, or under webhook-id,
+// webhook-timestamp and webhook-signature for an application with
+// whitelabelled headers; secrets are Svix's whsec_ endpoint secrets.
+//
+// A request carrying svix-id is verified with the svix-* headers alone,
+// otherwise with the webhook-* headers alone: one set's id is never checked
+// against the other's signature. Svix's own libraries fall back to the
+// webhook-* set whenever one svix-* header is missing; this verifier refuses
+// a request carrying svix-id without the rest of its set (ErrMissingHeader)
+// instead, so that the event id read first, svix-id, is always one the
+// signature covers.
 func NewSvix(secrets SecretSource, opts *Options) *StandardWebhooks {
-	return &StandardWebhooks{secrets: secrets, opts: opts, headers: svixHeaders}
+	return &StandardWebhooks{secrets: secrets, opts: opts, headerSets: []swHeaders{svixHeaders, standardHeaders}}
 }
 
-// EventLocation reports that the event id is the id header (webhook-id or
-// svix-id), which the signature covers with the timestamp header, and the
-// type the body's "type" field, as the specification recommends.
+// EventLocation reports that the event id is the id header (webhook-id, or
+// for Svix svix-id, else webhook-id), which the signature covers with the
+// timestamp header of its set, and the type the body's "type" field, as the
+// specification recommends. A request is verified with the set of the first
+// id header it carries, so that id is signed.
 func (s *StandardWebhooks) EventLocation() EventLocation {
-	return EventLocation{
-		IDHeader:      s.headers.id,
-		TypeField:     "type",
-		SignedHeaders: []string{s.headers.id, s.headers.timestamp},
+	loc := EventLocation{TypeField: "type"}
+	for i, set := range s.headerSets {
+		if i == 0 {
+			loc.IDHeader = set.id
+		} else {
+			loc.AltIDHeader = set.id
+		}
+		loc.SignedHeaders = append(loc.SignedHeaders, set.id, set.timestamp)
 	}
+	return loc
+}
+
+// headersFor returns the header set r is verified with: the first whose id
+// header r carries, else, when it carries none, an error naming them all.
+func (s *StandardWebhooks) headersFor(r *Request) (swHeaders, error) {
+	names := make([]string, len(s.headerSets))
+	for i, set := range s.headerSets {
+		if set.carriedBy(r.Header) {
+			return set, nil
+		}
+		names[i] = set.id
+	}
+	return swHeaders{}, fmt.Errorf("%w: %s", ErrMissingHeader, strings.Join(names, " or "))
 }
 
 // Verify checks r's signature. See the package documentation for errors.
 func (s *StandardWebhooks) Verify(ctx context.Context, r *Request) error {
-	id, err := header(r.Header, s.headers.id)
+	headers, err := s.headersFor(r)
 	if err != nil {
 		return err
 	}
-	tsRaw, err := header(r.Header, s.headers.timestamp)
+	id, err := header(r.Header, headers.id)
 	if err != nil {
 		return err
 	}
-	sigHeader, err := header(r.Header, s.headers.signature)
+	if strings.TrimSpace(id) == "" {
+		// Blank is absent to a reader of the id, such as the inbox, which
+		// would then read the next set's unsigned id.
+		return fmt.Errorf("%w: %s is blank", ErrMissingHeader, headers.id)
+	}
+	tsRaw, err := header(r.Header, headers.timestamp)
+	if err != nil {
+		return err
+	}
+	sigHeader, err := signatureHeader(r.Header, headers.signature)
 	if err != nil {
 		return err
 	}
 	ts, err := parseUnix(tsRaw)
 	if err != nil {
-		return malformed(s.headers.timestamp, "timestamp is "+err.Error())
+		return malformed(headers.timestamp, "timestamp is "+err.Error())
 	}
 	sigs, err := parseStandardSignatures(sigHeader)
 	if err != nil {
-		return malformed(s.headers.signature, err.Error())
+		return malformed(headers.signature, err.Error())
 	}
 	if err := s.opts.checkTimestamp(ts); err != nil {
 		return err
@@ -127,7 +175,7 @@ func (s *StandardWebhooks) Verify(ctx context.Context, r *Request) error {
 	}
 	content := standardContent(id, tsRaw, r.Body)
 	if len(keys.hmac) > 0 && len(sigs.v1) > 0 {
-		if err := matchMAC(sha256.New, keys.hmac, sigs.v1, content); err == nil {
+		if err := matchMAC(s.work, sha256.New, keys.hmac, sigs.v1, content); err == nil {
 			return nil
 		}
 	}
@@ -135,6 +183,7 @@ func (s *StandardWebhooks) Verify(ctx context.Context, r *Request) error {
 		msg := bytes.Join(content, nil)
 		for _, pub := range keys.public {
 			for _, sig := range sigs.v1a {
+				s.work.add()
 				if ed25519.Verify(pub, msg, sig) {
 					return nil
 				}
@@ -309,12 +358,16 @@ type standardSignatures struct{ v1, v1a [][]byte }
 
 // parseStandardSignatures reads a space-separated "version,base64" list.
 // Unknown versions are skipped, as the specification asks; an entry without
-// a comma, or a known version with bad base64, makes the header malformed.
+// a comma, a known version with bad base64, or more than MaxSignatureEntries
+// entries make the header malformed.
 func parseStandardSignatures(v string) (standardSignatures, error) {
 	var sigs standardSignatures
 	entries := 0
 	for entry := range strings.FieldsSeq(v) {
 		entries++
+		if entries > MaxSignatureEntries {
+			return sigs, tooManyEntries()
+		}
 		version, sig, ok := strings.Cut(entry, ",")
 		if !ok || version == "" {
 			return sigs, fmt.Errorf("entry %d is not version,signature", entries)

@@ -28,12 +28,13 @@ type timestampedVerifier struct {
 	opts    *Options
 	format  timestampedFormat
 	events  EventLocation
+	work    *workCounter
 }
 
 // Verify checks r's signature header. See the package documentation for
 // errors.
 func (v *timestampedVerifier) Verify(ctx context.Context, r *Request) error {
-	return v.format.verify(ctx, v.secrets, v.opts, r)
+	return v.format.verify(ctx, v.secrets, v.opts, v.work, r)
 }
 
 // EventLocation reports where the provider puts the event id and type.
@@ -42,13 +43,14 @@ func (v *timestampedVerifier) EventLocation() EventLocation { return v.events }
 // timestampedHeader is a parsed signature header.
 type timestampedHeader struct {
 	timestamp  string // as sent, because it is signed as sent
-	signedAt   time.Time
+	signedAt   int64  // unix seconds
 	signatures [][]byte
 }
 
 // parse reads a header value. Unknown keys are skipped, so new signature
 // versions do not break verification; a missing or repeated timestamp, no
-// signature of the known version, or one that is not hex makes it malformed.
+// signature of the known version, one that is not hex, or more than
+// MaxSignatureEntries entries make it malformed.
 func (f timestampedFormat) parse(v string) (timestampedHeader, error) {
 	var h timestampedHeader
 	params, err := parseHeaderParams(v, f.entrySep)
@@ -88,8 +90,8 @@ func (f timestampedFormat) content(timestamp string, body []byte) [][]byte {
 }
 
 // verify checks r under f: header, timestamp tolerance, then signatures.
-func (f timestampedFormat) verify(ctx context.Context, src SecretSource, opts *Options, r *Request) error {
-	raw, err := header(r.Header, f.header)
+func (f timestampedFormat) verify(ctx context.Context, src SecretSource, opts *Options, work *workCounter, r *Request) error {
+	raw, err := signatureHeader(r.Header, f.header)
 	if err != nil {
 		return err
 	}
@@ -104,7 +106,7 @@ func (f timestampedFormat) verify(ctx context.Context, src SecretSource, opts *O
 	if err != nil {
 		return err
 	}
-	return matchMAC(sha256.New, keys, h.signatures, f.content(h.timestamp, r.Body))
+	return matchMAC(work, sha256.New, keys, h.signatures, f.content(h.timestamp, r.Body))
 }
 
 // sign returns the header value for body signed at ts with every secret,

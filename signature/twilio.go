@@ -43,6 +43,7 @@ const (
 type Twilio struct {
 	secrets SecretSource
 	opts    *Options
+	work    *workCounter
 }
 
 // NewTwilio returns a Twilio verifier with the account's auth tokens (the
@@ -61,7 +62,7 @@ func (t *Twilio) EventLocation() EventLocation {
 // Verify checks r's X-Twilio-Signature. See the package documentation for
 // errors.
 func (t *Twilio) Verify(ctx context.Context, r *Request) error {
-	raw, err := header(r.Header, HeaderTwilioSignature)
+	raw, err := signatureHeader(r.Header, HeaderTwilioSignature)
 	if err != nil {
 		return err
 	}
@@ -86,7 +87,7 @@ func (t *Twilio) Verify(ctx context.Context, r *Request) error {
 	for i, v := range variants {
 		contents[i] = [][]byte{[]byte(v), params}
 	}
-	return matchMAC(sha1.New, keys, [][]byte{sig}, contents...)
+	return matchMAC(t.work, sha1.New, keys, [][]byte{sig}, contents...)
 }
 
 // twilioParams returns the signed parameter string of r: empty when the URL

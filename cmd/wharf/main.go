@@ -4,6 +4,7 @@
 //	wharf inbox list|show|replay|forget   inspect, replay and erase inbox messages
 //	wharf partitions               list partitions, rows, sizes, oldest unfinished row
 //	wharf prune [-dry-run]         run retention now (or show what it would do)
+//	wharf send -url URL BODY       sign a webhook (Standard Webhooks, Stripe, GitHub) and POST it
 //
 // Every command reads the database URL from DATABASE_URL, or from
 // -database-url.
@@ -34,6 +35,7 @@ var commands = map[string]command{
 	"inbox":      {"inbox list|show|replay|forget: inspect, replay and erase inbox messages", runInbox},
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
 	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},
+	"send":       {"send -url URL [-secret S] [-id ID] [-scheme standard|stripe|github] BODY: sign and POST a webhook", runSend},
 }
 
 // env is what commands share: output and a lazily opened pool.
@@ -73,10 +75,17 @@ func main() {
 func runCLI(ctx context.Context, args []string, out, errOut io.Writer) int {
 	global := flag.NewFlagSet("wharf", flag.ContinueOnError)
 	global.SetOutput(errOut)
-	databaseURL := global.String("database-url", os.Getenv("DATABASE_URL"), "Postgres URL (default $DATABASE_URL)")
+	// The flag's default is not $DATABASE_URL itself: usage would print
+	// its password.
+	databaseURL := global.String("database-url", "", "Postgres URL (default $DATABASE_URL)")
 	global.Usage = func() { usage(errOut, global) }
 	if err := global.Parse(args); err != nil {
 		return 2
+	}
+	urlSet := false
+	global.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "database-url" })
+	if !urlSet {
+		*databaseURL = os.Getenv("DATABASE_URL")
 	}
 	if global.NArg() == 0 {
 		usage(errOut, global)

@@ -97,6 +97,10 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if res.Skipped {
+		fmt.Fprintf(e.out, "another prune is running (a node's periodic job, or another wharf prune); nothing done\n")
+		return nil
+	}
 	drop, del := "dropped", "deleted"
 	if *dryRun {
 		drop, del = "would drop", "would delete"
@@ -107,9 +111,9 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 	for _, d := range res.Deferred {
 		fmt.Fprintf(e.out, "kept %s: %d unfinished rows\n", d.Name, d.Unfinished)
 	}
-	fmt.Fprintf(e.out, "%s %d partitions; kept %d expired partitions; %s %d dedupe keys, %d idempotency keys, %d deliveries; scrubbed %d messages, %d events\n",
+	fmt.Fprintf(e.out, "%s %d partitions; kept %d expired partitions; %s %d dedupe keys, %d idempotency keys, %d deliveries; scrubbed %d messages, %d events, %d responses\n",
 		drop, len(res.Dropped), len(res.Deferred), del, res.DedupeKeysDeleted, res.IdempotencyKeysDeleted,
-		res.DeliveriesDeleted, res.MessagesScrubbed, res.EventsScrubbed)
+		res.DeliveriesDeleted, res.MessagesScrubbed, res.EventsScrubbed, res.ResponsesScrubbed)
 	return nil
 }
 

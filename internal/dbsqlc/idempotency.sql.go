@@ -8,7 +8,6 @@ package dbsqlc
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/google/uuid"
 )
@@ -18,7 +17,7 @@ INSERT INTO wharf_idempotency_keys AS k (
     route, principal, idempotency_key, fingerprint, status, claim_id, claimed_at, expires_at
 ) VALUES (
     $1::text, $2::text, $3::text, $4::bytea,
-    'in_progress', $5::uuid, $6::timestamptz, $7::timestamptz
+    'in_progress', $5::uuid, now(), now() + make_interval(secs => $6::float8)
 )
 ON CONFLICT (route, principal, idempotency_key) DO UPDATE
 SET fingerprint = excluded.fingerprint,
@@ -30,25 +29,25 @@ SET fingerprint = excluded.fingerprint,
     response_status = NULL,
     response_headers = NULL,
     response_body = NULL
-WHERE k.claim_id = $8::uuid
+WHERE k.claim_id = $7::uuid
 `
 
 type IdempotencyKeyClaimParams struct {
-	Route           string
-	Principal       string
-	IdempotencyKey  string
-	Fingerprint     []byte
-	ClaimID         uuid.UUID
-	ClaimedAt       time.Time
-	ExpiresAt       time.Time
-	PreviousClaimID *uuid.UUID
+	Route               string
+	Principal           string
+	IdempotencyKey      string
+	Fingerprint         []byte
+	ClaimID             uuid.UUID
+	KeyRetentionSeconds float64
+	PreviousClaimID     *uuid.UUID
 }
 
 // Claims a key for a request: inserts it in_progress or, when the key exists,
 // overwrites it only while it is still the version the caller examined
 // (previous_claim_id; NULL when the caller found no row): an expired key, or
 // an in_progress one whose claimant is presumed dead. Zero rows means the key
-// changed under the caller.
+// changed under the caller. Claim and expiry times are the database's clock
+// (now(): the start of the caller's short transaction), never a node's.
 func (q *Queries) IdempotencyKeyClaim(ctx context.Context, arg IdempotencyKeyClaimParams) (int64, error) {
 	result, err := q.db.Exec(ctx, idempotencyKeyClaim,
 		arg.Route,
@@ -56,8 +55,7 @@ func (q *Queries) IdempotencyKeyClaim(ctx context.Context, arg IdempotencyKeyCla
 		arg.IdempotencyKey,
 		arg.Fingerprint,
 		arg.ClaimID,
-		arg.ClaimedAt,
-		arg.ExpiresAt,
+		arg.KeyRetentionSeconds,
 		arg.PreviousClaimID,
 	)
 	if err != nil {
@@ -69,16 +67,17 @@ func (q *Queries) IdempotencyKeyClaim(ctx context.Context, arg IdempotencyKeyCla
 const idempotencyKeyComplete = `-- name: IdempotencyKeyComplete :execrows
 UPDATE wharf_idempotency_keys
 SET status = 'completed',
-    completed_at = $1::timestamptz,
-    response_status = $2::int,
-    response_headers = $3::jsonb,
-    response_body = $4::bytea
-WHERE route = $5::text AND principal = $6::text AND idempotency_key = $7::text
-  AND claim_id = $8::uuid AND status = 'in_progress'
+    -- The moment of completion, also in a long transactional-mode
+    -- transaction (whose now() is its start).
+    completed_at = clock_timestamp(),
+    response_status = $1::int,
+    response_headers = $2::jsonb,
+    response_body = $3::bytea
+WHERE route = $4::text AND principal = $5::text AND idempotency_key = $6::text
+  AND claim_id = $7::uuid AND status = 'in_progress'
 `
 
 type IdempotencyKeyCompleteParams struct {
-	CompletedAt     time.Time
 	ResponseStatus  int32
 	ResponseHeaders json.RawMessage
 	ResponseBody    []byte
@@ -92,7 +91,6 @@ type IdempotencyKeyCompleteParams struct {
 // lost (taken over, released or pruned) and nothing was recorded.
 func (q *Queries) IdempotencyKeyComplete(ctx context.Context, arg IdempotencyKeyCompleteParams) (int64, error) {
 	result, err := q.db.Exec(ctx, idempotencyKeyComplete,
-		arg.CompletedAt,
 		arg.ResponseStatus,
 		arg.ResponseHeaders,
 		arg.ResponseBody,
@@ -112,23 +110,18 @@ DELETE FROM wharf_idempotency_keys
 WHERE (route, principal, idempotency_key) IN (
     SELECT route, principal, idempotency_key
     FROM wharf_idempotency_keys
-    WHERE expires_at <= $1::timestamptz
+    WHERE expires_at <= now()
     ORDER BY expires_at
-    LIMIT $2::int
+    LIMIT $1::int
     FOR UPDATE SKIP LOCKED
 )
 `
 
-type IdempotencyKeyDeleteExpiredParams struct {
-	Now     time.Time
-	MaxRows int32
-}
-
-// Deletes at most max_rows keys that expired at or before now, oldest first.
-// Keys locked by a request in flight (one reclaiming an expired key) are
-// skipped rather than waited for.
-func (q *Queries) IdempotencyKeyDeleteExpired(ctx context.Context, arg IdempotencyKeyDeleteExpiredParams) (int64, error) {
-	result, err := q.db.Exec(ctx, idempotencyKeyDeleteExpired, arg.Now, arg.MaxRows)
+// Deletes at most max_rows keys that expired by the database's clock, oldest
+// first. Keys locked by a request in flight (one reclaiming an expired key)
+// are skipped rather than waited for.
+func (q *Queries) IdempotencyKeyDeleteExpired(ctx context.Context, maxRows int32) (int64, error) {
+	result, err := q.db.Exec(ctx, idempotencyKeyDeleteExpired, maxRows)
 	if err != nil {
 		return 0, err
 	}
@@ -136,36 +129,59 @@ func (q *Queries) IdempotencyKeyDeleteExpired(ctx context.Context, arg Idempoten
 }
 
 const idempotencyKeyGetForUpdate = `-- name: IdempotencyKeyGetForUpdate :one
-SELECT route, principal, idempotency_key, fingerprint, status, claim_id, claimed_at, expires_at, completed_at, response_status, response_headers, response_body FROM wharf_idempotency_keys
-WHERE route = $1::text AND principal = $2::text AND idempotency_key = $3::text
+SELECT k.route, k.principal, k.idempotency_key, k.fingerprint, k.status, k.claim_id, k.claimed_at, k.expires_at, k.completed_at, k.response_status, k.response_headers, k.response_body,
+       (k.expires_at <= now())::bool AS expired,
+       (k.claimed_at <= now() - make_interval(secs => $1::float8))::bool AS claim_timed_out
+FROM wharf_idempotency_keys k
+WHERE k.route = $2::text AND k.principal = $3::text AND k.idempotency_key = $4::text
 FOR UPDATE
 `
 
 type IdempotencyKeyGetForUpdateParams struct {
-	Route          string
-	Principal      string
-	IdempotencyKey string
+	InProgressTimeoutSeconds float64
+	Route                    string
+	Principal                string
+	IdempotencyKey           string
+}
+
+type IdempotencyKeyGetForUpdateRow struct {
+	WharfIdempotencyKey WharfIdempotencyKey
+	Expired             bool
+	ClaimTimedOut       bool
 }
 
 // Reads the key's latest committed version and locks it until the caller's
 // transaction ends. Run after IdempotencyKeyTryLock, in a new statement, so
 // its snapshot includes everything the previous holder committed.
-func (q *Queries) IdempotencyKeyGetForUpdate(ctx context.Context, arg IdempotencyKeyGetForUpdateParams) (WharfIdempotencyKey, error) {
-	row := q.db.QueryRow(ctx, idempotencyKeyGetForUpdate, arg.Route, arg.Principal, arg.IdempotencyKey)
-	var i WharfIdempotencyKey
+//
+// Whether the key has expired, and whether its in_progress claim is older
+// than the takeover timeout, are judged here by the database's clock, the
+// one that wrote claimed_at and expires_at: a node whose own clock runs
+// ahead must not take over a claim whose handler is still within its
+// timeout, or treat a live key as expired.
+func (q *Queries) IdempotencyKeyGetForUpdate(ctx context.Context, arg IdempotencyKeyGetForUpdateParams) (IdempotencyKeyGetForUpdateRow, error) {
+	row := q.db.QueryRow(ctx, idempotencyKeyGetForUpdate,
+		arg.InProgressTimeoutSeconds,
+		arg.Route,
+		arg.Principal,
+		arg.IdempotencyKey,
+	)
+	var i IdempotencyKeyGetForUpdateRow
 	err := row.Scan(
-		&i.Route,
-		&i.Principal,
-		&i.IdempotencyKey,
-		&i.Fingerprint,
-		&i.Status,
-		&i.ClaimID,
-		&i.ClaimedAt,
-		&i.ExpiresAt,
-		&i.CompletedAt,
-		&i.ResponseStatus,
-		&i.ResponseHeaders,
-		&i.ResponseBody,
+		&i.WharfIdempotencyKey.Route,
+		&i.WharfIdempotencyKey.Principal,
+		&i.WharfIdempotencyKey.IdempotencyKey,
+		&i.WharfIdempotencyKey.Fingerprint,
+		&i.WharfIdempotencyKey.Status,
+		&i.WharfIdempotencyKey.ClaimID,
+		&i.WharfIdempotencyKey.ClaimedAt,
+		&i.WharfIdempotencyKey.ExpiresAt,
+		&i.WharfIdempotencyKey.CompletedAt,
+		&i.WharfIdempotencyKey.ResponseStatus,
+		&i.WharfIdempotencyKey.ResponseHeaders,
+		&i.WharfIdempotencyKey.ResponseBody,
+		&i.Expired,
+		&i.ClaimTimedOut,
 	)
 	return i, err
 }

@@ -128,6 +128,36 @@ func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyPa
 	return items, nil
 }
 
+const inboxKeyTombstone = `-- name: InboxKeyTombstone :execrows
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, erased_at)
+SELECT m.source, m.event_id, m.payload_hash, m.id, m.received_at, $1::timestamptz
+FROM wharf_inbox_messages m
+WHERE m.source = $2 AND m.event_id = $3
+ORDER BY m.received_at DESC
+LIMIT 1
+ON CONFLICT (source, event_id) DO UPDATE SET erased_at = excluded.erased_at
+`
+
+type InboxKeyTombstoneParams struct {
+	Now     time.Time
+	Source  string
+	EventID string
+}
+
+// Makes an erased event's key a tombstone, kept for the erased-key
+// retention from now whatever the dedupe window: the key as it is, or, when
+// retention has pruned it, a key made again from the newest stored message.
+// Run first in Forget: locking the key makes a concurrent receive of the
+// event either wait for the erasure or commit before it, where Forget's
+// next statement sees and erases its message. No row: no message stored.
+func (q *Queries) InboxKeyTombstone(ctx context.Context, arg InboxKeyTombstoneParams) (int64, error) {
+	result, err := q.db.Exec(ctx, inboxKeyTombstone, arg.Now, arg.Source, arg.EventID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const inboxMessageForget = `-- name: InboxMessageForget :many
 UPDATE wharf_inbox_messages
 SET body = '', headers = '{}', scrubbed_at = $1::timestamptz, updated_at = $1::timestamptz,

@@ -7,52 +7,10 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
+
+	"github.com/google/uuid"
 )
-
-const advisoryLock = `-- name: AdvisoryLock :exec
-SELECT pg_advisory_lock($1::int, $2::int)
-`
-
-type AdvisoryLockParams struct {
-	Class int32
-	Key   int32
-}
-
-func (q *Queries) AdvisoryLock(ctx context.Context, arg AdvisoryLockParams) error {
-	_, err := q.db.Exec(ctx, advisoryLock, arg.Class, arg.Key)
-	return err
-}
-
-const advisoryTryLock = `-- name: AdvisoryTryLock :one
-SELECT pg_try_advisory_lock($1::int, $2::int)
-`
-
-type AdvisoryTryLockParams struct {
-	Class int32
-	Key   int32
-}
-
-// Session-level: released by AdvisoryUnlock or when the session ends.
-func (q *Queries) AdvisoryTryLock(ctx context.Context, arg AdvisoryTryLockParams) (bool, error) {
-	row := q.db.QueryRow(ctx, advisoryTryLock, arg.Class, arg.Key)
-	var pg_try_advisory_lock bool
-	err := row.Scan(&pg_try_advisory_lock)
-	return pg_try_advisory_lock, err
-}
-
-const advisoryUnlock = `-- name: AdvisoryUnlock :exec
-SELECT pg_advisory_unlock($1::int, $2::int)
-`
-
-type AdvisoryUnlockParams struct {
-	Class int32
-	Key   int32
-}
-
-func (q *Queries) AdvisoryUnlock(ctx context.Context, arg AdvisoryUnlockParams) error {
-	_, err := q.db.Exec(ctx, advisoryUnlock, arg.Class, arg.Key)
-	return err
-}
 
 const advisoryXactLock = `-- name: AdvisoryXactLock :exec
 SELECT pg_advisory_xact_lock($1::int, $2::int)
@@ -82,5 +40,91 @@ type AdvisoryXactLockSharedParams struct {
 // cannot drop their partition between its check and its detach.
 func (q *Queries) AdvisoryXactLockShared(ctx context.Context, arg AdvisoryXactLockSharedParams) error {
 	_, err := q.db.Exec(ctx, advisoryXactLockShared, arg.Class, arg.Key)
+	return err
+}
+
+const leaseRelease = `-- name: LeaseRelease :exec
+DELETE FROM wharf_leases WHERE name = $1 AND holder = $2
+`
+
+type LeaseReleaseParams struct {
+	Name   string
+	Holder uuid.UUID
+}
+
+func (q *Queries) LeaseRelease(ctx context.Context, arg LeaseReleaseParams) error {
+	_, err := q.db.Exec(ctx, leaseRelease, arg.Name, arg.Holder)
+	return err
+}
+
+const leaseTake = `-- name: LeaseTake :one
+INSERT INTO wharf_leases (name, holder, expires_at)
+VALUES ($1, $2, now() + make_interval(secs => $3::double precision))
+ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE wharf_leases.expires_at < now() OR wharf_leases.holder = EXCLUDED.holder
+RETURNING holder
+`
+
+type LeaseTakeParams struct {
+	Name       string
+	Holder     uuid.UUID
+	TtlSeconds float64
+}
+
+// Takes the lease name for holder until ttl_seconds from now, by the
+// database's clock, when it is free, expired or already holder's (a
+// renewal). No row: another holder has it.
+func (q *Queries) LeaseTake(ctx context.Context, arg LeaseTakeParams) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, leaseTake, arg.Name, arg.Holder, arg.TtlSeconds)
+	var holder uuid.UUID
+	err := row.Scan(&holder)
+	return holder, err
+}
+
+const partitionDropMark = `-- name: PartitionDropMark :exec
+INSERT INTO wharf_partition_drops (parent, day, marked_at)
+VALUES ($1, $2::timestamptz, now())
+ON CONFLICT (parent, day) DO NOTHING
+`
+
+type PartitionDropMarkParams struct {
+	Parent string
+	Day    time.Time
+}
+
+// Marks a day's partition as being dropped: replays of its rows are
+// refused from now on.
+func (q *Queries) PartitionDropMark(ctx context.Context, arg PartitionDropMarkParams) error {
+	_, err := q.db.Exec(ctx, partitionDropMark, arg.Parent, arg.Day)
+	return err
+}
+
+const partitionDropMarked = `-- name: PartitionDropMarked :one
+SELECT EXISTS (SELECT 1 FROM wharf_partition_drops WHERE parent = $1 AND day = $2::timestamptz)
+`
+
+type PartitionDropMarkedParams struct {
+	Parent string
+	Day    time.Time
+}
+
+func (q *Queries) PartitionDropMarked(ctx context.Context, arg PartitionDropMarkedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, partitionDropMarked, arg.Parent, arg.Day)
+	var exists bool
+	err := row.Scan(&exists)
+	return exists, err
+}
+
+const partitionDropUnmark = `-- name: PartitionDropUnmark :exec
+DELETE FROM wharf_partition_drops WHERE parent = $1 AND day = $2::timestamptz
+`
+
+type PartitionDropUnmarkParams struct {
+	Parent string
+	Day    time.Time
+}
+
+func (q *Queries) PartitionDropUnmark(ctx context.Context, arg PartitionDropUnmarkParams) error {
+	_, err := q.db.Exec(ctx, partitionDropUnmark, arg.Parent, arg.Day)
 	return err
 }

@@ -34,6 +34,7 @@ type WharfInboxKey struct {
 	ReceivedAt     time.Time
 	MismatchCount  int32
 	LastMismatchAt *time.Time
+	ErasedAt       *time.Time
 }
 
 type WharfInboxMessage struct {
@@ -52,6 +53,12 @@ type WharfInboxMessage struct {
 	ProcessedAt *time.Time
 	UpdatedAt   time.Time
 	ScrubbedAt  *time.Time
+}
+
+type WharfLease struct {
+	Name      string
+	Holder    uuid.UUID
+	ExpiresAt time.Time
 }
 
 type WharfOutboxAttempt struct {
@@ -125,4 +132,10 @@ type WharfOutboxLease struct {
 	Slot       int32
 	DeliveryID *uuid.UUID
 	ExpiresAt  time.Time
+}
+
+type WharfPartitionDrop struct {
+	Parent   string
+	Day      time.Time
+	MarkedAt time.Time
 }

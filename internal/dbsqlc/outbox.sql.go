@@ -55,51 +55,58 @@ const outboxAttemptRecord = `-- name: OutboxAttemptRecord :one
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
+endpoint_lock AS (
+    SELECT ep.id
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $1::uuid
+    FOR KEY SHARE
+),
 current_delivery AS (
     SELECT d.id, d.endpoint_id, d.event_id, d.attempts
     FROM wharf_outbox_deliveries d
-    WHERE d.id = $1::uuid
-      AND d.generation = $2::int
+    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
+    WHERE d.id = $2::uuid
+      AND d.generation = $3::int
       AND d.status IN ('pending', 'retrying')
-    FOR UPDATE
+    FOR UPDATE OF d
 ),
 attempt AS (
     INSERT INTO wharf_outbox_attempts (
         id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
         status_code, response_body, response_truncated, error, duration_us
     )
-    SELECT $3::uuid, $4::timestamptz, d.id, d.endpoint_id, d.event_id,
-           d.attempts + 1, CASE WHEN $5::boolean THEN 'succeeded' ELSE 'failed' END,
-           $6::int, $7::bytea, $8::boolean,
-           $9::text, $10::bigint
+    SELECT $4::uuid, $5::timestamptz, d.id, d.endpoint_id, d.event_id,
+           d.attempts + 1, CASE WHEN $6::boolean THEN 'succeeded' ELSE 'failed' END,
+           $7::int, $8::bytea, $9::boolean,
+           $10::text, $11::bigint
     FROM current_delivery d
 ),
 lease AS (
     UPDATE wharf_outbox_leases
     SET delivery_id = NULL, expires_at = '-infinity'
-    WHERE endpoint_id = $11::uuid AND slot = $12::int AND delivery_id = $1::uuid
+    WHERE endpoint_id = $1::uuid AND slot = $12::int AND delivery_id = $2::uuid
 ),
 endpoint AS (
     SELECT ep.id,
            ep.enabled AND ($13::boolean
-               OR (NOT $5::boolean
+               OR (NOT $6::boolean
                    AND COALESCE(ep.failing_since, $14::timestamptz) <= $15::timestamptz) IS TRUE)
                AS disable,
            CASE WHEN $13::boolean THEN $16::text ELSE $17::text END AS reason
     FROM wharf_outbox_endpoints ep
-    WHERE ep.id = $11::uuid
-      AND (NOT $5::boolean
+    WHERE ep.id = $1::uuid
+      AND (NOT $6::boolean
            OR ep.consecutive_failures > 0
            OR ep.last_success_at IS NULL
            OR ep.last_success_at < $18::timestamptz)
-    FOR UPDATE
+    FOR NO KEY UPDATE
 ),
 health AS (
     UPDATE wharf_outbox_endpoints ep
-    SET consecutive_failures = CASE WHEN $5::boolean THEN 0 ELSE ep.consecutive_failures + 1 END,
-        failing_since = CASE WHEN $5::boolean THEN NULL ELSE COALESCE(ep.failing_since, $14::timestamptz) END,
-        last_success_at = CASE WHEN $5::boolean THEN $14::timestamptz ELSE ep.last_success_at END,
-        last_failure_at = CASE WHEN $5::boolean THEN ep.last_failure_at ELSE $14::timestamptz END,
+    SET consecutive_failures = CASE WHEN $6::boolean THEN 0 ELSE ep.consecutive_failures + 1 END,
+        failing_since = CASE WHEN $6::boolean THEN NULL ELSE COALESCE(ep.failing_since, $14::timestamptz) END,
+        last_success_at = CASE WHEN $6::boolean THEN $14::timestamptz ELSE ep.last_success_at END,
+        last_failure_at = CASE WHEN $6::boolean THEN ep.last_failure_at ELSE $14::timestamptz END,
         enabled = ep.enabled AND NOT e.disable,
         disabled_reason = CASE WHEN e.disable THEN e.reason ELSE ep.disabled_reason END,
         disabled_at = CASE WHEN e.disable THEN $14::timestamptz ELSE ep.disabled_at END
@@ -111,10 +118,10 @@ delivery AS (
     UPDATE wharf_outbox_deliveries d
     SET status = $19::text,
         attempts = d.attempts + 1,
-        last_status_code = $6::int,
-        last_error = $9::text,
+        last_status_code = $7::int,
+        last_error = $10::text,
         next_attempt_at = $20::timestamptz,
-        succeeded_at = CASE WHEN $5::boolean THEN $14::timestamptz ELSE d.succeeded_at END,
+        succeeded_at = CASE WHEN $6::boolean THEN $14::timestamptz ELSE d.succeeded_at END,
         updated_at = $14::timestamptz
     FROM current_delivery c
     WHERE d.id = c.id
@@ -127,6 +134,7 @@ FROM delivery, async_commit
 `
 
 type OutboxAttemptRecordParams struct {
+	EndpointID        uuid.UUID
 	DeliveryID        uuid.UUID
 	Generation        int32
 	AttemptID         uuid.UUID
@@ -137,7 +145,6 @@ type OutboxAttemptRecordParams struct {
 	ResponseTruncated bool
 	Error             string
 	DurationUs        int64
-	EndpointID        uuid.UUID
 	LeaseSlot         int32
 	Gone              bool
 	Now               time.Time
@@ -168,10 +175,21 @@ type OutboxAttemptRecordRow struct {
 // failing since before disable_before (NULL: never), decided once in
 // endpoint. A success skips the endpoint write while nothing would change
 // but a last_success_at newer than stale_before, so that busy endpoints do
-// not serialise on their row. endpoint locks the row it decides on (FOR
-// UPDATE returns its latest committed version), so the decision and the
-// write see the same failure streak even when attempts of one endpoint
+// not serialise on their row. endpoint locks the row it decides on (FOR NO
+// KEY UPDATE returns its latest committed version), so the decision and
+// the write see the same failure streak even when attempts of one endpoint
 // finish together.
+//
+// Lock order: endpoint row, then delivery row, then lease row, as
+// EndpointDelete takes them (it deletes the endpoint, and its cascade then
+// the endpoint's deliveries and leases) and as every other statement that
+// locks more than one of them does. endpoint_lock therefore takes the
+// endpoint row first, in KEY SHARE mode: it waits only for a deletion, and
+// neither records of the same endpoint nor the health write (NO KEY UPDATE)
+// wait for it. current_delivery joins it, so the delivery row is locked
+// after it, and not at all once the endpoint is deleted. Locking the
+// delivery first, a record could hold the delivery while waiting for an
+// endpoint whose deletion waited for that delivery: a deadlock (40P01).
 //
 // The statement commits without waiting for its WAL flush
 // (synchronous_commit off for this transaction only): River records the
@@ -181,6 +199,7 @@ type OutboxAttemptRecordRow struct {
 // as after a worker crash.
 func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptRecordParams) (OutboxAttemptRecordRow, error) {
 	row := q.db.QueryRow(ctx, outboxAttemptRecord,
+		arg.EndpointID,
 		arg.DeliveryID,
 		arg.Generation,
 		arg.AttemptID,
@@ -191,7 +210,6 @@ func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptReco
 		arg.ResponseTruncated,
 		arg.Error,
 		arg.DurationUs,
-		arg.EndpointID,
 		arg.LeaseSlot,
 		arg.Gone,
 		arg.Now,
@@ -425,6 +443,9 @@ WHERE d.id = $2::uuid
   AND ep.enabled
   AND (d.status IN ('succeeded', 'dead')
        OR (d.status IN ('pending', 'retrying') AND d.generation = $3::int))
+  -- Not while retention drops the event's partition.
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.generation
@@ -454,6 +475,9 @@ SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, upda
 WHERE d.endpoint_id = $2::uuid
   AND d.status = 'dead'
   AND d.created_at >= $3::timestamptz
+  -- Not while retention drops the event's partition.
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
 RETURNING d.id, d.generation
@@ -859,9 +883,74 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 	return i, err
 }
 
+const outboxEndpointsByURL = `-- name: OutboxEndpointsByURL :many
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at FROM wharf_outbox_endpoints
+WHERE tenant = $1 AND url = $2
+ORDER BY created_at, id
+LIMIT 2
+`
+
+type OutboxEndpointsByURLParams struct {
+	Tenant string
+	Url    string
+}
+
+// The endpoints of a tenant with a URL, oldest first: EndpointEnsure's
+// lookup (at most two are needed to tell one from several).
+func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsByURLParams) ([]WharfOutboxEndpoint, error) {
+	rows, err := q.db.Query(ctx, outboxEndpointsByURL, arg.Tenant, arg.Url)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WharfOutboxEndpoint
+	for rows.Next() {
+		var i WharfOutboxEndpoint
+		if err := rows.Scan(
+			&i.ID,
+			&i.Url,
+			&i.Description,
+			&i.EventTypes,
+			&i.Tenant,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.PreviousSecretExpiresAt,
+			&i.MaxInFlight,
+			&i.TimeoutMs,
+			&i.Ordered,
+			&i.Enabled,
+			&i.DisabledReason,
+			&i.DisabledAt,
+			&i.ConsecutiveFailures,
+			&i.FailingSince,
+			&i.LastSuccessAt,
+			&i.LastFailureAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxLeaseAcquire = `-- name: OutboxLeaseAcquire :one
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
+    SELECT ep.max_in_flight
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $3::uuid
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_outbox_leases above
+          WHERE above.endpoint_id = ep.id
+            AND above.slot >= ep.max_in_flight
+            AND above.expires_at > now())
 )
 UPDATE wharf_outbox_leases l
 SET delivery_id = $1::uuid,
@@ -869,13 +958,13 @@ SET delivery_id = $1::uuid,
 FROM async_commit
 WHERE l.ctid = (
     SELECT f.ctid
-    FROM wharf_outbox_leases f
+    FROM wharf_outbox_leases f, endpoint
     WHERE f.endpoint_id = $3::uuid
-      AND f.slot <= $4::int
+      AND f.slot < endpoint.max_in_flight
       AND f.expires_at <= now()
     ORDER BY f.expires_at
     LIMIT 1
-    FOR UPDATE SKIP LOCKED)
+    FOR UPDATE OF f SKIP LOCKED)
 RETURNING l.slot
 `
 
@@ -883,53 +972,115 @@ type OutboxLeaseAcquireParams struct {
 	DeliveryID   uuid.UUID
 	LeaseSeconds float64
 	EndpointID   uuid.UUID
-	LastSlot     int32
 }
 
-// Takes a free slot up to last_slot (the one free longest) that no other
-// worker is taking at this moment, for lease_seconds. No row means
-// every slot is held, locked by another worker, or not created yet. Lease
-// times are the database's clock, never a node's, so that nodes whose
-// clocks disagree still agree on which leases have expired: now(), the
-// start of this statement's own transaction (run it outside any other),
-// which unlike clock_timestamp() can bound the index scan. It commits
-// without waiting for its WAL flush: a lease lost to a Postgres crash only
-// lets one more request in flight for a while.
+// Takes a free slot under the endpoint's cap (the one free longest) that no
+// other worker is taking at this moment, for lease_seconds. No row means
+// every slot is held, locked by another worker or not created yet, or that
+// a live lease holds a slot at or above the cap: the cap was lowered while
+// it was in flight, and OutboxLeaseAcquireCounted must count it. The cap is
+// read here, not passed in, so that a delivery loaded before the cap
+// changed still obeys the new one. Lease times are the database's clock,
+// never a node's, so that nodes whose clocks disagree still agree on which
+// leases have expired: now(), the start of this statement's own
+// transaction (run it outside any other), which unlike clock_timestamp()
+// can bound the index scan. It commits without waiting for its WAL flush:
+// a lease lost to a Postgres crash only lets one more request in flight
+// for a while.
 func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquireParams) (int32, error) {
-	row := q.db.QueryRow(ctx, outboxLeaseAcquire,
-		arg.DeliveryID,
-		arg.LeaseSeconds,
-		arg.EndpointID,
-		arg.LastSlot,
-	)
+	row := q.db.QueryRow(ctx, outboxLeaseAcquire, arg.DeliveryID, arg.LeaseSeconds, arg.EndpointID)
+	var slot int32
+	err := row.Scan(&slot)
+	return slot, err
+}
+
+const outboxLeaseAcquireCounted = `-- name: OutboxLeaseAcquireCounted :one
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS (
+    SELECT ep.id, ep.max_in_flight FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $3::uuid
+    FOR KEY SHARE
+),
+slots AS (
+    SELECT l.slot, l.expires_at, endpoint.max_in_flight
+    FROM wharf_outbox_leases l
+    JOIN endpoint ON l.endpoint_id = endpoint.id
+    ORDER BY l.slot
+    FOR UPDATE OF l
+),
+free AS (
+    SELECT s.slot
+    FROM slots s
+    WHERE s.slot < s.max_in_flight
+      AND s.expires_at <= now()
+      AND (SELECT count(*) FROM slots live WHERE live.expires_at > now()) < s.max_in_flight
+    ORDER BY s.expires_at
+    LIMIT 1
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = $1::uuid,
+    expires_at = now() + make_interval(secs => $2::float8)
+FROM free, async_commit
+WHERE l.endpoint_id = $3::uuid AND l.slot = free.slot
+RETURNING l.slot
+`
+
+type OutboxLeaseAcquireCountedParams struct {
+	DeliveryID   uuid.UUID
+	LeaseSeconds float64
+	EndpointID   uuid.UUID
+}
+
+// OutboxLeaseAcquire for an endpoint whose cap was lowered while more
+// leases were live than the new cap allows: it takes a free slot under the
+// cap only while fewer leases than the cap are live, counting every slot.
+// It locks the endpoint's slots, all of them in slot order, so such
+// acquisitions of one endpoint run one at a time, and OutboxLeaseAcquire
+// (SKIP LOCKED) cannot take a slot while one counts. The endpoint row is
+// locked first (KEY SHARE: only its deletion waits), the lock order of
+// every statement that locks more than one of these rows: endpoint, then
+// delivery, then lease (see OutboxAttemptRecord). No row means the
+// endpoint is at its cap, or was deleted.
+func (q *Queries) OutboxLeaseAcquireCounted(ctx context.Context, arg OutboxLeaseAcquireCountedParams) (int32, error) {
+	row := q.db.QueryRow(ctx, outboxLeaseAcquireCounted, arg.DeliveryID, arg.LeaseSeconds, arg.EndpointID)
 	var slot int32
 	err := row.Scan(&slot)
 	return slot, err
 }
 
 const outboxLeaseCount = `-- name: OutboxLeaseCount :one
-SELECT count(*) AS slots,
-       count(*) FILTER (WHERE expires_at > now()) AS held
-FROM wharf_outbox_leases
-WHERE endpoint_id = $1::uuid AND slot <= $2::int
+SELECT ep.max_in_flight,
+       count(l.slot) FILTER (WHERE l.slot < ep.max_in_flight) AS slots,
+       count(l.slot) FILTER (WHERE l.expires_at > now()) AS held,
+       count(l.slot) FILTER (WHERE l.slot >= ep.max_in_flight AND l.expires_at > now()) AS held_above
+FROM wharf_outbox_endpoints ep
+LEFT JOIN wharf_outbox_leases l ON l.endpoint_id = ep.id
+WHERE ep.id = $1::uuid
+GROUP BY ep.max_in_flight
 `
 
-type OutboxLeaseCountParams struct {
-	EndpointID uuid.UUID
-	LastSlot   int32
-}
-
 type OutboxLeaseCountRow struct {
-	Slots int64
-	Held  int64
+	MaxInFlight int32
+	Slots       int64
+	Held        int64
+	HeldAbove   int64
 }
 
-// The endpoint's slots below last_slot, and how many of them are held (by
-// the database's clock, as OutboxLeaseAcquire).
-func (q *Queries) OutboxLeaseCount(ctx context.Context, arg OutboxLeaseCountParams) (OutboxLeaseCountRow, error) {
-	row := q.db.QueryRow(ctx, outboxLeaseCount, arg.EndpointID, arg.LastSlot)
+// The endpoint's cap (0: none), how many of its slots under the cap exist,
+// and how many leases are live (by the database's clock, as
+// OutboxLeaseAcquire): in every slot, and in slots at or above the cap
+// (taken before it was lowered). No row means the endpoint was deleted.
+func (q *Queries) OutboxLeaseCount(ctx context.Context, endpointID uuid.UUID) (OutboxLeaseCountRow, error) {
+	row := q.db.QueryRow(ctx, outboxLeaseCount, endpointID)
 	var i OutboxLeaseCountRow
-	err := row.Scan(&i.Slots, &i.Held)
+	err := row.Scan(
+		&i.MaxInFlight,
+		&i.Slots,
+		&i.Held,
+		&i.HeldAbove,
+	)
 	return i, err
 }
 

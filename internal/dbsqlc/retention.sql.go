@@ -10,12 +10,52 @@ import (
 	"time"
 )
 
-const retentionIdempotencyExpiredCount = `-- name: RetentionIdempotencyExpiredCount :one
-SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= $1::timestamptz
+const retentionAttemptResponsesScrub = `-- name: RetentionAttemptResponsesScrub :execrows
+UPDATE wharf_outbox_attempts a
+SET response_body = ''
+WHERE (a.attempted_at, a.id) IN (
+    SELECT s.attempted_at, s.id FROM wharf_outbox_attempts s
+    WHERE s.attempted_at < $1::timestamptz AND s.response_body <> ''
+    LIMIT $2::int
+)
 `
 
-func (q *Queries) RetentionIdempotencyExpiredCount(ctx context.Context, now time.Time) (int64, error) {
-	row := q.db.QueryRow(ctx, retentionIdempotencyExpiredCount, now)
+type RetentionAttemptResponsesScrubParams struct {
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// Empties the responses of one batch of delivery attempts made before the
+// cutoff, whatever became of their event or delivery: an endpoint may echo
+// the payload, and attempts outlive both. Nothing replays a response.
+func (q *Queries) RetentionAttemptResponsesScrub(ctx context.Context, arg RetentionAttemptResponsesScrubParams) (int64, error) {
+	result, err := q.db.Exec(ctx, retentionAttemptResponsesScrub, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const retentionAttemptResponsesScrubCount = `-- name: RetentionAttemptResponsesScrubCount :one
+SELECT count(*) FROM wharf_outbox_attempts
+WHERE attempted_at < $1::timestamptz AND response_body <> ''
+`
+
+func (q *Queries) RetentionAttemptResponsesScrubCount(ctx context.Context, cutoff time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionAttemptResponsesScrubCount, cutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const retentionIdempotencyExpiredCount = `-- name: RetentionIdempotencyExpiredCount :one
+SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= now()
+`
+
+// Keys IdempotencyKeyDeleteExpired would delete: expired by the database's
+// clock, as the middleware judges them.
+func (q *Queries) RetentionIdempotencyExpiredCount(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionIdempotencyExpiredCount)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -26,24 +66,32 @@ DELETE FROM wharf_inbox_keys k
 WHERE (k.source, k.event_id) IN (
     SELECT c.source, c.event_id FROM wharf_inbox_keys c
     WHERE c.received_at < $1::timestamptz
+      AND (c.erased_at IS NULL OR c.erased_at < $2::timestamptz)
       AND NOT EXISTS (
           SELECT 1 FROM wharf_inbox_messages m
-          WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'))
+          WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
     ORDER BY c.received_at
-    LIMIT $2::int
+    LIMIT $3::int
 )
+  -- Again on the row itself: a key that a concurrent Forget made a
+  -- tombstone is re-checked here once its lock is released.
+  AND k.received_at < $1::timestamptz
+  AND (k.erased_at IS NULL OR k.erased_at < $2::timestamptz)
 `
 
 type RetentionInboxKeysDeleteParams struct {
-	Cutoff    time.Time
-	BatchSize int32
+	Cutoff       time.Time
+	ErasedCutoff time.Time
+	BatchSize    int32
 }
 
 // Deletes one batch of dedupe keys older than the cutoff. A key whose
-// message is still to process or failing is kept: dropping it would let a
-// redelivery in while the first delivery is unfinished.
+// message can still run (to process, failing, or dead and so replayable
+// until its day is dropped) is kept: dropping it would let a redelivery in
+// as a new event while the first can still apply its effect. So is the
+// tombstone of an event erased after the erased cutoff.
 func (q *Queries) RetentionInboxKeysDelete(ctx context.Context, arg RetentionInboxKeysDeleteParams) (int64, error) {
-	result, err := q.db.Exec(ctx, retentionInboxKeysDelete, arg.Cutoff, arg.BatchSize)
+	result, err := q.db.Exec(ctx, retentionInboxKeysDelete, arg.Cutoff, arg.ErasedCutoff, arg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
@@ -53,13 +101,19 @@ func (q *Queries) RetentionInboxKeysDelete(ctx context.Context, arg RetentionInb
 const retentionInboxKeysExpiredCount = `-- name: RetentionInboxKeysExpiredCount :one
 SELECT count(*) FROM wharf_inbox_keys c
 WHERE c.received_at < $1::timestamptz
+  AND (c.erased_at IS NULL OR c.erased_at < $2::timestamptz)
   AND NOT EXISTS (
       SELECT 1 FROM wharf_inbox_messages m
-      WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed'))
+      WHERE m.received_at = c.received_at AND m.id = c.message_id AND m.status IN ('received', 'failed', 'dead'))
 `
 
-func (q *Queries) RetentionInboxKeysExpiredCount(ctx context.Context, cutoff time.Time) (int64, error) {
-	row := q.db.QueryRow(ctx, retentionInboxKeysExpiredCount, cutoff)
+type RetentionInboxKeysExpiredCountParams struct {
+	Cutoff       time.Time
+	ErasedCutoff time.Time
+}
+
+func (q *Queries) RetentionInboxKeysExpiredCount(ctx context.Context, arg RetentionInboxKeysExpiredCountParams) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionInboxKeysExpiredCount, arg.Cutoff, arg.ErasedCutoff)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -81,7 +135,8 @@ func (q *Queries) RetentionInboxOldestUnfinished(ctx context.Context) (time.Time
 
 const retentionInboxScrub = `-- name: RetentionInboxScrub :execrows
 UPDATE wharf_inbox_messages m
-SET body = '', headers = '{}', scrubbed_at = $1::timestamptz
+SET body = '', headers = '{}', scrubbed_at = $1::timestamptz,
+    last_error = CASE WHEN m.last_error IS NULL THEN NULL ELSE 'erased by retention' END
 WHERE (m.received_at, m.id) IN (
     SELECT s.received_at, s.id FROM wharf_inbox_messages s
     WHERE s.received_at < $2::timestamptz AND s.status = 'processed' AND s.scrubbed_at IS NULL
@@ -96,7 +151,8 @@ type RetentionInboxScrubParams struct {
 }
 
 // Empties the body and headers of one batch of processed messages received
-// before the cutoff. Failed and dead messages keep theirs: they may be
+// before the cutoff, and the last error of an earlier failed attempt (it
+// may quote the payload). Failed and dead messages keep theirs: they may be
 // replayed.
 func (q *Queries) RetentionInboxScrub(ctx context.Context, arg RetentionInboxScrubParams) (int64, error) {
 	result, err := q.db.Exec(ctx, retentionInboxScrub, arg.Now, arg.Cutoff, arg.BatchSize)

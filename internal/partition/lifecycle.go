@@ -101,20 +101,6 @@ func Detach(ctx context.Context, db DB, parent, name string) error {
 	return nil
 }
 
-// DetachStarted reports whether a DETACH … CONCURRENTLY of parent's
-// partition name has committed its first transaction: name is marked
-// detach-pending, or no longer a partition of parent. From then on no
-// statement that starts reads or writes its rows through parent.
-func DetachStarted(ctx context.Context, db DB, parent, name string) (bool, error) {
-	var attached bool
-	err := db.QueryRow(ctx, `
-		SELECT EXISTS (
-			SELECT 1 FROM pg_inherits
-			WHERE inhparent = to_regclass($1) AND inhrelid = to_regclass($2) AND NOT inhdetachpending
-		)`, pgx.Identifier{parent}.Sanitize(), pgx.Identifier{name}.Sanitize()).Scan(&attached)
-	return !attached, err
-}
-
 // Drop drops a detached partition table.
 func Drop(ctx context.Context, db DB, name string) error {
 	if _, err := db.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize()); err != nil {

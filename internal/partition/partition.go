@@ -1,14 +1,3 @@
-// Package partition creates and inspects the daily partitions of Wharf's
-// partitioned tables.
-//
-// This file is the one place where Wharf builds SQL outside sqlc: partition
-// DDL needs identifiers that queries cannot parameterise. Every identifier is
-// quoted with pgx.Identifier and every bound is formatted from a time.Time.
-//
-// Partitions are named <parent>_pYYYYMMDD and cover one UTC day,
-// [00:00, 24:00). A new partition is created as a plain table and then
-// ATTACHed, which takes only a SHARE UPDATE EXCLUSIVE lock on the parent, so
-// creating one never blocks or deadlocks against transactions inserting rows.
 package partition
 
 import (

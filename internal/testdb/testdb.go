@@ -71,7 +71,7 @@ func NewURL(tb testing.TB) string {
 	return pgtestdb.Custom(tb, config(tb), migrator{}).URL()
 }
 
-func config(tb testing.TB) pgtestdb.Config {
+func config(tb fataler) pgtestdb.Config {
 	tb.Helper()
 	url := URL()
 	reachOnce.Do(func() { reachErr = ping(url) })

@@ -1,0 +1,167 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/partition"
+)
+
+// ensureLockClass namespaces EndpointEnsure's advisory locks ("whre").
+const ensureLockClass int32 = 0x77687265
+
+// EndpointEnsureResult is what EndpointEnsure found or made.
+type EndpointEnsureResult struct {
+	*EndpointWithSecret
+	// Created is true when no endpoint of the tenant had the URL.
+	Created bool
+	// Updated is true when one had, and a setting differed from params.
+	Updated bool
+}
+
+// EndpointEnsure makes sure the tenant has exactly one endpoint with
+// params.URL, configured as params says, and returns it with its secret:
+// what an app calls at every start instead of EndpointCreate, which would
+// add an endpoint (and so a second delivery of every event) per restart.
+//
+// An endpoint is identified by its tenant and URL. Without one,
+// EndpointEnsure creates it, as EndpointCreate would. With one, it updates
+// whatever of Description, EventTypes, MaxInFlight, Timeout and Ordered
+// differs from params (zero values mean the defaults, as for
+// EndpointCreate), and leaves its secret, its health and whether it is
+// enabled alone: a disabled endpoint stays disabled until EndpointEnable. A
+// params.Secret other than the endpoint's is an error where errors.Is(err,
+// ErrInvalidEndpoint) is true: change secrets with EndpointRotateSecret.
+// Several endpoints with the URL (created before by EndpointCreate) are an
+// error where errors.Is(err, ErrAmbiguousEndpoint) is true; delete all but
+// one. Concurrent calls for one URL, from several processes starting at
+// once, create one endpoint; EndpointEnsureTx relies on read committed
+// isolation for that (in a repeatable read or serializable transaction
+// that has already read, a concurrent ensure's endpoint is invisible).
+// Zero params mean the defaults, so an ensure at restart also reverts an
+// operator's EndpointUpdate of those settings: keep them in params.
+func (o *Outbox) EndpointEnsure(ctx context.Context, params *EndpointParams) (*EndpointEnsureResult, error) {
+	var res *EndpointEnsureResult
+	err := o.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		res, err = o.EndpointEnsureTx(ctx, tx, params)
+		return err
+	})
+	return res, err
+}
+
+// EndpointEnsureTx is EndpointEnsure in tx. Parameters it refuses return an
+// error before any statement runs, so tx stays usable.
+func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *EndpointParams) (*EndpointEnsureResult, error) {
+	want, err := o.checkEndpointParams(params)
+	if err != nil {
+		return nil, err
+	}
+	q := dbsqlc.New(tx)
+	// Serialise ensures of one URL, so that two processes starting at once
+	// cannot both create it.
+	// A lock class of its own: tenants choose URLs, and a hash collision
+	// must never make an ensure wait on (or block) retention's locks.
+	if err := q.AdvisoryXactLock(ctx, dbsqlc.AdvisoryXactLockParams{
+		Class: ensureLockClass,
+		Key:   partition.LockKey("wharf.outbox.endpoint\x00" + params.Tenant + "\x00" + params.URL),
+	}); err != nil {
+		return nil, fmt.Errorf("outbox: ensure endpoint: %w", err)
+	}
+	rows, err := q.OutboxEndpointsByURL(ctx, dbsqlc.OutboxEndpointsByURLParams{Tenant: params.Tenant, Url: params.URL})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: ensure endpoint: %w", err)
+	}
+	switch len(rows) {
+	case 0:
+		created, err := o.endpointCreate(ctx, tx, params)
+		if err != nil {
+			return nil, err
+		}
+		return &EndpointEnsureResult{EndpointWithSecret: created, Created: true}, nil
+	case 1:
+	default:
+		return nil, fmt.Errorf("%w: the tenant has several endpoints with URL %s; delete all but one (EndpointDelete)", ErrAmbiguousEndpoint, params.URL)
+	}
+	row := rows[0]
+	if params.Secret != "" && params.Secret != row.Secret {
+		return nil, fmt.Errorf("%w: endpoint %s exists with another secret; change it with EndpointRotateSecret", ErrInvalidEndpoint, row.ID)
+	}
+	current := endpointFromRow(&row)
+	var update EndpointUpdateParams
+	changed := false
+	if current.Description != params.Description {
+		update.Description, changed = &params.Description, true
+	}
+	if !slices.Equal(current.EventTypes, want.eventTypes) {
+		update.EventTypes, changed = want.eventTypes, true
+		if update.EventTypes == nil {
+			update.EventTypes = []string{}
+		}
+	}
+	if current.MaxInFlight != want.maxInFlight {
+		update.MaxInFlight, changed = &want.maxInFlight, true
+	}
+	if current.Timeout != want.timeout {
+		update.Timeout, changed = &want.timeout, true
+	}
+	if current.Ordered != params.Ordered {
+		update.Ordered, changed = &params.Ordered, true
+	}
+	if changed {
+		if current, err = o.endpointUpdate(ctx, tx, current.ID, &update); err != nil {
+			return nil, err
+		}
+	}
+	return &EndpointEnsureResult{EndpointWithSecret: &EndpointWithSecret{Endpoint: current, Secret: row.Secret}, Updated: changed}, nil
+}
+
+// endpointSettings are an EndpointParams checked, with defaults applied.
+type endpointSettings struct {
+	eventTypes  []string
+	maxInFlight int   // as Endpoint.MaxInFlight says it
+	storedCap   int32 // as stored: 0 is no cap
+	timeout     time.Duration
+}
+
+// checkEndpointParams checks params as EndpointCreate does, before any
+// statement.
+func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings, error) {
+	if params == nil {
+		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
+	}
+	if err := checkURL(params.URL); err != nil {
+		return nil, err
+	}
+	if err := checkDescription(params.Description); err != nil {
+		return nil, err
+	}
+	eventTypes, err := checkEventTypes(params.EventTypes)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTenant(params.Tenant); err != nil {
+		return nil, err
+	}
+	maxInFlight, err := o.maxInFlight(params.MaxInFlight)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := o.timeout(params.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if params.Secret != "" {
+		if _, err := secretOrNew(params.Secret); err != nil {
+			return nil, err
+		}
+	}
+	return &endpointSettings{
+		eventTypes: eventTypes, maxInFlight: maxInFlightFromRow(maxInFlight), storedCap: maxInFlight, timeout: timeout,
+	}, nil
+}

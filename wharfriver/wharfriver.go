@@ -1,0 +1,260 @@
+// Package wharfriver attaches Wharf to an application's River client in
+// one call: Configure adds the workers, queues and periodic jobs of the
+// Wharf components the application uses to its river.Config, fills the
+// settings Wharf depends on when they are unset, and refuses the values
+// that would break a guarantee. See the README's "River configuration".
+//
+//	cfg := &river.Config{Logger: logger} // the app's own queues and workers too
+//	if err := wharfriver.Configure(cfg, &wharfriver.Components{
+//		Pool: pool, Inbox: ib, Outbox: ob, // nil components are left out
+//	}); err != nil {
+//		return err
+//	}
+//	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+package wharfriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/jobs"
+	"github.com/wharfhq/wharf/outbox"
+)
+
+// Workers per queue that Configure gives a Wharf queue missing from
+// river.Config.Queues. A queue already there keeps its settings.
+const (
+	// DefaultInboxWorkers works the inbox queue. Each worker holds a
+	// connection for its batch's transaction: more than the pool can spare
+	// starve receiving (README: "River configuration").
+	DefaultInboxWorkers = 8
+	// DefaultOutboxWorkers works the outbox queue; a worker holds a
+	// connection only for its short statements, not while a request is out.
+	DefaultOutboxWorkers = 50
+	// DefaultJobsWorkers works the queue of the periodic jobs.
+	DefaultJobsWorkers = 2
+)
+
+// rescueMargin is how much longer than JobTimeout a running job must be
+// before River's rescuer retries it, when Configure sets
+// RescueStuckJobsAfter.
+const rescueMargin = 30 * time.Second
+
+// riverDefaultJobTimeout is River's JobTimeout when the config leaves it 0.
+const riverDefaultJobTimeout = time.Minute
+
+// queueCheckInterval is how often the leader checks that every queue
+// holding Wharf's waiting jobs is worked.
+const queueCheckInterval = 10 * time.Minute
+
+// Components are the Wharf parts an application uses. Nil ones are left
+// out.
+type Components struct {
+	// Pool is the application's pool. Required unless NoJobs.
+	Pool *pgxpool.Pool
+	// Inbox adds the inbox's workers and queue.
+	Inbox *inbox.Inbox
+	// Outbox adds the outbox's workers and queue.
+	Outbox *outbox.Outbox
+	// Jobs configures partition upkeep and retention, whose workers and
+	// periodic jobs are added with it (given once, not twice as with
+	// jobs.AddWorkers and jobs.PeriodicJobs). Defaults to jobs' defaults.
+	Jobs *jobs.Config
+	// NoJobs leaves the periodic jobs out, for an app that runs them in
+	// another process. Defaults to false.
+	NoJobs bool
+	// Logger receives the warning about an unworked queue. Defaults to
+	// river.Config.Logger, then slog.Default().
+	Logger *slog.Logger
+}
+
+// Configure adds to cfg what comps need:
+//
+//   - their workers to cfg.Workers (created when nil);
+//   - their queues to cfg.Queues (created when nil): a queue already listed
+//     keeps its settings, a missing one gets DefaultInboxWorkers,
+//     DefaultOutboxWorkers or DefaultJobsWorkers;
+//   - the periodic jobs (partition upkeep, retention) unless NoJobs, and a
+//     check, run by the leader at start and every 10 minutes, that logs at
+//     error once per queue when Wharf's jobs wait in a queue that no River
+//     client works (a receiver-only deployment whose workers forgot it, say);
+//   - RescueStuckJobsAfter, when unset, to 30 s more than the job timeout:
+//     an interrupted message or delivery is retried within about a minute
+//     of its timeout, not River's default hour.
+//
+// It returns an error naming each problem, and changes nothing, when a set
+// value breaks a guarantee: a RescueStuckJobsAfter shorter than JobTimeout,
+// an invalid jobs.Config, or a worker kind already registered. (Outbox
+// deliveries carry a River timeout of their own, longer than any endpoint's
+// request timeout, whatever JobTimeout says.)
+//
+// The unworked-queue check reads the 1,000 longest-waiting of Wharf's jobs:
+// a larger backlog in a worked queue can hide an unworked one until the
+// backlog shrinks.
+func Configure(cfg *river.Config, comps *Components) error {
+	if cfg == nil || comps == nil {
+		return errors.New("wharfriver: Configure needs a river.Config and Components")
+	}
+	var errs []error
+	jobTimeout := cfg.JobTimeout
+	if jobTimeout == 0 {
+		jobTimeout = riverDefaultJobTimeout
+	}
+	if cfg.RescueStuckJobsAfter > 0 && jobTimeout > 0 && cfg.RescueStuckJobsAfter < jobTimeout {
+		errs = append(errs, fmt.Errorf("river.Config.RescueStuckJobsAfter %s is shorter than JobTimeout %s: jobs still running would be retried", cfg.RescueStuckJobsAfter, jobTimeout))
+	}
+	if !comps.NoJobs && comps.Pool == nil {
+		errs = append(errs, errors.New("Components.Pool is required for the periodic jobs (or set NoJobs)"))
+	}
+	if !comps.NoJobs {
+		if err := comps.Jobs.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("wharfriver: %w", errors.Join(errs...))
+	}
+
+	workers := cfg.Workers
+	if workers == nil {
+		workers = river.NewWorkers()
+	}
+	queues := map[string]int{}
+	if comps.Inbox != nil {
+		errs = append(errs, comps.Inbox.AddWorkers(workers))
+		queues[comps.Inbox.Queue()] = DefaultInboxWorkers
+	}
+	if comps.Outbox != nil {
+		errs = append(errs, comps.Outbox.AddWorkers(workers))
+		queues[comps.Outbox.Queue()] = DefaultOutboxWorkers
+	}
+	checker := &queueChecker{logger: comps.Logger, warned: map[string]bool{}}
+	if checker.logger == nil {
+		checker.logger = cmpLogger(cfg.Logger)
+	}
+	var periodic []*river.PeriodicJob
+	if !comps.NoJobs {
+		errs = append(errs, jobs.AddWorkers(workers, comps.Pool, comps.Jobs), river.AddWorkerSafely(workers, checker))
+		queues[jobs.QueueOf(comps.Jobs)] = DefaultJobsWorkers
+		periodic = append(jobs.PeriodicJobs(comps.Jobs), river.NewPeriodicJob(river.PeriodicInterval(queueCheckInterval),
+			func() (river.JobArgs, *river.InsertOpts) {
+				return queueCheckArgs{}, &river.InsertOpts{Queue: jobs.QueueOf(comps.Jobs)}
+			},
+			&river.PeriodicJobOpts{ID: queueCheckArgs{}.Kind(), RunOnStart: true}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("wharfriver: %w", err)
+	}
+
+	cfg.Workers = workers
+	if cfg.Queues == nil {
+		cfg.Queues = map[string]river.QueueConfig{}
+	}
+	for name, n := range queues {
+		if _, ok := cfg.Queues[name]; !ok {
+			cfg.Queues[name] = river.QueueConfig{MaxWorkers: n}
+		}
+	}
+	cfg.PeriodicJobs = append(cfg.PeriodicJobs, periodic...)
+	if cfg.RescueStuckJobsAfter == 0 && jobTimeout > 0 {
+		cfg.RescueStuckJobsAfter = jobTimeout + rescueMargin
+	}
+	return nil
+}
+
+func cmpLogger(l *slog.Logger) *slog.Logger {
+	if l != nil {
+		return l
+	}
+	return slog.Default()
+}
+
+// wharfKinds are the kinds of Wharf's jobs that wait for a worker.
+var wharfKinds = []string{"wharf_inbox_process", "wharf_inbox_process_batch", outbox.DeliveryKind}
+
+// queueCheckArgs is the job that looks for Wharf's jobs waiting in a queue
+// no client works.
+type queueCheckArgs struct{}
+
+// Kind is the River job kind of the queue check.
+func (queueCheckArgs) Kind() string { return "wharf_queue_check" }
+
+// queueChecker warns, once per queue and process, about Wharf's jobs
+// waiting in a queue that no River client works.
+type queueChecker struct {
+	river.WorkerDefaults[queueCheckArgs]
+	logger *slog.Logger
+	mu     sync.Mutex
+	warned map[string]bool
+}
+
+// unworkedAfter is how long a queue must go without a client's report
+// (River's clients report their queues every 10 minutes) and a job must
+// wait before the check calls the queue unworked.
+const unworkedAfter = 15 * time.Minute
+
+func (c *queueChecker) Work(ctx context.Context, _ *river.Job[queueCheckArgs]) error {
+	client := river.ClientFromContext[pgx.Tx](ctx)
+	waiting, err := client.JobList(ctx, river.NewJobListParams().
+		Kinds(wharfKinds...).
+		States(rivertype.JobStateAvailable).
+		OrderBy(river.JobListOrderByScheduledAt, river.SortOrderAsc).
+		First(1000))
+	if err != nil {
+		return fmt.Errorf("wharfriver: list waiting jobs: %w", err)
+	}
+	queues, err := client.QueueList(ctx, river.NewQueueListParams().First(10000))
+	if err != nil {
+		return fmt.Errorf("wharfriver: list queues: %w", err)
+	}
+	return c.check(ctx, time.Now(), waiting.Jobs, queues.Queues)
+}
+
+// check logs the queues of jobs that have waited past unworkedAfter with
+// no client reporting the queue since.
+func (c *queueChecker) check(ctx context.Context, now time.Time, waiting []*rivertype.JobRow, queues []*rivertype.Queue) error {
+	reported := make(map[string]time.Time, len(queues))
+	for _, q := range queues {
+		reported[q.Name] = q.UpdatedAt
+	}
+	type stuck struct {
+		jobs   int
+		oldest time.Time
+	}
+	unworked := map[string]*stuck{}
+	for _, job := range waiting {
+		if now.Sub(job.ScheduledAt) < unworkedAfter {
+			continue
+		}
+		if at, ok := reported[job.Queue]; ok && now.Sub(at) < unworkedAfter {
+			continue
+		}
+		s := unworked[job.Queue]
+		if s == nil {
+			s = &stuck{oldest: job.ScheduledAt}
+			unworked[job.Queue] = s
+		}
+		s.jobs++
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for queue, s := range unworked {
+		if c.warned[queue] {
+			continue
+		}
+		c.warned[queue] = true
+		c.logger.ErrorContext(ctx, "wharf: jobs wait in a queue that no River client works; add it to river.Config.Queues (wharfriver.Configure does)",
+			"queue", queue, "waiting_jobs_at_least", s.jobs, "waiting_since", s.oldest)
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package wharfriver_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/jobs"
+	"github.com/wharfhq/wharf/outbox"
+	"github.com/wharfhq/wharf/wharfriver"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestConfigure: one call wires the inbox, the outbox and the periodic
+// jobs into an empty River config, and the client then processes a
+// received message and delivers a published event.
+func TestConfigure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	ib, err := inbox.New(pool, &inbox.Config{Logger: quiet})
+	require.NoError(t, err)
+	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet, AllowPrivateNetworks: true})
+	require.NoError(t, err)
+	processed := make(chan string, 1)
+	ib.Handle(inbox.Wildcard, inbox.Wildcard, func(_ context.Context, _ pgx.Tx, msg *inbox.Message) error {
+		processed <- msg.EventID
+		return nil
+	})
+	delivered := make(chan string, 1)
+	sink := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		delivered <- r.Header.Get("webhook-id")
+	}))
+	t.Cleanup(sink.Close)
+	_, err = ob.EndpointEnsure(ctx, &outbox.EndpointParams{URL: sink.URL})
+	require.NoError(t, err)
+
+	cfg := &river.Config{Logger: quiet, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Inbox: ib, Outbox: ob}))
+	require.Equal(t, map[string]river.QueueConfig{
+		inbox.DefaultQueue:  {MaxWorkers: wharfriver.DefaultInboxWorkers},
+		outbox.DefaultQueue: {MaxWorkers: wharfriver.DefaultOutboxWorkers},
+		river.QueueDefault:  {MaxWorkers: wharfriver.DefaultJobsWorkers},
+	}, cfg.Queues)
+	require.Len(t, cfg.PeriodicJobs, 3, "partition upkeep, retention and the queue check")
+	require.Equal(t, 90*time.Second, cfg.RescueStuckJobsAfter, "River's 1 min job timeout plus 30 s")
+
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := ib.Receive(ctx, tx, inbox.Incoming{Source: "s", EventID: "evt_1", Body: []byte(`{}`)}); err != nil {
+			return err
+		}
+		_, err := ob.Publish(ctx, tx, &outbox.Event{Type: "order.created", Data: map[string]int{"n": 1}})
+		return err
+	}))
+	select {
+	case id := <-processed:
+		require.Equal(t, "evt_1", id)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the inbox message was not processed")
+	}
+	select {
+	case id := <-delivered:
+		require.NotEmpty(t, id)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the outbox event was not delivered")
+	}
+}
+
+// TestConfigureKeepsWhatIsSet: queues already configured keep their
+// settings, and a set RescueStuckJobsAfter stays.
+func TestConfigureKeepsWhatIsSet(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ib, err := inbox.New(pool, &inbox.Config{Logger: quiet})
+	require.NoError(t, err)
+	cfg := &river.Config{
+		Queues:               map[string]river.QueueConfig{inbox.DefaultQueue: {MaxWorkers: 3}, "app": {MaxWorkers: 7}},
+		JobTimeout:           20 * time.Second,
+		RescueStuckJobsAfter: 45 * time.Second,
+	}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, NoJobs: true}))
+	require.Equal(t, map[string]river.QueueConfig{inbox.DefaultQueue: {MaxWorkers: 3}, "app": {MaxWorkers: 7}}, cfg.Queues)
+	require.Equal(t, 45*time.Second, cfg.RescueStuckJobsAfter)
+	require.Empty(t, cfg.PeriodicJobs)
+}
+
+// TestConfigureRefusesBrokenGuarantees: each set value that would break a
+// guarantee is named, and the config is left as it was.
+func TestConfigureRefusesBrokenGuarantees(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet})
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		cfg   river.Config
+		comps wharfriver.Components
+		want  string
+	}{
+		{river.Config{}, wharfriver.Components{Pool: pool, Jobs: &jobs.Config{DedupeWindow: time.Hour}}, "DedupeWindow 1h0m0s is outside"},
+		{river.Config{JobTimeout: time.Minute, RescueStuckJobsAfter: 30 * time.Second}, wharfriver.Components{Pool: pool}, "RescueStuckJobsAfter 30s is shorter than JobTimeout 1m0s"},
+		{river.Config{}, wharfriver.Components{Outbox: ob}, "Components.Pool is required"},
+	} {
+		cfg := tt.cfg
+		err := wharfriver.Configure(&cfg, &tt.comps)
+		require.ErrorContains(t, err, tt.want)
+		require.Nil(t, cfg.Workers, "a refused config is left alone")
+		require.Nil(t, cfg.Queues)
+	}
+	// Registering the same component twice is refused too.
+	cfg := &river.Config{}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Outbox: ob, NoJobs: true}))
+	require.ErrorContains(t, wharfriver.Configure(cfg, &wharfriver.Components{Outbox: ob, NoJobs: true}), "already registered")
+}
+
+// lockedBuffer is a log sink shared with River's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestUnworkedQueueIsReported: deliveries waiting in a queue that no
+// client works (an outbox on its own queue, left out of this client) are
+// reported at error once when the leader starts.
+func TestUnworkedQueueIsReported(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet, Queue: "forgotten"})
+	require.NoError(t, err)
+	_, err = ob.EndpointEnsure(ctx, &outbox.EndpointParams{URL: "https://hooks.example.com/x"})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.Publish(ctx, tx, &outbox.Event{Type: "a", Data: map[string]int{}})
+		return err
+	}))
+	// The delivery has waited 20 minutes.
+	_, err = pool.Exec(ctx, "UPDATE river_job SET scheduled_at = now() - interval '20 minutes' WHERE queue = 'forgotten'")
+	require.NoError(t, err)
+
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
+	cfg := &river.Config{Logger: quiet, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Logger: logger}))
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "queue=forgotten") }, 30*time.Second, 20*time.Millisecond)
+	require.Contains(t, logs.String(), "no River client works")
+	require.Equal(t, 1, strings.Count(logs.String(), "queue=forgotten"))
+}
