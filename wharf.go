@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/schema"
 )
@@ -33,12 +34,64 @@ const PartitionDaysAhead = partition.DefaultDaysAhead
 // README, Operations) before migrating again.
 var ErrDirty = errors.New("wharf: schema is dirty after a failed migration")
 
+// ErrPooledConnection is returned by Migrate, MigrateDown, MigrateRiverDown
+// and Status when the pool's connections reach Postgres through a
+// connection pooler (PgBouncer, say) instead of directly. Migrations hold
+// session advisory locks (golang-migrate's, and Wharf's around River's
+// migrator), which a pooler in transaction mode does not keep: a lock
+// taken on one server connection and released on another would stay held
+// and make every later migration wait forever. Run migrations with a URL
+// that reaches Postgres directly; everything else works through the pooler.
+var ErrPooledConnection = errors.New("wharf: migrations need a direct connection to Postgres, not one through a connection pooler")
+
+// Pooled reports whether pool's connections reach Postgres through a
+// connection pooler such as PgBouncer: the server process running a
+// statement is not the one the connection was given at startup (a pooler
+// hands out its own). It cannot tell a pooler's session mode from its
+// transaction mode. An application that finds itself pooled should run
+// its River client with PollOnly (see the README, Operations).
+func Pooled(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	pid, err := dbsqlc.New(conn).SessionBackendPID(ctx)
+	if err != nil {
+		return false, fmt.Errorf("wharf: backend pid: %w", err)
+	}
+	return uint32(pid) != conn.Conn().PgConn().PID(), nil
+}
+
+// requireDirect returns an error where errors.Is(err, ErrPooledConnection)
+// is true when pool's connections go through a pooler. It takes no lock,
+// so it answers at once where a migration would hang.
+func requireDirect(ctx context.Context, pool *pgxpool.Pool) error {
+	pooled, err := Pooled(ctx, pool)
+	if err != nil {
+		return err
+	}
+	if pooled {
+		cc := pool.Config().ConnConfig
+		return fmt.Errorf("%w: %s:%d hands statements to server processes other than the connection's own; "+
+			"run migrations with a URL that reaches Postgres itself (its host and port, not PgBouncer's)",
+			ErrPooledConnection, cc.Host, cc.Port)
+	}
+	return nil
+}
+
 // Migrate brings River's tables (through rivermigrate) and Wharf's own
 // (through golang-migrate, from the embedded schema directory) to their latest
 // versions, then creates the daily partitions for yesterday through
 // PartitionDaysAhead days ahead. Running it again is a no-op. It is safe to run
-// from several processes at once: each step takes an advisory lock.
+// from several processes at once: each step takes an advisory lock. It needs
+// a direct connection: through a connection pooler it returns an error
+// where errors.Is(err, ErrPooledConnection) is true, before changing
+// anything.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := requireDirect(ctx, pool); err != nil {
+		return err
+	}
 	if err := migrateRiverUp(ctx, pool); err != nil {
 		return err
 	}
@@ -61,8 +114,12 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 // MigrateDown reverts steps of Wharf's migrations (all of them when steps is
 // zero or less), dropping Wharf's tables and their data. River's tables are
 // left alone: the application may use River for its own jobs. Use
-// MigrateRiverDown to remove them too.
+// MigrateRiverDown to remove them too. Like Migrate, it needs a direct
+// connection.
 func MigrateDown(ctx context.Context, pool *pgxpool.Pool, steps int) error {
+	if err := requireDirect(ctx, pool); err != nil {
+		return err
+	}
 	err := withWharfMigrator(pool, func(m *migrate.Migrate) error {
 		var err error
 		if steps <= 0 {
@@ -82,8 +139,12 @@ func MigrateDown(ctx context.Context, pool *pgxpool.Pool, steps int) error {
 }
 
 // MigrateRiverDown removes River's tables (all River migrations down). It
-// destroys every River job, Wharf's and the application's.
+// destroys every River job, Wharf's and the application's. Like Migrate, it
+// needs a direct connection.
 func MigrateRiverDown(ctx context.Context, pool *pgxpool.Pool) error {
+	if err := requireDirect(ctx, pool); err != nil {
+		return err
+	}
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 	if err != nil {
 		return fmt.Errorf("wharf: river migrator: %w", err)
@@ -115,8 +176,13 @@ func (s *MigrationStatus) UpToDate() bool {
 
 // Status reports the applied and latest versions of River's and Wharf's
 // schemas. It changes no schema, but golang-migrate creates Wharf's version
-// table when it is missing and waits while a migration holds its lock.
+// table when it is missing and waits while a migration holds its lock. It
+// takes golang-migrate's session lock, so like Migrate it needs a direct
+// connection.
 func Status(ctx context.Context, pool *pgxpool.Pool) (*MigrationStatus, error) {
+	if err := requireDirect(ctx, pool); err != nil {
+		return nil, err
+	}
 	status := &MigrationStatus{}
 
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)

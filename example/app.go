@@ -87,7 +87,11 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		return fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	if err := wharf.Migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, cfg, pool); err != nil {
+		return err
+	}
+	pooled, err := wharf.Pooled(ctx, pool)
+	if err != nil {
 		return err
 	}
 	if err := createTables(ctx, pool); err != nil {
@@ -126,7 +130,14 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	); err != nil {
 		return err
 	}
-	client, err := river.NewClient(riverpgxv5.New(pool), cfg.tuneRiver(riverConfig(workers, logger), logger))
+	rc := cfg.tuneRiver(riverConfig(workers, logger), logger)
+	if pooled {
+		// Behind PgBouncer in transaction mode LISTEN does not work: poll,
+		// often enough that webhooks still go out within tens of
+		// milliseconds (River's default interval is a second).
+		rc.PollOnly, rc.FetchPollInterval = true, pooledFetchPollInterval
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), rc)
 	if err != nil {
 		return err
 	}
@@ -163,6 +174,29 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		err = nil
 	}
 	return errors.Join(err, shutdownErr, stopErr)
+}
+
+// pooledFetchPollInterval is how often the example's River client looks for
+// new jobs when its pool goes through a connection pooler.
+const pooledFetchPollInterval = 20 * time.Millisecond
+
+// migrate runs Wharf's migrations on cfg.MigrateURL when set, else on pool.
+// Migrations need a direct connection: through a pooler wharf.Migrate
+// refuses at once, and the error says which setting to use.
+func migrate(ctx context.Context, cfg config, pool *pgxpool.Pool) error {
+	if cfg.MigrateURL == "" {
+		err := wharf.Migrate(ctx, pool)
+		if errors.Is(err, wharf.ErrPooledConnection) {
+			return fmt.Errorf("%w (set WHARF_EXAMPLE_MIGRATE_URL to a direct URL for migrations)", err)
+		}
+		return err
+	}
+	direct, err := pgxpool.New(ctx, cfg.MigrateURL)
+	if err != nil {
+		return fmt.Errorf("migrate url: %w", err)
+	}
+	defer direct.Close()
+	return wharf.Migrate(ctx, direct)
 }
 
 // createTables creates the example's own table. A real app would manage it

@@ -32,14 +32,15 @@ func startExample(t testing.TB, cfg config) string {
 	return base
 }
 
-// startExampleDB is startExample that also returns the database URL.
+// startExampleDB is startExample that also returns the database URL (cfg's
+// when set, else a fresh test database's).
 func startExampleDB(t testing.TB, cfg config) (string, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	cfg.DatabaseURL = testdb.NewURL(t)
+	cfg.DatabaseURL = cmp.Or(cfg.DatabaseURL, testdb.NewURL(t))
 	cfg.Secret = cmp.Or(cfg.Secret, DevSecret)
 	cfg.StripeSecret = cmp.Or(cfg.StripeSecret, DevStripeSecret)
 	cfg.GitHubSecret = cmp.Or(cfg.GitHubSecret, DevGitHubSecret)

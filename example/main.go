@@ -7,7 +7,10 @@
 //
 // Environment:
 //
-//	DATABASE_URL                 Postgres URL (required; `make demo` provides one)
+//	DATABASE_URL                 Postgres URL (required; `make demo` provides one); it may go
+//	                             through PgBouncer in transaction mode (see the README)
+//	WHARF_EXAMPLE_MIGRATE_URL    direct Postgres URL for the migrations run at start, when
+//	                             DATABASE_URL goes through a connection pooler (default DATABASE_URL)
 //	WHARF_EXAMPLE_ADDR           listen address (default 127.0.0.1:8080)
 //	WHARF_EXAMPLE_SECRET         Standard Webhooks secret of /webhooks/payments (default DevSecret)
 //	WHARF_EXAMPLE_STRIPE_SECRET  Stripe signing secret of /webhooks/stripe (default DevStripeSecret)
@@ -66,6 +69,7 @@ const (
 
 type config struct {
 	DatabaseURL   string
+	MigrateURL    string // "": migrate through DatabaseURL
 	Addr          string
 	Secret        string
 	StripeSecret  string
@@ -81,6 +85,7 @@ type config struct {
 func configFromEnv() (config, error) {
 	cfg := config{
 		DatabaseURL:  os.Getenv("DATABASE_URL"),
+		MigrateURL:   os.Getenv("WHARF_EXAMPLE_MIGRATE_URL"),
 		Addr:         envOr("WHARF_EXAMPLE_ADDR", "127.0.0.1:8080"),
 		Secret:       envOr("WHARF_EXAMPLE_SECRET", DevSecret),
 		StripeSecret: envOr("WHARF_EXAMPLE_STRIPE_SECRET", DevStripeSecret),

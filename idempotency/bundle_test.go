@@ -58,6 +58,9 @@ type testOptions struct {
 	gates []*gate
 	// runtimeParams are set on every connection of the bundle's pool.
 	runtimeParams map[string]string
+	// pgbouncerMode, when set, puts PgBouncer in transaction mode between
+	// the middleware's pool and the database, with pgx in this mode.
+	pgbouncerMode string
 }
 
 // setup starts a server on a fresh database. Routes: POST /payouts, POST
@@ -67,6 +70,9 @@ func setup(t *testing.T, opts testOptions) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	url := testdb.NewURL(t)
+	if opts.pgbouncerMode != "" {
+		url = testdb.NewPgBouncer(t, url).URL(opts.pgbouncerMode)
+	}
 	poolConfig, err := pgxpool.ParseConfig(url)
 	require.NoError(t, err)
 	maps.Copy(poolConfig.ConnConfig.RuntimeParams, opts.runtimeParams)

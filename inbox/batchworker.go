@@ -58,7 +58,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		// Locked here, in id order, so that no other run of this job, nor a
 		// split, nor Forget, changes them while their handlers run.
 		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
-			ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs,
+			ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(job.Args.MessageIDs),
 		})
 		if err != nil {
 			return fmt.Errorf("inbox: load messages: %w", err)
@@ -89,7 +89,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		}
 		if len(unmarked) > 0 {
 			if err := q.InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
-				Now: now, ReceivedAt: job.Args.ReceivedAt, Ids: unmarked,
+				Now: now, ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(unmarked),
 			}); err != nil {
 				return fmt.Errorf("inbox: mark processed: %w", err)
 			}
@@ -207,7 +207,7 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		return fmt.Errorf("inbox: insert retry job: %w", err)
 	}
 	return q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
-		Now: ib.clock(), ReceivedAt: msg.ReceivedAt, Ids: []uuid.UUID{msg.ID}, JobIds: []int64{job.Job.ID},
+		Now: ib.clock(), ReceivedAt: msg.ReceivedAt, Ids: []string{msg.ID.String()}, JobIds: []int64{job.Job.ID},
 	})
 }
 
@@ -220,7 +220,7 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
-			ReceivedAt: job.Args.ReceivedAt, Ids: job.Args.MessageIDs,
+			ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(job.Args.MessageIDs),
 		})
 		if err != nil {
 			return fmt.Errorf("inbox: load messages: %w", err)
@@ -250,7 +250,7 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 				jobIDs[i] = res.Job.ID
 			}
 			if err := q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
-				Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: ids, JobIds: jobIDs,
+				Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(ids), JobIds: jobIDs,
 			}); err != nil {
 				return fmt.Errorf("inbox: hand messages to their jobs: %w", err)
 			}

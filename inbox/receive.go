@@ -200,7 +200,7 @@ func (ib *Inbox) claimKeys(ctx context.Context, tx pgx.Tx, msgs []Incoming, clai
 		params.Sources = append(params.Sources, msgs[c.index].Source)
 		params.EventIds = append(params.EventIds, msgs[c.index].EventID)
 		params.PayloadHashes = append(params.PayloadHashes, c.hash)
-		params.MessageIds = append(params.MessageIds, c.proposed)
+		params.MessageIds = append(params.MessageIds, c.proposed.String())
 	}
 	rows, err := dbsqlc.New(tx).InboxKeyClaimMany(ctx, params)
 	if err != nil {
@@ -268,7 +268,7 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 		jobID := inserted[j].Job.ID
 		for _, c := range chunk {
 			msg := &msgs[c.index]
-			params.Ids = append(params.Ids, c.proposed)
+			params.Ids = append(params.Ids, c.proposed.String())
 			params.Sources = append(params.Sources, msg.Source)
 			params.EventIds = append(params.EventIds, msg.EventID)
 			params.EventTypes = append(params.EventTypes, msg.EventType)

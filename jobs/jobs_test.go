@@ -39,11 +39,18 @@ type testBundle struct {
 	outbox *outbox.Outbox
 	maint  *jobs.Maintainer
 	events <-chan *river.Event
+	// pollOnly runs River without LISTEN, as behind PgBouncer.
+	pollOnly bool
 }
 
 func setup(t *testing.T, cfg *jobs.Config) *testBundle {
 	t.Helper()
-	pool := testdb.New(t)
+	return setupOn(t, testdb.New(t), cfg)
+}
+
+// setupOn is setup on a given pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool, cfg *jobs.Config) *testBundle {
+	t.Helper()
 	clk := testclock.New(time.Now())
 	if cfg == nil {
 		cfg = &jobs.Config{}
@@ -76,6 +83,7 @@ func (b *testBundle) startWorkers(t *testing.T) {
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
 		RetryPolicy:       slowRetry{},
+		PollOnly:          b.pollOnly,
 		Logger:            quiet,
 		TestOnly:          true,
 	})

@@ -212,11 +212,18 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 // run (waiting, scheduled, retryable or running), or nil. It looks the job
 // up by kind and args; River indexes args (GIN), so this is no scan.
 func (o *Outbox) liveJob(ctx context.Context, tx pgx.Tx, id uuid.UUID, generation int32) (*rivertype.JobRow, error) {
+	// The containment document goes as JSON text: pgx cannot encode a
+	// struct in the text format of its exec and simple_protocol modes
+	// (PgBouncer in transaction mode).
+	containment, err := json.Marshal(DeliveryArgs{DeliveryID: id})
+	if err != nil {
+		return nil, err
+	}
 	params := river.NewJobListParams().
 		Kinds(DeliveryKind).
 		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
 			rivertype.JobStateRunning, rivertype.JobStateScheduled).
-		Where("args @> @delivery_args::jsonb", river.NamedArgs{"delivery_args": DeliveryArgs{DeliveryID: id}}).
+		Where("args @> @delivery_args::jsonb", river.NamedArgs{"delivery_args": string(containment)}).
 		First(100)
 	res, err := o.inserter.JobListTx(ctx, tx, params)
 	if err != nil {

@@ -96,10 +96,11 @@ func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([
 	}
 	now := o.config.now()
 	firstDelay := o.retries.firstDelay()
+	ids := make([]uuid.UUID, len(events))
 	params := dbsqlc.OutboxPublishParams{
 		CreatedAt:      now,
 		FirstAttemptAt: now.Add(firstDelay),
-		Ids:            make([]uuid.UUID, len(events)),
+		Ids:            make([]string, len(events)),
 		Types:          make([]string, len(events)),
 		Payloads:       make([][]byte, len(events)),
 		OrderingKeys:   make([]string, len(events)),
@@ -117,7 +118,8 @@ func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([
 		if err != nil {
 			return nil, fmt.Errorf("outbox: event id: %w", err)
 		}
-		params.Ids[i] = id
+		ids[i] = id
+		params.Ids[i] = id.String()
 		params.Types[i] = event.Type
 		params.Payloads[i] = body
 		params.OrderingKeys[i] = event.OrderingKey
@@ -143,7 +145,7 @@ func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([
 		perEvent[row.EventID]++
 	}
 	results := make([]PublishResult, len(events))
-	for i, id := range params.Ids {
+	for i, id := range ids {
 		results[i] = PublishResult{EventID: formatEventID(id), Deliveries: perEvent[id]}
 	}
 	return results, nil

@@ -105,7 +105,7 @@ FROM (
     SELECT unnest(@sources::text[]) AS source,
            unnest(@event_ids::text[]) AS event_id,
            unnest(@payload_hashes::bytea[]) AS payload_hash,
-           unnest(@message_ids::uuid[]) AS message_id
+           unnest(@message_ids::text[])::uuid AS message_id
 ) c
 ORDER BY c.source, c.event_id
 ON CONFLICT (source, event_id) DO UPDATE
@@ -121,7 +121,7 @@ INSERT INTO wharf_inbox_messages (
     id, received_at, source, event_id, event_type, headers, body, payload_hash,
     status, job_id, updated_at
 )
-SELECT unnest(@ids::uuid[]), @received_at::timestamptz, unnest(@sources::text[]),
+SELECT unnest(@ids::text[])::uuid, @received_at::timestamptz, unnest(@sources::text[]),
        unnest(@event_ids::text[]), unnest(@event_types::text[]), unnest(@headers::jsonb[]),
        unnest(@bodies::bytea[]), unnest(@payload_hashes::bytea[]), 'received',
        unnest(@job_ids::bigint[]), @received_at::timestamptz;
@@ -129,7 +129,7 @@ SELECT unnest(@ids::uuid[]), @received_at::timestamptz, unnest(@sources::text[])
 -- name: InboxMessagesGetForUpdate :many
 -- Loads and locks the messages of one processing batch, in id order.
 SELECT * FROM wharf_inbox_messages
-WHERE received_at = @received_at AND id = ANY(@ids::uuid[])
+WHERE received_at = @received_at AND id = ANY((@ids::text[])::uuid[])
 ORDER BY id
 FOR UPDATE;
 
@@ -138,17 +138,17 @@ FOR UPDATE;
 -- database (the others are marked one by one, inside their savepoints).
 UPDATE wharf_inbox_messages
 SET status = 'processed', attempts = attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
-WHERE received_at = @received_at AND id = ANY(@ids::uuid[]);
+WHERE received_at = @received_at AND id = ANY((@ids::text[])::uuid[]);
 
 -- name: InboxMessagesGet :many
 -- The messages of a batch as they are, without locking them.
 SELECT * FROM wharf_inbox_messages
-WHERE received_at = @received_at AND id = ANY(@ids::uuid[]);
+WHERE received_at = @received_at AND id = ANY((@ids::text[])::uuid[]);
 
 -- name: InboxMessagesSetJob :exec
 -- Hands messages of a processing batch to jobs of their own (ids[i] to
 -- job_ids[i]).
 UPDATE wharf_inbox_messages AS m
 SET job_id = j.job_id, updated_at = @now::timestamptz
-FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@job_ids::bigint[]) AS job_id) AS j
+FROM (SELECT unnest(@ids::text[])::uuid AS id, unnest(@job_ids::bigint[]) AS job_id) AS j
 WHERE m.received_at = @received_at AND m.id = j.id;

@@ -73,12 +73,12 @@ RETURNING *;
 -- Returns the deliveries.
 WITH input AS (
     SELECT i AS n,
-           (@ids::uuid[])[i] AS id,
+           (@ids::text[])[i]::uuid AS id,
            (@types::text[])[i] AS type,
            (@payloads::bytea[])[i] AS payload,
            (@ordering_keys::text[])[i] AS ordering_key,
            (@tenants::text[])[i] AS tenant
-    FROM generate_subscripts(@ids::uuid[], 1) AS i
+    FROM generate_subscripts(@ids::text[], 1) AS i
 ),
 events AS (
     INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant)

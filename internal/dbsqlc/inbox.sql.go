@@ -63,7 +63,7 @@ FROM (
     SELECT unnest($2::text[]) AS source,
            unnest($3::text[]) AS event_id,
            unnest($4::bytea[]) AS payload_hash,
-           unnest($5::uuid[]) AS message_id
+           unnest($5::text[])::uuid AS message_id
 ) c
 ORDER BY c.source, c.event_id
 ON CONFLICT (source, event_id) DO UPDATE
@@ -78,7 +78,7 @@ type InboxKeyClaimManyParams struct {
 	Sources       []string
 	EventIds      []string
 	PayloadHashes [][]byte
-	MessageIds    []uuid.UUID
+	MessageIds    []string
 }
 
 type InboxKeyClaimManyRow struct {
@@ -335,14 +335,14 @@ INSERT INTO wharf_inbox_messages (
     id, received_at, source, event_id, event_type, headers, body, payload_hash,
     status, job_id, updated_at
 )
-SELECT unnest($1::uuid[]), $2::timestamptz, unnest($3::text[]),
+SELECT unnest($1::text[])::uuid, $2::timestamptz, unnest($3::text[]),
        unnest($4::text[]), unnest($5::text[]), unnest($6::jsonb[]),
        unnest($7::bytea[]), unnest($8::bytea[]), 'received',
        unnest($9::bigint[]), $2::timestamptz
 `
 
 type InboxMessageInsertManyParams struct {
-	Ids           []uuid.UUID
+	Ids           []string
 	ReceivedAt    time.Time
 	Sources       []string
 	EventIds      []string
@@ -511,12 +511,12 @@ func (q *Queries) InboxMessageRequeue(ctx context.Context, arg InboxMessageReque
 
 const inboxMessagesGet = `-- name: InboxMessagesGet :many
 SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
-WHERE received_at = $1 AND id = ANY($2::uuid[])
+WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
 `
 
 type InboxMessagesGetParams struct {
 	ReceivedAt time.Time
-	Ids        []uuid.UUID
+	Ids        []string
 }
 
 // The messages of a batch as they are, without locking them.
@@ -558,14 +558,14 @@ func (q *Queries) InboxMessagesGet(ctx context.Context, arg InboxMessagesGetPara
 
 const inboxMessagesGetForUpdate = `-- name: InboxMessagesGetForUpdate :many
 SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
-WHERE received_at = $1 AND id = ANY($2::uuid[])
+WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
 ORDER BY id
 FOR UPDATE
 `
 
 type InboxMessagesGetForUpdateParams struct {
 	ReceivedAt time.Time
-	Ids        []uuid.UUID
+	Ids        []string
 }
 
 // Loads and locks the messages of one processing batch, in id order.
@@ -608,13 +608,13 @@ func (q *Queries) InboxMessagesGetForUpdate(ctx context.Context, arg InboxMessag
 const inboxMessagesMarkProcessed = `-- name: InboxMessagesMarkProcessed :exec
 UPDATE wharf_inbox_messages
 SET status = 'processed', attempts = attempts + 1, processed_at = $1::timestamptz, updated_at = $1::timestamptz
-WHERE received_at = $2 AND id = ANY($3::uuid[])
+WHERE received_at = $2 AND id = ANY(($3::text[])::uuid[])
 `
 
 type InboxMessagesMarkProcessedParams struct {
 	Now        time.Time
 	ReceivedAt time.Time
-	Ids        []uuid.UUID
+	Ids        []string
 }
 
 // Marks processed the messages of a batch whose handlers never touched the
@@ -627,14 +627,14 @@ func (q *Queries) InboxMessagesMarkProcessed(ctx context.Context, arg InboxMessa
 const inboxMessagesSetJob = `-- name: InboxMessagesSetJob :exec
 UPDATE wharf_inbox_messages AS m
 SET job_id = j.job_id, updated_at = $1::timestamptz
-FROM (SELECT unnest($3::uuid[]) AS id, unnest($4::bigint[]) AS job_id) AS j
+FROM (SELECT unnest($3::text[])::uuid AS id, unnest($4::bigint[]) AS job_id) AS j
 WHERE m.received_at = $2 AND m.id = j.id
 `
 
 type InboxMessagesSetJobParams struct {
 	Now        time.Time
 	ReceivedAt time.Time
-	Ids        []uuid.UUID
+	Ids        []string
 	JobIds     []int64
 }
 

@@ -1120,12 +1120,12 @@ func (q *Queries) OutboxLeaseSlotsCreate(ctx context.Context, arg OutboxLeaseSlo
 const outboxPublish = `-- name: OutboxPublish :many
 WITH input AS (
     SELECT i AS n,
-           ($3::uuid[])[i] AS id,
+           ($3::text[])[i]::uuid AS id,
            ($4::text[])[i] AS type,
            ($5::bytea[])[i] AS payload,
            ($6::text[])[i] AS ordering_key,
            ($7::text[])[i] AS tenant
-    FROM generate_subscripts($3::uuid[], 1) AS i
+    FROM generate_subscripts($3::text[], 1) AS i
 ),
 events AS (
     INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant)
@@ -1156,7 +1156,7 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id
 type OutboxPublishParams struct {
 	CreatedAt      time.Time
 	FirstAttemptAt time.Time
-	Ids            []uuid.UUID
+	Ids            []string
 	Types          []string
 	Payloads       [][]byte
 	OrderingKeys   []string

@@ -1,0 +1,117 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/outbox"
+	"github.com/wharfhq/wharf/signature"
+)
+
+// TestPublishAndDeliverThroughPgBouncer: everything the outbox does at run
+// time, through PgBouncer in transaction mode in pgx's exec and
+// simple_protocol modes: endpoints, PublishMany in the caller's
+// transaction, a replay refused while the delivery's job waits (which looks
+// the job up by its args), signed delivery by a poll-only River client with
+// retries, dead letters, and the replay of a dead delivery.
+func TestPublishAndDeliverThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	for _, mode := range testdb.Modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool, err := pgxpool.New(ctx, testdb.NewPgBouncer(t, testdb.NewURL(t)).URL(mode))
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			ob, err := outbox.New(pool, testConfig())
+			require.NoError(t, err)
+			b := &testBundle{pool: pool, outbox: ob}
+
+			// The first attempt of each event fails: deliveries retry.
+			var healthy atomic.Bool
+			healthy.Store(true)
+			var seen sync.Map // webhook-id → struct{}
+			receiver := newSink(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				_, again := seen.LoadOrStore(r.Header.Get(signature.HeaderWebhookID), struct{}{})
+				if !again || !healthy.Load() {
+					w.WriteHeader(http.StatusServiceUnavailable)
+					return
+				}
+				w.WriteHeader(http.StatusNoContent)
+			})
+			ep := b.endpoint(t, receiver.URL(), nil)
+			verifier := signature.NewStandardWebhooks(signature.Secrets{ep.Secret}, nil)
+
+			const events = 10
+			batch := make([]*outbox.Event, events)
+			for i := range batch {
+				batch[i] = &outbox.Event{Type: "balance.updated", Data: map[string]any{"n": i}}
+			}
+			published := b.publish(t, batch...)
+			require.Len(t, published, events)
+
+			// No worker yet: the first delivery's job waits, so a replay is
+			// refused after looking the job up.
+			first := b.onlyDelivery(t, published[0].EventID)
+			require.ErrorIs(t, ob.DeliveryReplay(ctx, first.ID), outbox.ErrDeliveryInProgress)
+
+			startPooledRiver(t, pool, ob)
+			for _, res := range published {
+				d := b.awaitDelivery(t, ep.ID, res.EventID, outbox.StatusSucceeded)
+				require.Equal(t, 2, d.Attempts, "one failure, then success")
+				attempts, err := ob.AttemptList(ctx, d.ID)
+				require.NoError(t, err)
+				require.Len(t, attempts, 2)
+			}
+			delivered := map[string]int{}
+			for _, r := range receiver.all() {
+				require.NoError(t, verifier.Verify(ctx, &signature.Request{Method: http.MethodPost, Header: r.Header, Body: r.Body}),
+					"every attempt is signed")
+				delivered[r.Header.Get(signature.HeaderWebhookID)]++
+			}
+			require.Len(t, delivered, events)
+			for id, n := range delivered {
+				require.Equal(t, 2, n, id)
+			}
+
+			// Dead letter, then replay once the endpoint is healthy again.
+			healthy.Store(false)
+			res := b.publish(t, &outbox.Event{Type: "balance.updated"})
+			dead := b.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+			require.Equal(t, len(testConfig().RetrySchedule), dead.Attempts)
+			healthy.Store(true)
+			require.NoError(t, ob.DeliveryReplay(ctx, dead.ID))
+			b.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusSucceeded)
+		})
+	}
+}
+
+// startPooledRiver is startRiver for a pool through PgBouncer in
+// transaction mode: River in poll-only mode (LISTEN does not survive
+// transaction pooling).
+func startPooledRiver(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox) {
+	t.Helper()
+	workers := river.NewWorkers()
+	require.NoError(t, ob.AddWorkers(workers))
+	cfg := riverConfig(ob, workers, 20)
+	cfg.PollOnly = true
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx), fmt.Sprintf("stop %s", ob.Queue()))
+	})
+}
