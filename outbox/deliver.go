@@ -22,16 +22,20 @@ import (
 const DeliveryKind = "wharf_outbox_delivery"
 
 // Delivery statuses.
+// DeliveryStatus is where a delivery stands.
+type DeliveryStatus string
+
+// Delivery statuses.
 const (
 	// StatusPending: waiting for its first attempt, or being attempted.
-	StatusPending = "pending"
+	StatusPending DeliveryStatus = "pending"
 	// StatusRetrying: an attempt failed and another is scheduled.
-	StatusRetrying = "retrying"
+	StatusRetrying DeliveryStatus = "retrying"
 	// StatusSucceeded: an attempt was answered 2xx.
-	StatusSucceeded = "succeeded"
+	StatusSucceeded DeliveryStatus = "succeeded"
 	// StatusDead: attempts are exhausted, the endpoint answered 410 or was
 	// disabled, or the event is gone. Dead deliveries can be replayed.
-	StatusDead = "dead"
+	StatusDead DeliveryStatus = "dead"
 )
 
 // Attempt statuses.
@@ -119,7 +123,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		log.InfoContext(ctx, "outbox: a replay superseded this job; nothing to send",
 			"job_generation", job.Args.Generation, "delivery_generation", row.Generation)
 		return nil
-	case row.Status == StatusSucceeded || row.Status == StatusDead:
+	case DeliveryStatus(row.Status) == StatusSucceeded || DeliveryStatus(row.Status) == StatusDead:
 		// A rerun of a job whose outcome was recorded (the worker stopped
 		// before River marked the job done).
 		return nil

@@ -25,7 +25,7 @@ type Delivery struct {
 	// EndpointID is the endpoint's id.
 	EndpointID uuid.UUID
 	// Status is StatusPending, StatusRetrying, StatusSucceeded or StatusDead.
-	Status string
+	Status DeliveryStatus
 	// Attempts counts the recorded attempts, replays included.
 	Attempts int
 	// LastStatusCode is the last attempt's HTTP status, nil without a
@@ -75,7 +75,7 @@ type DeliveryListParams struct {
 	// EventID lists one event's deliveries when not empty.
 	EventID string
 	// Status lists deliveries in that status when not empty.
-	Status string
+	Status DeliveryStatus
 	// Limit is the most deliveries returned. Defaults to 100, at most 10000.
 	Limit int
 }
@@ -108,10 +108,11 @@ func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) (
 		query.EventID = &id
 	}
 	if params.Status != "" {
-		if err := checkText("status", params.Status); err != nil {
+		if err := checkText("status", string(params.Status)); err != nil {
 			return nil, fmt.Errorf("outbox: list deliveries: %w", err)
 		}
-		query.Status = &params.Status
+		status := string(params.Status)
+		query.Status = &status
 	}
 	rows, err := o.queries.OutboxDeliveryList(ctx, query)
 	if err != nil {
@@ -181,7 +182,7 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 		if err != nil {
 			return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
 		}
-		if row.Status != StatusPending && row.Status != StatusRetrying {
+		if status := DeliveryStatus(row.Status); status != StatusPending && status != StatusRetrying {
 			return o.whyNotReplayable(ctx, q, id)
 		}
 		job, err := o.liveJob(ctx, tx, id, row.Generation)
@@ -303,7 +304,7 @@ func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery) *Delivery {
 		ID:             row.ID,
 		EventID:        formatEventID(row.EventID),
 		EndpointID:     row.EndpointID,
-		Status:         row.Status,
+		Status:         DeliveryStatus(row.Status),
 		Attempts:       int(row.Attempts),
 		LastStatusCode: intPtr(row.LastStatusCode),
 		LastError:      row.LastError,

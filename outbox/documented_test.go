@@ -27,7 +27,7 @@ func TestSecondRotationDuringOverlap(t *testing.T) {
 	require.NoError(t, err)
 	startRiver(t, b.pool, b.outbox)
 	res := b.publish(t, &outbox.Event{Type: "a", Data: map[string]int{}})
-	b.awaitDelivery(t, first.ID, res[0].EventID, string(outbox.StatusSucceeded))
+	b.awaitDelivery(t, first.ID, res[0].EventID, outbox.StatusSucceeded)
 
 	got := s.all()[0]
 	verify := func(secret string) error {
@@ -53,11 +53,11 @@ func TestReplayedDeadOrderedDeliveryGoesAfterLaterEvents(t *testing.T) {
 	startRiver(t, b.pool, b.outbox)
 
 	firstEvent := b.publish(t, &outbox.Event{Type: "a", Data: map[string]int{"n": 1}, OrderingKey: "order_1"})[0]
-	dead := b.awaitDelivery(t, ep.ID, firstEvent.EventID, string(outbox.StatusDead))
+	dead := b.awaitDelivery(t, ep.ID, firstEvent.EventID, outbox.StatusDead)
 	later := b.publish(t, &outbox.Event{Type: "a", Data: map[string]int{"n": 2}, OrderingKey: "order_1"})[0]
-	b.awaitDelivery(t, ep.ID, later.EventID, string(outbox.StatusSucceeded))
+	b.awaitDelivery(t, ep.ID, later.EventID, outbox.StatusSucceeded)
 	require.NoError(t, b.outbox.DeliveryReplay(ctx, dead.ID))
-	b.awaitDelivery(t, ep.ID, firstEvent.EventID, string(outbox.StatusSucceeded))
+	b.awaitDelivery(t, ep.ID, firstEvent.EventID, outbox.StatusSucceeded)
 
 	var order []string
 	for _, r := range s.all() {

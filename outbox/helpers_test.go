@@ -115,7 +115,7 @@ func (b *testBundle) endpoint(t *testing.T, url string, params *outbox.EndpointP
 
 // awaitDelivery waits until the delivery of eventID to endpointID has
 // status and returns it.
-func (b *testBundle) awaitDelivery(t *testing.T, endpointID uuid.UUID, eventID, status string) *outbox.Delivery {
+func (b *testBundle) awaitDelivery(t *testing.T, endpointID uuid.UUID, eventID string, status outbox.DeliveryStatus) *outbox.Delivery {
 	t.Helper()
 	var found *outbox.Delivery
 	require.Eventually(t, func() bool {

@@ -22,7 +22,7 @@ type attemptRecord struct {
 	slot          int32
 	attemptedAt   time.Time
 	out           *sendOutcome
-	status        string // the delivery's new status
+	status        DeliveryStatus // the delivery's new status
 	nextAttemptAt *time.Time
 }
 
@@ -74,7 +74,7 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string,
 		GoneReason:        reasonGone,
 		FailingReason:     reasonFailing,
 		StaleBefore:       now.Add(-time.Second),
-		DeliveryStatus:    rec.status,
+		DeliveryStatus:    string(rec.status),
 		NextAttemptAt:     rec.nextAttemptAt,
 	})
 	if err != nil {

@@ -120,7 +120,7 @@ func TestChaosOutboxEndpoints(t *testing.T) {
 		return nil
 	}))
 
-	want := map[string]string{
+	want := map[string]outbox.DeliveryStatus{
 		"healthy": outbox.StatusSucceeded, "trickle": outbox.StatusSucceeded,
 		"hang": outbox.StatusDead, "reset": outbox.StatusDead, "drip": outbox.StatusDead, "redirect": outbox.StatusDead,
 	}
