@@ -96,7 +96,13 @@ func startPgBouncer(bin string, target *neturl.URL, pc *pgx.ConnConfig, runAs *u
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "wharf-pgbouncer-")
+	parent := ""
+	if runAs != nil {
+		// The user PgBouncer runs as must reach the file: $TMPDIR may be
+		// private to root, /tmp is not.
+		parent = "/tmp"
+	}
+	dir, err := os.MkdirTemp(parent, "wharf-pgbouncer-")
 	if err != nil {
 		return nil, err
 	}
