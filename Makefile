@@ -24,17 +24,20 @@ verify: ## Fail when generated code does not match queries/ and schema/
 	$(SQLC) compile
 
 .PHONY: lint
-lint: ## gofmt and go vet
+lint: ## gofmt and go vet (the library and the interop module)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd interop && $(GO) vet ./...
 
 .PHONY: db
 db: ## Print a DATABASE_URL, starting a local Postgres when none answers
 	@$(ENSURE_DB)
 
 .PHONY: test
-test: ## Run all tests with -race against a real Postgres (started when needed)
-	@url=$$($(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) test $(TESTFLAGS) ./...
+test: ## Run all tests with -race against a real Postgres (started when needed), the interop module's too
+	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && status=0 && \
+	  { $(GO) test $(TESTFLAGS) ./... || status=1; } && \
+	  { (cd interop && $(GO) test $(TESTFLAGS) ./...) || status=1; } && exit $$status
 
 .PHONY: chaos
 chaos: ## Long chaos run (bigger storm, kills, cuts, a Postgres restart); WHARF_CHAOS_SOAK=10m adds a soak
@@ -67,6 +70,7 @@ example: ## Run the example app in the foreground (Ctrl-C stops it)
 	@url=$$(WHARF_DB_NAME=wharf_demo $(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) run ./example
 
 .PHONY: tidy
-tidy: ## go mod tidy for the library and the tools module
+tidy: ## go mod tidy for the library, the tools and the interop modules
 	$(GO) mod tidy
 	cd tools && $(GO) mod tidy
+	cd interop && $(GO) mod tidy

@@ -199,7 +199,8 @@ func ExampleMaintainer_Prune() {
 	//   "idempotency_keys_deleted": 0,
 	//   "deliveries_deleted": 0,
 	//   "messages_scrubbed": 0,
-	//   "events_scrubbed": 0
+	//   "events_scrubbed": 0,
+	//   "responses_scrubbed": 0
 	// }
 	// dropped: 5 deferred: 1
 }

@@ -35,6 +35,7 @@ const (
 	DefaultResponseBodyLimit     = 16 << 10
 	DefaultResponseHeaderLimit   = 16 << 10
 	DefaultEndpointTimeout       = 15 * time.Second
+	DefaultMaxEndpointTimeout    = time.Minute
 	DefaultMaxInFlight           = 10
 	DefaultBusyRetryDelay        = time.Second
 	DefaultRetryJitter           = 0.2
@@ -129,11 +130,20 @@ type Config struct {
 	ResponseHeaderLimit int
 
 	// EndpointTimeout is the request timeout of endpoints created without
-	// one. Delivery jobs carry a River timeout longer than any endpoint's,
-	// whatever the client's JobTimeout.
+	// one, at most MaxEndpointTimeout.
 	//
 	// Defaults to DefaultEndpointTimeout (15 seconds).
 	EndpointTimeout time.Duration
+
+	// MaxEndpointTimeout is the longest request timeout an endpoint may
+	// have (EndpointCreate and EndpointUpdate refuse more). Delivery jobs
+	// carry a River timeout of this plus 50 s, whatever the client's
+	// JobTimeout, so River never cuts a request short; River's rescuer
+	// retries a delivery whose process died once its job is that old, so a
+	// lower limit means faster recovery from a crash. At most 5 minutes.
+	//
+	// Defaults to DefaultMaxEndpointTimeout (1 minute).
+	MaxEndpointTimeout time.Duration
 
 	// MaxInFlight is the concurrency cap of endpoints created without one:
 	// how many requests may be in flight to the endpoint at once.
@@ -208,6 +218,7 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.ResponseBodyLimit = cmp.Or(out.ResponseBodyLimit, DefaultResponseBodyLimit)
 	out.ResponseHeaderLimit = cmp.Or(out.ResponseHeaderLimit, DefaultResponseHeaderLimit)
 	out.EndpointTimeout = cmp.Or(out.EndpointTimeout, DefaultEndpointTimeout)
+	out.MaxEndpointTimeout = cmp.Or(out.MaxEndpointTimeout, DefaultMaxEndpointTimeout)
 	out.MaxInFlight = cmp.Or(out.MaxInFlight, DefaultMaxInFlight)
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
@@ -265,8 +276,10 @@ func (c *Config) validate() error {
 	if c.ResponseHeaderLimit < 0 {
 		bad("ResponseHeaderLimit must not be negative")
 	}
-	if err := checkTimeout(c.EndpointTimeout); err != nil {
-		bad("EndpointTimeout: %v", err)
+	if err := checkTimeout(c.MaxEndpointTimeout, maxEndpointTimeout); err != nil {
+		bad("MaxEndpointTimeout: %v", err)
+	} else if err := checkTimeout(c.EndpointTimeout, c.MaxEndpointTimeout); err != nil {
+		bad("EndpointTimeout: %v (MaxEndpointTimeout)", err)
 	}
 	if c.MaxInFlight < 0 {
 		bad("MaxInFlight must not be negative")
@@ -285,9 +298,9 @@ func (c *Config) validate() error {
 	return errors.Join(problems...)
 }
 
-func checkTimeout(d time.Duration) error {
-	if d <= 0 || d > maxEndpointTimeout {
-		return fmt.Errorf("must be in (0, %s], is %s", maxEndpointTimeout, d)
+func checkTimeout(d, limit time.Duration) error {
+	if d <= 0 || d > limit {
+		return fmt.Errorf("must be in (0, %s], is %s", limit, d)
 	}
 	return nil
 }

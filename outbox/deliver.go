@@ -68,15 +68,18 @@ type deliveryWorker struct {
 	outbox *Outbox
 }
 
-// deliveryJobTimeout is every delivery job's River timeout, whatever the
-// client's JobTimeout: longer than the longest endpoint timeout and the
-// statements around the request, so that River never cuts an attempt
-// short (the endpoint's own timeout bounds the request). River's rescuer
-// honours it: a delivery whose process died is retried once it is this old.
-const deliveryJobTimeout = maxEndpointTimeout + 2*recordTimeout + 30*time.Second
+// deliveryJobMargin is how much longer than Config.MaxEndpointTimeout a
+// delivery job's River timeout is: the statements around the request.
+const deliveryJobMargin = 2*recordTimeout + 30*time.Second
 
-// Timeout is deliveryJobTimeout.
-func (w *deliveryWorker) Timeout(*river.Job[DeliveryArgs]) time.Duration { return deliveryJobTimeout }
+// Timeout is every delivery job's River timeout, whatever the client's
+// JobTimeout: Config.MaxEndpointTimeout plus deliveryJobMargin, so that
+// River never cuts an attempt short (the endpoint's own timeout bounds the
+// request). River's rescuer honours it: a delivery whose process died is
+// retried once its job is this old.
+func (w *deliveryWorker) Timeout(*river.Job[DeliveryArgs]) time.Duration {
+	return w.outbox.config.MaxEndpointTimeout + deliveryJobMargin
+}
 
 // NextRetry returns the time Work decided for the next attempt (the
 // schedule, stretched by Retry-After or throttling), or the plain schedule
@@ -140,7 +143,10 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		}
 	}
 
-	timeout := time.Duration(row.TimeoutMs) * time.Millisecond
+	// An endpoint stored with a longer timeout than MaxEndpointTimeout
+	// allows (set before the limit was lowered) gets the limit: the job's
+	// own River timeout must never cut a request short.
+	timeout := min(time.Duration(row.TimeoutMs)*time.Millisecond, o.config.MaxEndpointTimeout)
 	slot := int32(noLease)
 	if row.MaxInFlight > 0 {
 		var ok bool

@@ -103,8 +103,8 @@ type EndpointParams struct {
 	// MaxInFlight caps the requests in flight to the endpoint at once, 1 to
 	// 1000. Defaults to Config.MaxInFlight; -1 (NoMaxInFlight) means no cap.
 	MaxInFlight int
-	// Timeout is the request timeout, at most 5 minutes. Defaults to
-	// Config.EndpointTimeout.
+	// Timeout is the request timeout, at most Config.MaxEndpointTimeout (1
+	// minute unless set). Defaults to Config.EndpointTimeout.
 	Timeout time.Duration
 	// Ordered makes deliveries with an ordering key wait for every earlier
 	// one with the same key (earlier in Publish order: see
@@ -274,7 +274,7 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		update.MaxInFlight = &maxInFlight
 	}
 	if params.Timeout != nil {
-		if err := checkTimeout(*params.Timeout); err != nil {
+		if err := checkTimeout(*params.Timeout, o.config.MaxEndpointTimeout); err != nil {
 			return nil, fmt.Errorf("%w: timeout %w", ErrInvalidEndpoint, err)
 		}
 		ms := int32(*params.Timeout / time.Millisecond)
@@ -463,7 +463,7 @@ func (o *Outbox) timeout(d time.Duration) (time.Duration, error) {
 	if d == 0 {
 		return o.config.EndpointTimeout, nil
 	}
-	if err := checkTimeout(d); err != nil {
+	if err := checkTimeout(d, o.config.MaxEndpointTimeout); err != nil {
 		return 0, fmt.Errorf("%w: timeout %w", ErrInvalidEndpoint, err)
 	}
 	return d, nil

@@ -22,6 +22,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/outbox"
+	"github.com/wharfhq/wharf/signature"
 )
 
 // testConfig is an outbox config for tests: a short retry schedule without
@@ -134,6 +135,14 @@ type received struct {
 	Header http.Header
 	Body   []byte
 	At     time.Time
+}
+
+// verifyWith verifies the request as a receiver holding secret would, with
+// the signature package's Standard Webhooks verifier. The interop module
+// checks the same deliveries against the reference library.
+func (r received) verifyWith(secret string) error {
+	verifier := signature.NewStandardWebhooks(signature.Secrets{secret}, nil)
+	return verifier.Verify(context.Background(), &signature.Request{Method: http.MethodPost, Header: r.Header, Body: r.Body})
 }
 
 // sink is a webhook receiver on loopback that records requests. Its

@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/outbox"
+	"github.com/wharfhq/wharf/signature"
 )
 
 func TestPublish(t *testing.T) {
@@ -74,14 +74,10 @@ func TestPublish(t *testing.T) {
 			require.JSONEq(t, `{"amount": 42, "note": "<b>&</b>"}`, string(data))
 			require.Contains(t, string(got[0].Body), `"<b>&</b>"`, "data is sent without HTML escaping")
 
-			verifier, err := standardwebhooks.NewWebhook(ep.Secret)
-			require.NoError(t, err)
-			require.NoError(t, verifier.Verify(got[0].Body, got[0].Header))
+			require.NoError(t, got[0].verifyWith(ep.Secret))
 			otherSecret, err := outbox.NewSecret()
 			require.NoError(t, err)
-			wrong, err := standardwebhooks.NewWebhook(otherSecret)
-			require.NoError(t, err)
-			require.Error(t, wrong.Verify(got[0].Body, got[0].Header))
+			require.ErrorIs(t, got[0].verifyWith(otherSecret), signature.ErrNoMatch)
 		}
 		for _, silent := range []*sink{other, disabled, tenant} {
 			require.Empty(t, silent.all())
