@@ -15,7 +15,7 @@ func TestServerSettingsMatchTheREADME(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
-	block := regexp.MustCompile(`(?s)server := &http\.Server\{\n(.*?)\n\}`).FindSubmatch(readme)
+	block := regexp.MustCompile(`(?s)server := &http\.Server\{\n(.*?)\n\s*\}`).FindSubmatch(readme)
 	require.NotNil(t, block, "README has no recommended http.Server block")
 	src, err := os.ReadFile("server.go")
 	require.NoError(t, err)

@@ -89,10 +89,10 @@ func setup(t *testing.T, cfg *outbox.Config) *testBundle {
 }
 
 // publish publishes events in a transaction of their own and commits it.
-func (b *testBundle) publish(t *testing.T, events ...*outbox.Event) []outbox.PublishResult {
+func (b *testBundle) publish(t *testing.T, events ...*outbox.Event) []*outbox.PublishResult {
 	t.Helper()
 	ctx := context.Background()
-	var results []outbox.PublishResult
+	var results []*outbox.PublishResult
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
 		results, err = b.outbox.PublishMany(ctx, tx, events)

@@ -83,14 +83,14 @@ func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, event *Event) (*Publish
 	if err != nil {
 		return nil, err
 	}
-	return &results[0], nil
+	return results[0], nil
 }
 
 // PublishMany is Publish for several events: one statement stores the
 // events and their deliveries, one more inserts every job. Results are in
 // the order of events. Errors are as for Publish; when one event is refused
 // none is published.
-func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([]PublishResult, error) {
+func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([]*PublishResult, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -144,9 +144,9 @@ func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([
 	for _, row := range rows {
 		perEvent[row.EventID]++
 	}
-	results := make([]PublishResult, len(events))
+	results := make([]*PublishResult, len(events))
 	for i, id := range ids {
-		results[i] = PublishResult{EventID: formatEventID(id), Deliveries: perEvent[id]}
+		results[i] = &PublishResult{EventID: formatEventID(id), Deliveries: perEvent[id]}
 	}
 	return results, nil
 }

@@ -155,7 +155,7 @@ func TestSSRF(t *testing.T) {
 
 // ssrfSetup starts an outbox dialing through hook, with an endpoint per
 // ssrfTargets URL, and publishes one event to them.
-func ssrfSetup(t *testing.T, cfg *outbox.Config, hook *dialHook) (*testBundle, map[string]*outbox.EndpointWithSecret, []*sink, []outbox.PublishResult) {
+func ssrfSetup(t *testing.T, cfg *outbox.Config, hook *dialHook) (*testBundle, map[string]*outbox.EndpointWithSecret, []*sink, []*outbox.PublishResult) {
 	t.Helper()
 	cfg.Dialer = &net.Dialer{Control: hook.control}
 	bundle := setup(t, cfg)
