@@ -161,6 +161,10 @@ log_disconnections = 0
 		b.stop()
 		return nil, fmt.Errorf("%w\npgbouncer log:\n%s", err, log.String())
 	}
+	// PgBouncer has read its config (it rereads it only when told to): the
+	// file, which holds a password, need not outlive a test binary that is
+	// killed before its cleanup runs.
+	_ = os.RemoveAll(dir)
 	return b, nil
 }
 
