@@ -96,7 +96,13 @@ func startPgBouncer(bin string, target *neturl.URL, pc *pgx.ConnConfig, runAs *u
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "wharf-pgbouncer-")
+	parent := ""
+	if runAs != nil {
+		// The user PgBouncer runs as must reach the file: $TMPDIR may be
+		// private to root, /tmp is not.
+		parent = "/tmp"
+	}
+	dir, err := os.MkdirTemp(parent, "wharf-pgbouncer-")
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +161,10 @@ log_disconnections = 0
 		b.stop()
 		return nil, fmt.Errorf("%w\npgbouncer log:\n%s", err, log.String())
 	}
+	// PgBouncer has read its config (it rereads it only when told to): the
+	// file, which holds a password, need not outlive a test binary that is
+	// killed before its cleanup runs.
+	_ = os.RemoveAll(dir)
 	return b, nil
 }
 
