@@ -23,6 +23,7 @@ import (
 
 const (
 	chaosURLEnv     = "WHARF_CHAOS_DATABASE_URL"
+	chaosPooledEnv  = "WHARF_CHAOS_POLL_ONLY" // "1": the worker is behind a pooler
 	chaosJobTimeout = 500 * time.Millisecond
 	chaosRescue     = time.Second
 	chaosInHandler  = "IN_HANDLER"
@@ -42,17 +43,21 @@ func TestWorkerKilledMidHandler(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			killMidHandler(t, events)
+			url := testdb.NewURL(t)
+			pool, err := pgxpool.New(context.Background(), url)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			killMidHandler(t, pool, url, events, false)
 		})
 	}
 }
 
-func killMidHandler(t *testing.T, eventIDs []string) {
+// killMidHandler runs the scenario of TestWorkerKilledMidHandler on pool,
+// whose URL the worker process connects to; pooled (behind PgBouncer in
+// transaction mode) runs both River clients poll-only.
+func killMidHandler(t *testing.T, pool *pgxpool.Pool, url string, eventIDs []string, pooled bool) {
+	t.Helper()
 	ctx := context.Background()
-	url := testdb.NewURL(t)
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
 	createEffects(t, pool)
 	b := setup(t, &setupOpts{pool: pool})
 	var batch []inbox.Incoming
@@ -64,6 +69,9 @@ func killMidHandler(t *testing.T, eventIDs []string) {
 	// A worker process that blocks inside the handler.
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChaosWorkerProcess$", "-test.v")
 	cmd.Env = append(os.Environ(), chaosURLEnv+"="+url)
+	if pooled {
+		cmd.Env = append(cmd.Env, chaosPooledEnv+"=1")
+	}
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	cmd.Stderr = os.Stderr
@@ -103,7 +111,7 @@ func killMidHandler(t *testing.T, eventIDs []string) {
 		return err == nil && stuck
 	}, 10*time.Second, 20*time.Millisecond)
 	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
-	startChaosClient(t, pool, b.inbox, false)
+	startChaosClient(t, pool, b.inbox, false, pooled)
 	awaitSettled(t, pool, inbox.StatusProcessed)
 	for _, id := range eventIDs {
 		require.Equal(t, 1, effectCount(t, pool, id), id)
@@ -129,17 +137,21 @@ func TestChaosWorkerProcess(t *testing.T) {
 		os.Stdout.WriteString(chaosInHandler + "\n")
 		select {} // wait to be killed
 	})
-	startChaosClient(t, pool, ib, true)
+	startChaosClient(t, pool, ib, true, os.Getenv(chaosPooledEnv) == "1")
 	select {}
 }
 
-func startChaosClient(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, subprocess bool) <-chan *river.Event {
+// startChaosClient starts a River client with the chaos tests' short job
+// timeout and rescue window; pollOnly is for a pool behind PgBouncer in
+// transaction mode, where LISTEN does not survive.
+func startChaosClient(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, subprocess, pollOnly bool) <-chan *river.Event {
 	t.Helper()
 	workers := river.NewWorkers()
 	require.NoError(t, ib.AddWorkers(workers))
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:               map[string]river.QueueConfig{ib.Queue(): {MaxWorkers: 2}},
 		Workers:              workers,
+		PollOnly:             pollOnly,
 		FetchCooldown:        5 * time.Millisecond,
 		FetchPollInterval:    20 * time.Millisecond,
 		JobTimeout:           chaosJobTimeout,
