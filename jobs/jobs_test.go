@@ -586,12 +586,25 @@ func TestScrubAndForget(t *testing.T) {
 // when the leader starts and record what they did.
 func TestPeriodicJobsRunOnStart(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	pool := testdb.New(t)
 	cfg := &jobs.Config{Logger: quiet, PartitionDaysAhead: 12}
+	outputs := runPeriodicJobs(t, pool, cfg, nil)
+	// Migrate made 7 days ahead; upkeep with 12 created 5 more per table.
+	require.Contains(t, outputs["wharf_partition_upkeep"], partition.Name("wharf_inbox_messages", time.Now().AddDate(0, 0, 12)))
+	var pruned jobs.PruneResult
+	require.NoError(t, json.Unmarshal([]byte(outputs["wharf_prune"]), &pruned))
+	require.Equal(t, jobs.PruneResult{Dropped: []string{}, Deferred: []jobs.DeferredPartition{}}, pruned)
+}
+
+// runPeriodicJobs starts a River client with the periodic jobs of cfg
+// (edit adjusts its config: nil for none) and returns, by kind, the output
+// of both jobs' first runs, which happen when the client becomes leader.
+func runPeriodicJobs(t *testing.T, pool *pgxpool.Pool, cfg *jobs.Config, edit func(*river.Config)) map[string]string {
+	t.Helper()
+	ctx := context.Background()
 	workers := river.NewWorkers()
 	require.NoError(t, jobs.AddWorkers(workers, pool, cfg))
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+	riverCfg := &river.Config{
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
 		Workers:           workers,
 		PeriodicJobs:      jobs.PeriodicJobs(cfg),
@@ -599,7 +612,11 @@ func TestPeriodicJobsRunOnStart(t *testing.T) {
 		FetchPollInterval: 20 * time.Millisecond,
 		Logger:            quiet,
 		TestOnly:          true,
-	})
+	}
+	if edit != nil {
+		edit(riverCfg)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), riverCfg)
 	require.NoError(t, err)
 	events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
 	defer cancel()
@@ -617,11 +634,7 @@ func TestPeriodicJobsRunOnStart(t *testing.T) {
 			t.Fatalf("periodic jobs did not run on start: %v", outputs)
 		}
 	}
-	// Migrate made 7 days ahead; upkeep with 12 created 5 more per table.
-	require.Contains(t, outputs["wharf_partition_upkeep"], partition.Name("wharf_inbox_messages", time.Now().AddDate(0, 0, 12)))
-	var pruned jobs.PruneResult
-	require.NoError(t, json.Unmarshal([]byte(outputs["wharf_prune"]), &pruned))
-	require.Equal(t, jobs.PruneResult{Dropped: []string{}, Deferred: []jobs.DeferredPartition{}}, pruned)
+	return outputs
 }
 
 // TestScrubOutboxEvents: a fully delivered event's payload is scrubbed

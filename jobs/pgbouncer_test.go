@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
@@ -47,35 +46,7 @@ func TestPeriodicJobsThroughPgBouncer(t *testing.T) {
 			pool := pooledPool(t, mode)
 			clk := testclock.New(time.Now().AddDate(0, 0, 40))
 			cfg := &jobs.Config{Logger: quiet, Now: clk.Now}
-			workers := river.NewWorkers()
-			require.NoError(t, jobs.AddWorkers(workers, pool, cfg))
-			client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-				Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
-				Workers:           workers,
-				PeriodicJobs:      jobs.PeriodicJobs(cfg),
-				PollOnly:          true,
-				FetchCooldown:     5 * time.Millisecond,
-				FetchPollInterval: 20 * time.Millisecond,
-				Logger:            quiet,
-				TestOnly:          true,
-			})
-			require.NoError(t, err)
-			events, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
-			defer cancel()
-			require.NoError(t, client.Start(ctx))
-			t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
-
-			outputs := map[string]string{}
-			timeout := time.After(30 * time.Second)
-			for len(outputs) < 2 {
-				select {
-				case ev := <-events:
-					require.Equal(t, river.EventKindJobCompleted, ev.Kind, "job %s failed: %v", ev.Job.Kind, ev.Job.Errors)
-					outputs[ev.Job.Kind] = string(ev.Job.Output())
-				case <-timeout:
-					t.Fatalf("periodic jobs did not run on start: %v", outputs)
-				}
-			}
+			outputs := runPeriodicJobs(t, pool, cfg, func(c *river.Config) { c.PollOnly = true })
 			require.Contains(t, outputs["wharf_partition_upkeep"], partition.Name("wharf_inbox_messages", clk.Now().AddDate(0, 0, 7)))
 			var pruned jobs.PruneResult
 			require.NoError(t, json.Unmarshal([]byte(outputs["wharf_prune"]), &pruned))
