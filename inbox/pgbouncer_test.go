@@ -1,30 +1,17 @@
 package inbox_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
-
-// pooledPool opens a pool on a fresh test database through PgBouncer in
-// transaction mode, in pgx's mode, and returns it with its URL.
-func pooledPool(t *testing.T, mode string) (*pgxpool.Pool, string) {
-	t.Helper()
-	url := testdb.NewPgBouncer(t, testdb.NewURL(t)).URL(mode)
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool, url
-}
 
 // pollOnly is the River setting a client behind PgBouncer in transaction
 // mode needs: LISTEN does not survive transaction pooling.
@@ -40,7 +27,7 @@ func TestDuplicateStormThroughPgBouncer(t *testing.T) {
 	for _, mode := range testdb.Modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			pool, _ := pooledPool(t, mode)
+			pool, _ := testdb.NewPooled(t, mode)
 			createEffects(t, pool)
 			b := setup(t, &setupOpts{pool: pool, cfg: &inbox.Config{BatchSize: 16, BatchWait: 20 * time.Millisecond}})
 			b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
@@ -89,7 +76,7 @@ func TestWorkerKilledThroughPgBouncer(t *testing.T) {
 	for _, mode := range testdb.Modes {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			pool, url := pooledPool(t, mode)
+			pool, url := testdb.NewPooled(t, mode)
 			killMidHandler(t, pool, url, []string{"msg_pooled_1", "msg_pooled_2", "msg_pooled_3"}, true)
 		})
 	}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
@@ -21,16 +20,6 @@ import (
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/jobs"
 )
-
-// pooledPool opens a pool on a fresh test database through PgBouncer in
-// transaction mode, with pgx in mode.
-func pooledPool(t *testing.T, mode string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), testdb.NewPgBouncer(t, testdb.NewURL(t)).URL(mode))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	return pool
-}
 
 // TestPeriodicJobsThroughPgBouncer: upkeep and prune, registered in a
 // poll-only River client whose pool goes through PgBouncer in transaction
@@ -43,7 +32,7 @@ func TestPeriodicJobsThroughPgBouncer(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			pool := pooledPool(t, mode)
+			pool, _ := testdb.NewPooled(t, mode)
 			clk := testclock.New(time.Now().AddDate(0, 0, 40))
 			cfg := &jobs.Config{Logger: quiet, Now: clk.Now}
 			outputs := runPeriodicJobs(t, pool, cfg, func(c *river.Config) { c.PollOnly = true })
@@ -77,7 +66,8 @@ func TestConcurrentPrunesThroughPgBouncer(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			b := setupOn(t, pooledPool(t, mode), nil)
+			pool, _ := testdb.NewPooled(t, mode)
+			b := setupOn(t, pool, nil)
 			b.pollOnly = true
 			b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(_ context.Context, _ pgx.Tx, msg *inbox.Message) error {
 				if msg.EventID == "dead" {

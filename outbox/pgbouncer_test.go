@@ -31,9 +31,7 @@ func TestPublishAndDeliverThroughPgBouncer(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			pool, err := pgxpool.New(ctx, testdb.NewPgBouncer(t, testdb.NewURL(t)).URL(mode))
-			require.NoError(t, err)
-			t.Cleanup(pool.Close)
+			pool, _ := testdb.NewPooled(t, mode)
 			ob, err := outbox.New(pool, testConfig())
 			require.NoError(t, err)
 			b := &testBundle{pool: pool, outbox: ob}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
@@ -24,10 +23,7 @@ func TestCommandsThroughPgBouncer(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			url := testdb.NewPgBouncer(t, testdb.NewURL(t)).URL(mode)
-			pool, err := pgxpool.New(ctx, url)
-			require.NoError(t, err)
-			defer pool.Close()
+			pool, url := testdb.NewPooled(t, mode)
 			ib, err := inbox.New(pool, &inbox.Config{Sources: []inbox.Source{{Name: "s", Verifier: signature.VerifierFunc(nil)}}})
 			require.NoError(t, err)
 			var res *inbox.Result

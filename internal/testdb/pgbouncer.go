@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Modes are pgx's query exec modes that work through PgBouncer in
@@ -78,6 +79,21 @@ func NewPgBouncer(tb testing.TB, databaseURL string) *PgBouncer {
 	}
 	tb.Fatalf("testdb: start pgbouncer: %v", lastErr)
 	return nil
+}
+
+// NewPooled returns a pool on a fresh test database through its own
+// PgBouncer in transaction mode, with pgx in mode ("exec" or
+// "simple_protocol"), and the pool's URL. The pool is closed when the test
+// ends.
+func NewPooled(tb testing.TB, mode string) (*pgxpool.Pool, string) {
+	tb.Helper()
+	url := NewPgBouncer(tb, NewURL(tb)).URL(mode)
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		tb.Fatalf("testdb: pool through PgBouncer: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool, url
 }
 
 // URL returns the test database's URL through PgBouncer with pgx's
