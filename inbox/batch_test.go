@@ -74,6 +74,17 @@ func TestReceiveManyPerMessage(t *testing.T) {
 	var mismatches int
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT mismatch_count FROM wharf_inbox_keys WHERE event_id = 'evt_a'").Scan(&mismatches))
 	require.Equal(t, 1, mismatches)
+	rows, err := b.pool.Query(ctx, "SELECT event_id, duplicate_count FROM wharf_inbox_keys")
+	require.NoError(t, err)
+	duplicates := map[string]int32{}
+	for rows.Next() {
+		var id string
+		var n int32
+		require.NoError(t, rows.Scan(&id, &n))
+		duplicates[id] = n
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, map[string]int32{"evt_a": 2, "evt_old": 1, "evt_b": 0}, duplicates, "duplicates blocked per key")
 	var nulKeys int
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_keys WHERE event_id = 'evt_nul'").Scan(&nulKeys))
 	require.Zero(t, nulKeys, "a rejected message writes nothing")

@@ -341,6 +341,10 @@ func TestPayloadMismatch(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx,
 			"SELECT mismatch_count FROM wharf_inbox_keys WHERE source = $1", source).Scan(&mismatches))
 		require.Equal(t, 1, mismatches, source)
+		var duplicates int
+		require.NoError(t, pool.QueryRow(ctx,
+			"SELECT duplicate_count FROM wharf_inbox_keys WHERE source = $1", source).Scan(&duplicates))
+		require.Equal(t, 2, duplicates, "%s: both later deliveries counted as duplicates", source)
 	}
 
 	// Excluded volatile fields do not count as a different payload.

@@ -19,7 +19,9 @@ VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (source, event_id) DO UPDATE
 SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
     last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
-                            THEN excluded.received_at ELSE k.last_mismatch_at END
+                            THEN excluded.received_at ELSE k.last_mismatch_at END,
+    duplicate_count = k.duplicate_count + 1,
+    last_duplicate_at = excluded.received_at
 RETURNING k.message_id, k.received_at, k.payload_hash
 `
 
@@ -69,7 +71,9 @@ ORDER BY c.source, c.event_id
 ON CONFLICT (source, event_id) DO UPDATE
 SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
     last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
-                            THEN excluded.received_at ELSE k.last_mismatch_at END
+                            THEN excluded.received_at ELSE k.last_mismatch_at END,
+    duplicate_count = k.duplicate_count + 1,
+    last_duplicate_at = excluded.received_at
 RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash
 `
 

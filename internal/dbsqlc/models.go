@@ -27,14 +27,16 @@ type WharfIdempotencyKey struct {
 }
 
 type WharfInboxKey struct {
-	Source         string
-	EventID        string
-	PayloadHash    []byte
-	MessageID      uuid.UUID
-	ReceivedAt     time.Time
-	MismatchCount  int32
-	LastMismatchAt *time.Time
-	ErasedAt       *time.Time
+	Source          string
+	EventID         string
+	PayloadHash     []byte
+	MessageID       uuid.UUID
+	ReceivedAt      time.Time
+	MismatchCount   int32
+	LastMismatchAt  *time.Time
+	ErasedAt        *time.Time
+	DuplicateCount  int32
+	LastDuplicateAt *time.Time
 }
 
 type WharfInboxMessage struct {

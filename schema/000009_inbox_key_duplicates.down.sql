@@ -1,0 +1,3 @@
+ALTER TABLE wharf_inbox_keys
+    DROP COLUMN last_duplicate_at,
+    DROP COLUMN duplicate_count;
