@@ -66,8 +66,13 @@ demo: ## Run the example app end to end and print a report
 	@url=$$(WHARF_DB_NAME=wharf_demo $(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) run ./example/demo
 
 .PHONY: example
-example: ## Run the example app in the foreground (Ctrl-C stops it)
-	@url=$$(WHARF_DB_NAME=wharf_demo $(ENSURE_DB)) && DATABASE_URL="$$url" $(GO) run ./example
+example: ## Run the example app in the foreground (Ctrl-C stops it cleanly, exit status 0)
+	@url=$$(WHARF_DB_NAME=wharf_demo $(ENSURE_DB)) && bin=$${TMPDIR:-/tmp}/wharf-example-$$(id -u) && \
+	  $(GO) build -o "$$bin.$$$$" ./example && mv -f "$$bin.$$$$" "$$bin" && export DATABASE_URL="$$url" && \
+	  if [ -t 0 ]; then set -m; "$$bin" & fg %1 >/dev/null; else exec "$$bin"; fi
+# On a terminal the app runs as the terminal's foreground job, so Ctrl-C
+# reaches it alone: it shuts down and make exits with its status (0), where
+# make itself, interrupted, would exit 130 whatever the app did.
 
 .PHONY: tidy
 tidy: ## go mod tidy for the library, the tools and the interop modules

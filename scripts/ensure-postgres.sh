@@ -3,7 +3,8 @@
 # needed. Everything it does is reported on stderr; stdout is only the URL.
 #
 # Order of attempts:
-#   1. $DATABASE_URL, when set and reachable;
+#   1. $DATABASE_URL, when set: used when it answers, else the script fails
+#      saying what it tried (it never falls back to another server);
 #   2. the local server on 127.0.0.1:5432 (user postgres, trust auth);
 #   3. an existing Debian cluster, started with pg_ctlcluster;
 #   4. the Debian postgresql package, installed when no server binaries exist;
@@ -55,13 +56,27 @@ use_url() {
 	echo "$url"
 }
 
+# mask prints a URL with its password replaced by xxxxx.
+mask() { printf '%s' "$1" | sed -E 's#^([a-z]+://[^:/@]*):[^@]*@#\1:xxxxx@#'; }
+
 if [ -n "${DATABASE_URL:-}" ]; then
+	# A DATABASE_URL you set is the server you meant: it is used or the
+	# command fails, never silently replaced by another server.
 	if reachable "$DATABASE_URL"; then
 		say "using DATABASE_URL from the environment"
 		echo "$DATABASE_URL"
 		exit 0
 	fi
-	say "DATABASE_URL is set but unreachable; looking for a local server"
+	why=""
+	if command -v psql >/dev/null 2>&1; then
+		why=$(PGCONNECT_TIMEOUT=3 psql "$DATABASE_URL" -Atqc 'SELECT 1' 2>&1 >/dev/null | head -n 3 || true)
+	else
+		why="neither psql nor pg_isready is installed to check it (apt-get install postgresql-client)"
+	fi
+	say "DATABASE_URL is set but does not answer: $(mask "$DATABASE_URL")"
+	[ -n "$why" ] && say "tried: SELECT 1 through psql: $why"
+	say "fix: start that server (e.g. pg_ctlcluster --skip-systemctl-redirect 15 main start), correct DATABASE_URL, or unset it to let this script find or start a local server"
+	exit 1
 fi
 
 if reachable "$local_url"; then
