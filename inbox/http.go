@@ -86,7 +86,7 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 
 	verifyReq := &signature.Request{Method: r.Method, URL: requestURL(r), Header: r.Header, Body: raw}
 	if err := src.Verifier.Verify(r.Context(), verifyReq); err != nil {
-		if errors.Is(err, signature.ErrNoSecrets) {
+		if signature.ReceiverFault(err) {
 			// Our configuration or secret store, not the sender: 503, so the
 			// sender retries once it is fixed.
 			msg := "inbox: no usable signing secret"

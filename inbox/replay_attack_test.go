@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +114,43 @@ func TestSlowInsertPathAnswers503AndLosesNothing(t *testing.T) {
 	keys, messages, _ = b.counts(t)
 	require.Equal(t, 1, keys)
 	require.Equal(t, 1, messages)
+}
+
+// TestInvalidVerifierOptionsAnswer503: a verifier whose Options are invalid
+// (a negative tolerance) is the receiver's fault, not the sender's: the
+// request is answered 503, so the sender retries once the config is fixed,
+// and the log names the configuration, not a missing secret.
+func TestInvalidVerifierOptionsAnswer503(t *testing.T) {
+	t.Parallel()
+	logged := &lockedBuffer{}
+	verifier := signature.NewStandardWebhooks(signature.Secrets{testSecret}, &signature.Options{Tolerance: -5 * time.Minute})
+	b := setup(t, &setupOpts{cfg: &inbox.Config{
+		Sources: []inbox.Source{{Name: "payments", Verifier: verifier}},
+		Logger:  slog.New(slog.NewTextHandler(logged, nil)),
+	}})
+	a := do(t, b.signed(t, "payments", "evt_cfg", []byte(`{"type":"a"}`), time.Now()))
+	require.Equal(t, http.StatusServiceUnavailable, a.Status, a.RawBody)
+	keys, messages, jobs := b.counts(t)
+	require.Zero(t, keys+messages+jobs)
+	require.Contains(t, logged.String(), "invalid verifier options")
+	require.NotContains(t, logged.String(), "no usable signing secret")
+}
+
+// lockedBuffer is a log sink that the server's goroutines and the test can
+// share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -5,8 +5,8 @@
 // timestamp, rejects requests outside a tolerance (default 5 minutes both
 // ways). Errors say which check failed — errors.Is matches ErrMissingHeader,
 // ErrMalformedHeader, ErrStaleTimestamp, ErrNoMatch, or, for a problem on
-// the receiving side, ErrNoSecrets (ErrInvalidOptions too when the Options
-// are invalid) — and never contain a secret, an expected signature or a
+// the receiving side, ErrNoSecrets or ErrInvalidOptions (ReceiverFault
+// matches both) — and never contain a secret, an expected signature or a
 // received one.
 //
 // Work before authentication is bounded. Before it parses a signature header

@@ -49,8 +49,9 @@ var (
 //
 //	ErrBodyTooLarge     413: longer than the limit (a Content-Length over it is refused unread)
 //	ErrUnreadableBody   400: the body could not be read
-//	ErrNoSecrets        503: the receiving side's problem, such as a secret store that is down,
-//	                    a nil v or a negative maxBodyBytes (these match ErrInvalidOptions too)
+//	ErrNoSecrets        503: the receiving side's problem, such as a secret store that is down
+//	ErrInvalidOptions   503: the receiving side's problem: a nil v, a negative maxBodyBytes or
+//	                    invalid verifier Options (ReceiverFault matches both)
 //	anything else       401: v's verdict (ErrMissingHeader, ErrMalformedHeader, ErrStaleTimestamp,
 //	                    ErrNoMatch from the package's verifiers)
 //

@@ -51,27 +51,33 @@ var (
 	// a body that is neither a form nor covered by bodySHA256 is not empty,
 	// or the request URL is not absolute and Options.PublicBaseURL is unset).
 	ErrNoMatch = errors.New("signature: no matching signature")
-	// ErrNoSecrets means the verifier has no usable secret, or (see
-	// ErrInvalidOptions) invalid Options: a configuration problem on the
-	// receiving side, not the sender's fault.
+	// ErrNoSecrets means the verifier has no usable secret (none configured,
+	// a secret source that failed, a key that cannot be used): a problem on
+	// the receiving side, not the sender's fault.
 	ErrNoSecrets = errors.New("signature: no secret configured")
 	// ErrInvalidOptions means the verifier's Options are invalid, such as a
-	// negative Tolerance other than -1. Such a verifier fails closed: it
-	// refuses every request its check would apply to. Errors matching it
-	// also match ErrNoSecrets, so that callers that treat ErrNoSecrets as
-	// the receiving side's problem (the inbox answers 503 and logs an
-	// error) need nothing more.
+	// negative Tolerance other than -1, or invalid arguments to VerifyHTTP.
+	// Such a verifier fails closed: it refuses every request its check
+	// would apply to. Like ErrNoSecrets it is the receiving side's problem
+	// (the inbox answers 503 and logs an error); the two are distinct so
+	// that a log or an alert can tell a broken configuration from a secret
+	// store that is down.
 	ErrInvalidOptions = errors.New("signature: invalid options")
 )
 
-// optionsError is an ErrInvalidOptions error; it matches ErrNoSecrets too.
+// optionsError is an ErrInvalidOptions error.
 type optionsError struct{ problem string }
 
 func (e *optionsError) Error() string { return ErrInvalidOptions.Error() + ": " + e.problem }
 
-// Is matches ErrInvalidOptions and ErrNoSecrets.
-func (e *optionsError) Is(target error) bool {
-	return target == ErrInvalidOptions || target == ErrNoSecrets
+// Is matches ErrInvalidOptions.
+func (e *optionsError) Is(target error) bool { return target == ErrInvalidOptions }
+
+// ReceiverFault reports whether err is the receiving side's problem rather
+// than the sender's: ErrNoSecrets or ErrInvalidOptions. Answer such a
+// request 503 (retry later) and alert, rather than 401.
+func ReceiverFault(err error) bool {
+	return errors.Is(err, ErrNoSecrets) || errors.Is(err, ErrInvalidOptions)
 }
 
 // Request is what a verifier sees of an incoming webhook.
@@ -218,7 +224,7 @@ type Options struct {
 	// (exactly -1, one nanosecond) disables the check. Any other negative
 	// value, such as a mistyped -5*time.Minute, is a configuration error:
 	// the verifier then refuses every request of a timestamped scheme with
-	// an error matching ErrInvalidOptions (and ErrNoSecrets) rather than
+	// an error matching ErrInvalidOptions rather than
 	// silently skip the check.
 	Tolerance time.Duration
 	// Now returns the current time. Defaults to time.Now.

@@ -117,7 +117,7 @@ func verifyOutsideTheInbox() {
 				http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 			case errors.Is(err, signature.ErrUnreadableBody):
 				http.Error(w, err.Error(), http.StatusBadRequest)
-			case errors.Is(err, signature.ErrNoSecrets): // our secret store, not the sender
+			case signature.ReceiverFault(err): // our secret store or config, not the sender
 				http.Error(w, "retry later", http.StatusServiceUnavailable)
 			default: // the package's errors carry no secret or signature
 				http.Error(w, err.Error(), http.StatusUnauthorized)
