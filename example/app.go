@@ -61,7 +61,6 @@ func riverConfig(workers *river.Workers, logger *slog.Logger) *river.Config {
 			river.QueueDefault:  {MaxWorkers: 2},
 		},
 		Workers:              workers,
-		PeriodicJobs:         jobs.PeriodicJobs(nil),
 		FetchCooldown:        10 * time.Millisecond,
 		JobTimeout:           20 * time.Second,
 		RescueStuckJobsAfter: 30 * time.Second,
@@ -122,15 +121,20 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	ib.Handle("payments", "payment.succeeded", applyPayment(ob))
 	ib.Handle(inbox.Wildcard, inbox.Wildcard, ignore)
 
+	maintainer, err := jobs.NewMaintainer(pool, cfg.jobsConfig(logger))
+	if err != nil {
+		return err
+	}
 	workers := river.NewWorkers()
 	if err := errors.Join(
 		ib.AddWorkers(workers),
 		ob.AddWorkers(workers),
-		jobs.AddWorkers(workers, pool, cfg.jobsConfig(logger)),
+		maintainer.AddWorkers(workers),
 	); err != nil {
 		return err
 	}
-	rc := cfg.tuneRiver(riverConfig(workers, logger), logger)
+	rc := cfg.tuneRiver(riverConfig(workers, logger))
+	rc.PeriodicJobs = maintainer.PeriodicJobs()
 	if pooled {
 		// Behind PgBouncer in transaction mode LISTEN does not work: poll,
 		// often enough that webhooks still go out within tens of

@@ -395,7 +395,6 @@ func newRiverTarget(b *testing.B) *target {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &paymentWorker{pool: pool})
 	cfg := riverConfig(workers, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	cfg.PeriodicJobs = nil
 	// One short job per event: it wants more workers than Wharf's batches
 	// (50 was this benchmark's best for it).
 	cfg.Queues = map[string]river.QueueConfig{"wharf_inbox": {MaxWorkers: 50}}

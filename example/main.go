@@ -130,10 +130,9 @@ func (c config) jobsConfig(logger *slog.Logger) *jobs.Config {
 }
 
 // tuneRiver applies the environment's overrides to rc.
-func (c config) tuneRiver(rc *river.Config, logger *slog.Logger) *river.Config {
+func (c config) tuneRiver(rc *river.Config) *river.Config {
 	rc.JobTimeout = cmp.Or(c.JobTimeout, rc.JobTimeout)
 	rc.RescueStuckJobsAfter = cmp.Or(c.RescueAfter, rc.RescueStuckJobsAfter)
-	rc.PeriodicJobs = jobs.PeriodicJobs(c.jobsConfig(logger))
 	return rc
 }
 

@@ -2,11 +2,12 @@ package idempotency
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Defaults for the fields of Config.
@@ -137,6 +138,18 @@ type Config struct {
 
 // resolve returns a copy of c (which may be nil) with defaults filled in, or
 // an error naming the first invalid field.
+// ErrInvalidConfig is returned by New for a Config it cannot use (or a
+// missing pool or principal); the error lists every problem at once.
+var ErrInvalidConfig = errors.New("idempotency: invalid config")
+
+// Validate reports every problem with c (a nil c is the defaults, which are
+// valid), joined in one error where errors.Is(err, ErrInvalidConfig) is
+// true. New calls it.
+func (c *Config) Validate() error {
+	_, err := c.resolve()
+	return err
+}
+
 func (c *Config) resolve() (Config, error) {
 	var out Config
 	if c != nil {
@@ -145,12 +158,13 @@ func (c *Config) resolve() (Config, error) {
 	if out.Methods == nil {
 		out.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
+	p := shared.NewProblems(ErrInvalidConfig)
 	if len(out.Methods) == 0 {
-		return out, errors.New("idempotency: Config.Methods is empty; leave it nil for the default (POST, PATCH)")
+		p.Addf("Config.Methods is empty; leave it nil for the default (POST, PATCH)")
 	}
 	for _, method := range out.Methods {
 		if !isMethod(method) {
-			return out, fmt.Errorf("idempotency: Config.Methods: %q is not an upper-case HTTP method such as POST", method)
+			p.Addf("Config.Methods: %q is not an upper-case HTTP method such as POST", method)
 		}
 	}
 	if out.Route == nil {
@@ -167,7 +181,7 @@ func (c *Config) resolve() (Config, error) {
 	}
 	for _, d := range durations {
 		if *d.value < 0 {
-			return out, fmt.Errorf("idempotency: Config.%s is negative (%s)", d.name, *d.value)
+			p.Addf("Config.%s is negative (%s)", d.name, *d.value)
 		}
 		if *d.value == 0 {
 			*d.value = d.def
@@ -176,7 +190,7 @@ func (c *Config) resolve() (Config, error) {
 	if !out.Transactional && out.KeyRetention <= out.InProgressTimeout {
 		// A key left in progress would expire, and so be free for a retry
 		// to run the handler again, before the takeover timeout protects it.
-		return out, fmt.Errorf("idempotency: Config.KeyRetention (%s) must be longer than Config.InProgressTimeout (%s) in non-transactional mode",
+		p.Addf("Config.KeyRetention (%s) must be longer than Config.InProgressTimeout (%s) in non-transactional mode",
 			out.KeyRetention, out.InProgressTimeout)
 	}
 	limits := []struct {
@@ -190,7 +204,7 @@ func (c *Config) resolve() (Config, error) {
 	}
 	for _, l := range limits {
 		if *l.value < -1 {
-			return out, fmt.Errorf("idempotency: Config.%s is %d; use -1 for no limit", l.name, *l.value)
+			p.Addf("Config.%s is %d; use -1 for no limit", l.name, *l.value)
 		}
 		if *l.value == 0 {
 			*l.value = l.def
@@ -199,7 +213,7 @@ func (c *Config) resolve() (Config, error) {
 	if buffered, stored := out.MaxBufferedResponseBody, out.MaxStoredResponseBody; buffered >= 0 && (stored < 0 || stored > buffered) {
 		// A body is stored from the buffer: one that was not buffered
 		// cannot be.
-		return out, fmt.Errorf("idempotency: Config.MaxStoredResponseBody (%d) exceeds Config.MaxBufferedResponseBody (%d); -1 means no limit",
+		p.Addf("Config.MaxStoredResponseBody (%d) exceeds Config.MaxBufferedResponseBody (%d); -1 means no limit",
 			stored, buffered)
 	}
 	if out.ReplayHeaders == nil {
@@ -208,7 +222,7 @@ func (c *Config) resolve() (Config, error) {
 	canonical := make([]string, 0, len(out.ReplayHeaders))
 	for _, name := range out.ReplayHeaders {
 		if !isToken(name) {
-			return out, fmt.Errorf("idempotency: Config.ReplayHeaders: %q is not a header name", name)
+			p.Addf("Config.ReplayHeaders: %q is not a header name", name)
 		}
 		canonical = append(canonical, http.CanonicalHeaderKey(name))
 	}
@@ -216,7 +230,7 @@ func (c *Config) resolve() (Config, error) {
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
-	return out, nil
+	return out, p.Err()
 }
 
 // defaultRoute is Config.Route's default.

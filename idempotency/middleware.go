@@ -39,14 +39,15 @@ type Middleware struct {
 
 // New returns a Middleware storing keys through pool, in the table created
 // by wharf.Migrate. principal scopes keys (see PrincipalFunc) and is
-// required; config may be nil for the defaults. It returns an error when an
-// argument is missing or a Config field is invalid.
+// required; config may be nil for the defaults. It returns an error where
+// errors.Is(err, ErrInvalidConfig) is true when an argument is missing or
+// Config fields are invalid (every problem listed).
 func New(pool *pgxpool.Pool, principal PrincipalFunc, config *Config) (*Middleware, error) {
 	if pool == nil {
-		return nil, errors.New("idempotency: pool is nil")
+		return nil, fmt.Errorf("%w: pool is nil", ErrInvalidConfig)
 	}
 	if principal == nil {
-		return nil, errors.New("idempotency: principal is nil; keys must be scoped per principal")
+		return nil, fmt.Errorf("%w: principal is nil; keys must be scoped per principal", ErrInvalidConfig)
 	}
 	conf, err := config.resolve()
 	if err != nil {

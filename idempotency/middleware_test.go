@@ -512,7 +512,15 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	for _, tt := range tests {
 		_, err := idempotency.New(pool, accountPrincipal, &tt.config)
 		require.ErrorContains(t, err, tt.want, tt.name)
+		require.ErrorIs(t, err, idempotency.ErrInvalidConfig, tt.name)
+		require.ErrorIs(t, tt.config.Validate(), idempotency.ErrInvalidConfig, tt.name)
 	}
+	// Every problem at once.
+	err = (&idempotency.Config{Methods: []string{"post"}, RetryAfter: -time.Second, ReplayHeaders: []string{"Bad Header"}}).Validate()
+	require.ErrorContains(t, err, `"post" is not an upper-case HTTP method`)
+	require.ErrorContains(t, err, "Config.RetryAfter is negative")
+	require.ErrorContains(t, err, `"Bad Header" is not a header name`)
+	require.NoError(t, (*idempotency.Config)(nil).Validate())
 
 	_, err = idempotency.New(pool, accountPrincipal, &idempotency.Config{MaxStoredResponseBody: -1, MaxBufferedResponseBody: -1})
 	require.NoError(t, err, "no limit on either")

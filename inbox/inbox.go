@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 const (
@@ -105,7 +106,7 @@ type Inbox struct {
 // New returns an Inbox storing messages through pool.
 func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if pool == nil {
-		return nil, errors.New("inbox: nil pool")
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
 	}
 	if cfg == nil {
 		cfg = &Config{}
@@ -167,28 +168,41 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	return ib, nil
 }
 
+// ErrInvalidConfig is returned by New for a Config it cannot use; the error
+// lists every problem at once.
+var ErrInvalidConfig = errors.New("inbox: invalid config")
+
+// Validate reports every problem with c (a nil c is the defaults, which are
+// valid), joined in one error where errors.Is(err, ErrInvalidConfig) is
+// true. New calls it.
+func (c *Config) Validate() error {
+	if c == nil {
+		return nil
+	}
+	return c.validate()
+}
+
 func (c *Config) validate() error {
+	p := shared.NewProblems(ErrInvalidConfig)
 	if c.MaxAttempts < 0 {
-		return errors.New("inbox: MaxAttempts must not be negative")
+		p.Addf("MaxAttempts %d is negative", c.MaxAttempts)
 	}
 	if c.BatchSize < 0 {
-		return errors.New("inbox: BatchSize must not be negative")
+		p.Addf("BatchSize %d is negative", c.BatchSize)
 	}
 	if c.ReceiveTimeout < 0 {
-		return errors.New("inbox: ReceiveTimeout must not be negative")
+		p.Addf("ReceiveTimeout %s is negative", c.ReceiveTimeout)
 	}
 	seen := make(map[string]bool, len(c.Sources))
 	for i := range c.Sources {
 		src := &c.Sources[i]
-		if err := src.validate(); err != nil {
-			return err
-		}
+		src.validate(p)
 		if seen[src.Name] {
-			return fmt.Errorf("inbox: source %q configured twice", src.Name)
+			p.Addf("source %q is configured twice", src.Name)
 		}
 		seen[src.Name] = true
 	}
-	return nil
+	return p.Err()
 }
 
 // Queue returns the River queue inbox jobs go to.
@@ -206,7 +220,7 @@ func (ib *Inbox) AddWorkers(workers *river.Workers) error {
 // clock returns the current time in UTC at Postgres's microsecond precision,
 // so a timestamp survives the round trip through job args unchanged.
 func (ib *Inbox) clock() time.Time {
-	return ib.now().UTC().Truncate(time.Microsecond)
+	return shared.Micro(ib.now())
 }
 
 // txFunc runs fn in a transaction on the inbox's pool.

@@ -1,9 +1,7 @@
 package inbox
 
 import (
-	"errors"
-	"fmt"
-
+	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -79,20 +77,19 @@ type Source struct {
 	DropHeaders []string
 }
 
-func (s *Source) validate() error {
+func (s *Source) validate(p *shared.Problems) {
 	if n := len([]rune(s.Name)); n < 1 || n > 128 {
-		return fmt.Errorf("inbox: source name %q must be 1–128 characters", s.Name)
+		p.Addf("source name %q must be 1–128 characters", s.Name)
 	}
 	if s.Verifier == nil {
-		return fmt.Errorf("inbox: source %q has no Verifier", s.Name)
+		p.Addf("source %q has no Verifier", s.Name)
 	}
 	if s.MaxBodyBytes < 0 {
-		return fmt.Errorf("inbox: source %q: MaxBodyBytes must not be negative", s.Name)
+		p.Addf("source %q: MaxBodyBytes %d is negative", s.Name, s.MaxBodyBytes)
 	}
 	if s.OnMismatch != MismatchDuplicate && s.OnMismatch != MismatchConflict {
-		return errors.New("inbox: unknown MismatchPolicy")
+		p.Addf("source %q: unknown MismatchPolicy %d", s.Name, s.OnMismatch)
 	}
-	return nil
 }
 
 func (s *Source) maxBodyBytes() int64 {

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Status is where a message is in its life.
@@ -274,22 +274,10 @@ func runHandlerIn(ctx context.Context, h Handler, tx handlerTx, msg *Message) (e
 // maxErrorLength bounds the last_error stored on a message.
 const maxErrorLength = 4096
 
-func truncateError(s string) string {
-	// A text column cannot hold NUL or invalid UTF-8, and a handler's error
-	// may quote a binary body: an error that cannot be stored would leave
-	// its message unrecorded, neither failed nor dead.
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
-	if len(s) <= maxErrorLength {
-		return s
-	}
-	cut := maxErrorLength
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+// truncateError makes a handler's error storable as last_error: a text
+// column cannot hold NUL or invalid UTF-8, and an error that cannot be
+// stored would leave its message unrecorded, neither failed nor dead.
+func truncateError(s string) string { return shared.Text(s, maxErrorLength) }
 
 func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 	m := &Message{

@@ -129,7 +129,12 @@ func setDefault[T comparable](field *T, value T) {
 	}
 }
 
-// Validate reports every problem with c, defaults applied.
+// ErrInvalidConfig is returned by NewMaintainer and Validate for a Config
+// they cannot use; the error lists every problem at once.
+var ErrInvalidConfig = errors.New("jobs: invalid config")
+
+// Validate reports every problem with c, defaults applied, joined in one
+// error where errors.Is(err, ErrInvalidConfig) is true.
 func (c *Config) Validate() error {
 	return c.withDefaults().validate()
 }
@@ -178,7 +183,7 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("BatchSize %d is outside [1, 100000]", c.BatchSize))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("jobs: invalid config: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }

@@ -18,21 +18,26 @@ import (
 
 // The periodic jobs in an application's River client: partition upkeep and
 // retention run when the client becomes leader, then every Config.Interval.
-func ExamplePeriodicJobs() {
+func ExampleMaintainer_PeriodicJobs() {
 	ctx := context.Background()
 	pool, cleanup := testdb.ForExample() // a pool on a database migrated with wharf.Migrate
 	defer cleanup()
 
 	cfg := &jobs.Config{InboxRetention: 14 * 24 * time.Hour} // the rest: defaults
+	maintainer, err := jobs.NewMaintainer(pool, cfg)
+	if err != nil {
+		fmt.Println(err) // an invalid cfg is refused here, every problem listed
+		return
+	}
 	workers := river.NewWorkers()
-	if err := jobs.AddWorkers(workers, pool, cfg); err != nil {
-		fmt.Println(err) // an invalid cfg is refused here
+	if err := maintainer.AddWorkers(workers); err != nil {
+		fmt.Println(err)
 		return
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Queues:       map[string]river.QueueConfig{maintainer.Queue(): {MaxWorkers: 2}},
 		Workers:      workers,
-		PeriodicJobs: jobs.PeriodicJobs(cfg), // the same cfg as AddWorkers
+		PeriodicJobs: maintainer.PeriodicJobs(),
 	})
 	if err != nil {
 		fmt.Println(err)

@@ -602,12 +602,14 @@ func TestPeriodicJobsRunOnStart(t *testing.T) {
 func runPeriodicJobs(t *testing.T, pool *pgxpool.Pool, cfg *jobs.Config, edit func(*river.Config)) map[string]string {
 	t.Helper()
 	ctx := context.Background()
+	maintainer, err := jobs.NewMaintainer(pool, cfg)
+	require.NoError(t, err)
 	workers := river.NewWorkers()
-	require.NoError(t, jobs.AddWorkers(workers, pool, cfg))
+	require.NoError(t, maintainer.AddWorkers(workers))
 	riverCfg := &river.Config{
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 2}},
+		Queues:            map[string]river.QueueConfig{maintainer.Queue(): {MaxWorkers: 2}},
 		Workers:           workers,
-		PeriodicJobs:      jobs.PeriodicJobs(cfg),
+		PeriodicJobs:      maintainer.PeriodicJobs(),
 		FetchCooldown:     5 * time.Millisecond,
 		FetchPollInterval: 20 * time.Millisecond,
 		Logger:            quiet,

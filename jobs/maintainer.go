@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -23,7 +22,7 @@ type Maintainer struct {
 // invalid.
 func NewMaintainer(pool *pgxpool.Pool, cfg *Config) (*Maintainer, error) {
 	if pool == nil {
-		return nil, errors.New("jobs: nil pool")
+		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
 	}
 	c := cfg.withDefaults()
 	if err := c.validate(); err != nil {

@@ -23,36 +23,58 @@ func (pruneArgs) Kind() string { return "wharf_prune" }
 
 // PeriodicJobs returns the periodic jobs to add to your River client's
 // Config.PeriodicJobs: partition upkeep and retention, each run when the
-// leader starts and every cfg.Interval after. cfg must be the Config given
-// to AddWorkers.
-func PeriodicJobs(cfg *Config) []*river.PeriodicJob {
-	c := cfg.withDefaults()
-	opts := &river.InsertOpts{Queue: c.Queue}
+// leader starts and every Config.Interval after, on Queue().
+func (m *Maintainer) PeriodicJobs() []*river.PeriodicJob {
+	opts := &river.InsertOpts{Queue: m.cfg.Queue}
 	return []*river.PeriodicJob{
-		river.NewPeriodicJob(river.PeriodicInterval(c.Interval),
+		river.NewPeriodicJob(river.PeriodicInterval(m.cfg.Interval),
 			func() (river.JobArgs, *river.InsertOpts) { return upkeepArgs{}, opts },
 			&river.PeriodicJobOpts{ID: upkeepArgs{}.Kind(), RunOnStart: true}),
-		river.NewPeriodicJob(river.PeriodicInterval(c.Interval),
+		river.NewPeriodicJob(river.PeriodicInterval(m.cfg.Interval),
 			func() (river.JobArgs, *river.InsertOpts) { return pruneArgs{}, opts },
 			&river.PeriodicJobOpts{ID: pruneArgs{}.Kind(), RunOnStart: true}),
 	}
 }
 
-// QueueOf returns the River queue the periodic jobs of cfg go to
-// (Config.Queue, River's default queue unless set).
+// Queue returns the River queue the periodic jobs go to (Config.Queue,
+// River's default queue unless set): give it workers in the River config.
+func (m *Maintainer) Queue() string { return m.cfg.Queue }
+
+// AddWorkers registers the workers of the periodic jobs in workers, the
+// Workers of the River client that works Queue(). Together with
+// PeriodicJobs it wires the jobs from one Config, given once to
+// NewMaintainer.
+func (m *Maintainer) AddWorkers(workers *river.Workers) error {
+	return errors.Join(
+		river.AddWorkerSafely(workers, &upkeepWorker{m: m}),
+		river.AddWorkerSafely(workers, &pruneWorker{m: m}),
+	)
+}
+
+// PeriodicJobs is NewMaintainer(…, cfg) then its PeriodicJobs; an invalid
+// cfg (which NewMaintainer would refuse) still gets the defaults' schedule.
+//
+// Deprecated: use NewMaintainer and its PeriodicJobs and AddWorkers methods,
+// which take the Config once.
+func PeriodicJobs(cfg *Config) []*river.PeriodicJob {
+	return (&Maintainer{cfg: cfg.withDefaults()}).PeriodicJobs()
+}
+
+// QueueOf returns the River queue the periodic jobs of cfg go to.
+//
+// Deprecated: use NewMaintainer and its Queue method.
 func QueueOf(cfg *Config) string { return cfg.withDefaults().Queue }
 
-// AddWorkers registers the workers of the periodic jobs in workers. It
-// returns an error when cfg is invalid.
+// AddWorkers is NewMaintainer(pool, cfg) then its AddWorkers.
+//
+// Deprecated: use NewMaintainer and its AddWorkers and PeriodicJobs
+// methods, which take the Config once.
 func AddWorkers(workers *river.Workers, pool *pgxpool.Pool, cfg *Config) error {
 	m, err := NewMaintainer(pool, cfg)
 	if err != nil {
 		return err
 	}
-	return errors.Join(
-		river.AddWorkerSafely(workers, &upkeepWorker{m: m}),
-		river.AddWorkerSafely(workers, &pruneWorker{m: m}),
-	)
+	return m.AddWorkers(workers)
 }
 
 // Job timeouts of the periodic jobs, whatever the client's JobTimeout (an

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // DefaultQueue is the River queue delivery jobs go to unless Config.Queue
@@ -315,4 +317,4 @@ func (c *Config) jitter() float64 { return max(c.RetryJitter, 0) }
 func (c *Config) throttledMin() time.Duration { return max(c.ThrottledRetryMin, 0) }
 
 // now returns the configured clock's time in UTC at Postgres' precision.
-func (c *Config) now() time.Time { return c.Now().UTC().Truncate(time.Microsecond) }
+func (c *Config) now() time.Time { return shared.Micro(c.Now()) }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // NoMaxInFlight is the MaxInFlight of an endpoint without a concurrency cap.
@@ -309,7 +310,7 @@ func (o *Outbox) endpointDisable(ctx context.Context, db dbsqlc.DBTX, id uuid.UU
 	if err := checkText("reason", reason); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
-	row, err := dbsqlc.New(db).OutboxEndpointDisable(ctx, dbsqlc.OutboxEndpointDisableParams{ID: id, Reason: truncate(reason, 1024), Now: o.config.now()})
+	row, err := dbsqlc.New(db).OutboxEndpointDisable(ctx, dbsqlc.OutboxEndpointDisableParams{ID: id, Reason: shared.Text(reason, 1024), Now: o.config.now()})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: disable endpoint %s: %w", id, translateError(err))
 	}
@@ -542,11 +543,4 @@ func listLimit(n int) (int32, error) {
 		return 0, fmt.Errorf("outbox: limit must be 1 to %d", maxListLimit)
 	}
 	return int32(n), nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
 }

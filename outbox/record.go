@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Reasons recorded when an attempt disables its endpoint.
@@ -63,7 +64,7 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string,
 		StatusCode:        statusCode,
 		ResponseBody:      append([]byte{}, rec.out.body...), // never NULL
 		ResponseTruncated: rec.out.truncated,
-		Error:             truncate(rec.out.errorText(), 2048),
+		Error:             shared.Text(rec.out.errorText(), 2048),
 		DurationUs:        rec.out.duration.Microseconds(),
 		DeliveryID:        rec.row.ID,
 		Generation:        rec.row.Generation,

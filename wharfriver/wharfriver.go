@@ -68,7 +68,7 @@ type Components struct {
 	Outbox *outbox.Outbox
 	// Jobs configures partition upkeep and retention, whose workers and
 	// periodic jobs are added with it (given once, not twice as with
-	// jobs.AddWorkers and jobs.PeriodicJobs). Defaults to jobs' defaults.
+	// jobs.NewMaintainer). Defaults to jobs' defaults.
 	Jobs *jobs.Config
 	// NoJobs leaves the periodic jobs out, for an app that runs them in
 	// another process. Defaults to false.
@@ -101,9 +101,13 @@ type Components struct {
 // The unworked-queue check reads the 1,000 longest-waiting of Wharf's jobs:
 // a larger backlog in a worked queue can hide an unworked one until the
 // backlog shrinks.
+// ErrInvalidConfig is returned by Configure when a setting breaks one of
+// Wharf's guarantees; the error lists every problem at once.
+var ErrInvalidConfig = errors.New("wharfriver: invalid config")
+
 func Configure(cfg *river.Config, comps *Components) error {
 	if cfg == nil || comps == nil {
-		return errors.New("wharfriver: Configure needs a river.Config and Components")
+		return fmt.Errorf("%w: Configure needs a river.Config and Components", ErrInvalidConfig)
 	}
 	var errs []error
 	jobTimeout := cfg.JobTimeout
@@ -116,13 +120,16 @@ func Configure(cfg *river.Config, comps *Components) error {
 	if !comps.NoJobs && comps.Pool == nil {
 		errs = append(errs, errors.New("Components.Pool is required for the periodic jobs (or set NoJobs)"))
 	}
-	if !comps.NoJobs {
-		if err := comps.Jobs.Validate(); err != nil {
+	var maintainer *jobs.Maintainer
+	if !comps.NoJobs && comps.Pool != nil {
+		m, err := jobs.NewMaintainer(comps.Pool, comps.Jobs)
+		if err != nil {
 			errs = append(errs, err)
 		}
+		maintainer = m
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("wharfriver: %w", errors.Join(errs...))
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 	}
 
 	workers := cfg.Workers
@@ -144,16 +151,16 @@ func Configure(cfg *river.Config, comps *Components) error {
 	}
 	var periodic []*river.PeriodicJob
 	if !comps.NoJobs {
-		errs = append(errs, jobs.AddWorkers(workers, comps.Pool, comps.Jobs), river.AddWorkerSafely(workers, checker))
-		queues[jobs.QueueOf(comps.Jobs)] = DefaultJobsWorkers
-		periodic = append(jobs.PeriodicJobs(comps.Jobs), river.NewPeriodicJob(river.PeriodicInterval(queueCheckInterval),
+		errs = append(errs, maintainer.AddWorkers(workers), river.AddWorkerSafely(workers, checker))
+		queues[maintainer.Queue()] = DefaultJobsWorkers
+		periodic = append(maintainer.PeriodicJobs(), river.NewPeriodicJob(river.PeriodicInterval(queueCheckInterval),
 			func() (river.JobArgs, *river.InsertOpts) {
-				return queueCheckArgs{}, &river.InsertOpts{Queue: jobs.QueueOf(comps.Jobs)}
+				return queueCheckArgs{}, &river.InsertOpts{Queue: maintainer.Queue()}
 			},
 			&river.PeriodicJobOpts{ID: queueCheckArgs{}.Kind(), RunOnStart: true}))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("wharfriver: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 
 	cfg.Workers = workers

@@ -123,13 +123,16 @@ func TestConfigureRefusesBrokenGuarantees(t *testing.T) {
 		cfg := tt.cfg
 		err := wharfriver.Configure(&cfg, &tt.comps)
 		require.ErrorContains(t, err, tt.want)
+		require.ErrorIs(t, err, wharfriver.ErrInvalidConfig)
 		require.Nil(t, cfg.Workers, "a refused config is left alone")
 		require.Nil(t, cfg.Queues)
 	}
 	// Registering the same component twice is refused too.
 	cfg := &river.Config{}
 	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Outbox: ob, NoJobs: true}))
-	require.ErrorContains(t, wharfriver.Configure(cfg, &wharfriver.Components{Outbox: ob, NoJobs: true}), "already registered")
+	err = wharfriver.Configure(cfg, &wharfriver.Components{Outbox: ob, NoJobs: true})
+	require.ErrorContains(t, err, "already registered")
+	require.ErrorIs(t, err, wharfriver.ErrInvalidConfig)
 }
 
 // lockedBuffer is a log sink shared with River's goroutines.

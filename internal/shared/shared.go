@@ -1,0 +1,69 @@
+// Package shared holds the small pieces that inbox, outbox, idempotency and
+// jobs would otherwise each write their own way: the microsecond UTC clock,
+// text made safe for a Postgres text column, and configuration problems
+// collected under one sentinel.
+package shared
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Micro returns t in UTC at Postgres's microsecond precision, so a timestamp
+// survives a round trip through the database (or River's job args)
+// unchanged.
+func Micro(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
+
+// Text makes s storable in a text column and at most max bytes long (max <=
+// 0: no limit): invalid UTF-8 and NUL (which a text column refuses) become
+// U+FFFD, and a longer string is cut at a rune boundary and ends with "…".
+// An error that cannot be stored would leave its row unrecorded, and a
+// handler's error may quote a binary body.
+func Text(s string, max int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "\uFFFD")
+	if max <= 0 || len(s) <= max {
+		return s
+	}
+	cut := max - len("…")
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// Problems collects what is wrong with a configuration, each problem
+// wrapping the package's ErrInvalidConfig-style sentinel, so that a caller
+// sees every problem at once and errors.Is(err, sentinel) holds.
+type Problems struct {
+	sentinel error
+	errs     []error
+}
+
+// NewProblems returns an empty collection whose problems wrap sentinel.
+func NewProblems(sentinel error) *Problems { return &Problems{sentinel: sentinel} }
+
+// Addf records a problem.
+func (p *Problems) Addf(format string, args ...any) {
+	p.errs = append(p.errs, fmt.Errorf("%w: %s", p.sentinel, fmt.Sprintf(format, args...)))
+}
+
+// Add records err, unless it is nil, wrapping the sentinel when it does not
+// already.
+func (p *Problems) Add(err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, p.sentinel):
+		p.errs = append(p.errs, err)
+	default:
+		p.errs = append(p.errs, fmt.Errorf("%w: %w", p.sentinel, err))
+	}
+}
+
+// Err returns every problem joined, or nil when there is none.
+func (p *Problems) Err() error { return errors.Join(p.errs...) }
