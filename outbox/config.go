@@ -242,10 +242,8 @@ func (c *Config) withDefaults() (*Config, error) {
 
 // validate checks a Config whose defaults are filled in.
 func (c *Config) validate() error {
-	var problems []error
-	bad := func(format string, args ...any) {
-		problems = append(problems, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
+	p := shared.NewProblems(ErrInvalidConfig)
+	bad := p.Addf
 	if len(c.Queue) > 128 {
 		bad("Queue is longer than 128 characters")
 	}
@@ -297,7 +295,7 @@ func (c *Config) validate() error {
 			bad("AllowedNetworks[%d] is not a valid prefix", i)
 		}
 	}
-	return errors.Join(problems...)
+	return p.Err()
 }
 
 func checkTimeout(d, limit time.Duration) error {
