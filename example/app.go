@@ -245,7 +245,7 @@ func applyPayment(ob *outbox.Outbox) inbox.Handler {
 		if err != nil {
 			return err
 		}
-		_, err = ob.Publish(ctx, tx, &outbox.Event{
+		_, err = ob.PublishTx(ctx, tx, &outbox.Event{
 			Type: "balance.updated",
 			Data: map[string]any{"account": ev.Data.Account, "balance": balance},
 		})

@@ -115,7 +115,7 @@ func (b *receiveBatcher) lead(ctx context.Context, batch *receiveBatch) {
 	}()
 	batch.err = b.ib.txFunc(ctx, func(tx pgx.Tx) error {
 		var err error
-		batch.results, err = b.ib.ReceiveMany(ctx, tx, batch.msgs)
+		batch.results, err = b.ib.ReceiveManyTx(ctx, tx, batch.msgs)
 		return err
 	})
 	if batch.err != nil {

@@ -34,7 +34,7 @@ func TestReceiveManyPerMessage(t *testing.T) {
 	var old *inbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		old, err = b.inbox.Receive(ctx, tx, msg("evt_old", `{"n":0}`))
+		old, err = b.inbox.ReceiveTx(ctx, tx, msg("evt_old", `{"n":0}`))
 		return err
 	}))
 

@@ -292,7 +292,7 @@ func BenchmarkProcess(b *testing.B) {
 				batch = append(batch, inbox.Incoming{Source: "bench", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{"type":"noop"}`)})
 			}
 			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				_, err := ib.ReceiveMany(ctx, tx, batch)
+				_, err := ib.ReceiveManyTx(ctx, tx, batch)
 				return err
 			}); err != nil {
 				b.Fatal(err)

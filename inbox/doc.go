@@ -13,8 +13,8 @@
 // to the application's River client with [Inbox.AddWorkers]; that client
 // must work [Inbox.Queue]. Messages arrive through [Inbox.Handler], the HTTP
 // receiver (signature verification, body limits, event-id extraction and
-// the JSON response contract), or through [Inbox.Receive] and
-// [Inbox.ReceiveMany], which store [Incoming] messages from any other
+// the JSON response contract), or through [Inbox.ReceiveTx] and
+// [Inbox.ReceiveManyTx], which store [Incoming] messages from any other
 // transport inside a transaction of the caller's own and return a [Result]
 // saying whether each was a duplicate.
 //

@@ -28,7 +28,7 @@ const paymentsSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // queue consumer, say), processed exactly once by a River worker whose
 // handler writes through the transaction that marks it processed; the same
 // event received again is a duplicate and changes nothing.
-func ExampleInbox_Receive() {
+func ExampleInbox_ReceiveTx() {
 	ctx := context.Background()
 	pool, cleanup := testdb.ForExample() // a pool on a database migrated with wharf.Migrate
 	defer cleanup()
@@ -39,7 +39,7 @@ func ExampleInbox_Receive() {
 		return
 	}
 
-	ib, err := inbox.New(pool, nil) // Receive accepts any source name; HTTP needs Config.Sources
+	ib, err := inbox.New(pool, nil) // ReceiveTx accepts any source name; HTTP needs Config.Sources
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -90,7 +90,7 @@ func ExampleInbox_Receive() {
 		var res *inbox.Result
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			var err error
-			res, err = ib.Receive(ctx, tx, inbox.Incoming{
+			res, err = ib.ReceiveTx(ctx, tx, inbox.Incoming{
 				Source:    "payments",
 				EventID:   eventID,
 				EventType: "payment.succeeded",
@@ -143,11 +143,11 @@ func ExampleInbox_Receive() {
 	// balance: 125
 }
 
-// ReceiveMany stores a batch in one transaction, each message with its own
+// ReceiveManyTx stores a batch in one transaction, each message with its own
 // verdict: an event id repeated within the batch is a duplicate of the first,
 // and a message that cannot be stored is refused while its neighbours are
 // received.
-func ExampleInbox_ReceiveMany() {
+func ExampleInbox_ReceiveManyTx() {
 	ctx := context.Background()
 	pool, cleanup := testdb.ForExample()
 	defer cleanup()
@@ -165,7 +165,7 @@ func ExampleInbox_ReceiveMany() {
 	}
 	var results []inbox.Result
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		results, err = ib.ReceiveMany(ctx, tx, msgs)
+		results, err = ib.ReceiveManyTx(ctx, tx, msgs)
 		return err
 	})
 	if err != nil {

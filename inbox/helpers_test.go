@@ -194,14 +194,14 @@ func effectCount(t *testing.T, pool *pgxpool.Pool, eventID string) int {
 	return n
 }
 
-// receiveMany stores msgs with ReceiveMany in a transaction of its own.
+// receiveMany stores msgs with ReceiveManyTx in a transaction of its own.
 func receiveMany(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, msgs []inbox.Incoming) []inbox.Result {
 	t.Helper()
 	ctx := context.Background()
 	var results []inbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		results, err = ib.ReceiveMany(ctx, tx, msgs)
+		results, err = ib.ReceiveManyTx(ctx, tx, msgs)
 		return err
 	}))
 	return results

@@ -47,7 +47,7 @@ const (
 
 // Config configures an Inbox. A nil *Config means every default.
 type Config struct {
-	// Sources are the senders the HTTP handler accepts, by name. Receive
+	// Sources are the senders the HTTP handler accepts, by name. ReceiveTx
 	// accepts any source name. Defaults to none.
 	Sources []Source
 	// Queue is the River queue inbox jobs are inserted into. Defaults to
@@ -66,7 +66,7 @@ type Config struct {
 	// BatchSize caps how many messages share one transaction and one
 	// processing job. The HTTP handler gathers concurrent deliveries into
 	// one receive transaction (group commit: one WAL flush for the batch,
-	// each delivery answered after the commit that covers it), ReceiveMany
+	// each delivery answered after the commit that covers it), ReceiveManyTx
 	// gives up to BatchSize new messages one River job, and that job runs
 	// each handler in its own savepoint of one transaction (a job takes 30
 	// messages at most, whatever BatchSize). 1 turns batching off: each

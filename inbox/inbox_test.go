@@ -201,7 +201,7 @@ func TestHandlerRouting(t *testing.T) {
 		{Source: "crm", EventID: "e3", EventType: "payment.succeeded", Body: []byte(`{}`)},
 	} {
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, err := b.inbox.Receive(ctx, tx, in)
+			_, err := b.inbox.ReceiveTx(ctx, tx, in)
 			return err
 		}))
 	}
@@ -216,7 +216,7 @@ func TestHandlerRouting(t *testing.T) {
 func TestRetryAcrossMidnightIsDuplicate(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
-	// A day beyond the partitions Migrate created: Receive must create them.
+	// A day beyond the partitions Migrate created: ReceiveTx must create them.
 	midnight := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 30)
 	body := []byte(`{"type":"payment.succeeded"}`)
 
@@ -361,7 +361,7 @@ func TestReceiveRolledBackLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
-	res, err := b.inbox.Receive(ctx, tx, inbox.Incoming{Source: "payments", EventID: "e1", Body: []byte(`{}`)})
+	res, err := b.inbox.ReceiveTx(ctx, tx, inbox.Incoming{Source: "payments", EventID: "e1", Body: []byte(`{}`)})
 	require.NoError(t, err)
 	require.False(t, res.Duplicate)
 	require.NoError(t, tx.Rollback(ctx))
@@ -371,7 +371,7 @@ func TestReceiveRolledBackLeavesNothing(t *testing.T) {
 
 	// The key was never claimed: the next receipt is new.
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		res, err = b.inbox.Receive(ctx, tx, inbox.Incoming{Source: "payments", EventID: "e1", Body: []byte(`{}`)})
+		res, err = b.inbox.ReceiveTx(ctx, tx, inbox.Incoming{Source: "payments", EventID: "e1", Body: []byte(`{}`)})
 		return err
 	}))
 	require.False(t, res.Duplicate)
@@ -390,7 +390,7 @@ func TestReceiveRejectsInvalidMessage(t *testing.T) {
 	} {
 		tx, err := b.pool.Begin(ctx)
 		require.NoError(t, err)
-		_, err = b.inbox.Receive(ctx, tx, in)
+		_, err = b.inbox.ReceiveTx(ctx, tx, in)
 		require.ErrorIs(t, err, inbox.ErrInvalidMessage)
 		require.NoError(t, tx.Commit(ctx), "the transaction stays usable")
 	}
@@ -424,7 +424,7 @@ func TestPostgresUnreachable(t *testing.T) {
 	b.inbox.Handle("payments", inbox.Wildcard, applyEffect)
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = b.inbox.Receive(ctx, tx, inbox.Incoming{Source: "payments", EventID: "msg_down", Body: body})
+	_, err = b.inbox.ReceiveTx(ctx, tx, inbox.Incoming{Source: "payments", EventID: "msg_down", Body: body})
 	require.NoError(t, err)
 	go func() { proxy.SetDown(true); close(cut) }()
 	<-cut
@@ -609,4 +609,48 @@ func TestReplayKeepsTheQueue(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx,
 		"SELECT queue FROM river_job WHERE id = (SELECT job_id FROM wharf_inbox_messages WHERE id = $1)", msg.ID).Scan(&queue))
 	require.Equal(t, "hooks", queue)
+}
+
+// The …Tx reads and ForgetTx work in the caller's transaction: GetTx sees a
+// message received in it before the commit, and a rolled-back ForgetTx
+// erases nothing.
+func TestTxMethodsUseTheirTransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := b.inbox.ReceiveTx(ctx, tx, inbox.Incoming{Source: "payments", EventID: "evt_tx", Body: []byte(`{"n":1}`)})
+	require.NoError(t, err)
+	got, err := b.inbox.GetTx(ctx, tx, res.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, "evt_tx", got.EventID)
+	_, err = b.inbox.Get(ctx, res.MessageID)
+	require.ErrorIs(t, err, inbox.ErrNotFound, "not committed yet")
+	require.NoError(t, tx.Commit(ctx))
+
+	tx, err = b.pool.Begin(ctx)
+	require.NoError(t, err)
+	n, err := b.inbox.ForgetTx(ctx, tx, "payments", "evt_tx")
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	erased, err := b.inbox.GetTx(ctx, tx, res.MessageID)
+	require.NoError(t, err)
+	require.Empty(t, erased.Body)
+	require.NoError(t, tx.Rollback(ctx))
+
+	kept, err := b.inbox.Get(ctx, res.MessageID)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"n":1}`, string(kept.Body), "the rollback undid the erasure")
+	_, err = b.inbox.ForgetTx(ctx, mustBegin(t, b), "payments", "evt_none")
+	require.ErrorIs(t, err, inbox.ErrNotFound)
+}
+
+func mustBegin(t *testing.T, b *testBundle) pgx.Tx {
+	t.Helper()
+	tx, err := b.pool.Begin(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
 }

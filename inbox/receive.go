@@ -19,7 +19,7 @@ import (
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
-// ErrInvalidMessage is wrapped by Receive's error when the message cannot be
+// ErrInvalidMessage is wrapped by ReceiveTx's error when the message cannot be
 // stored as given (an empty or overlong source or event id, say). Nothing is
 // written.
 var ErrInvalidMessage = errors.New("inbox: invalid message")
@@ -44,7 +44,7 @@ type Incoming struct {
 	PayloadHash []byte
 }
 
-// Result says what Receive did.
+// Result says what ReceiveTx did.
 type Result struct {
 	// MessageID identifies the stored message: the new one, or for a
 	// duplicate the one first received.
@@ -60,9 +60,9 @@ type Result struct {
 	// JobID is the River job that will process a new message (shared by
 	// the messages of one batch); 0 for a duplicate.
 	JobID int64
-	// Err is set by ReceiveMany for a message it rejected before writing
+	// Err is set by ReceiveManyTx for a message it rejected before writing
 	// anything for it; it wraps ErrInvalidMessage and the other fields are
-	// zero. Receive returns such an error instead.
+	// zero. ReceiveTx returns such an error instead.
 	Err error
 }
 
@@ -76,7 +76,22 @@ type processArgs struct {
 // Kind is the River job kind of inbox processing.
 func (processArgs) Kind() string { return "wharf_inbox_process" }
 
-// Receive claims msg's dedupe key, stores the message and inserts its River
+// Receive is ReceiveTx.
+//
+// Deprecated: use ReceiveTx; Wharf names every method that works in the
+// caller's transaction …Tx, as River does.
+func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result, error) {
+	return ib.ReceiveTx(ctx, tx, msg)
+}
+
+// ReceiveMany is ReceiveManyTx.
+//
+// Deprecated: use ReceiveManyTx.
+func (ib *Inbox) ReceiveMany(ctx context.Context, tx pgx.Tx, msgs []Incoming) ([]Result, error) {
+	return ib.ReceiveManyTx(ctx, tx, msgs)
+}
+
+// ReceiveTx claims msg's dedupe key, stores the message and inserts its River
 // job, all in tx: the caller's commit makes the receipt durable and its
 // rollback leaves no trace. When the key was already claimed no message or
 // job is written and the result is a duplicate carrying the first receipt's
@@ -86,8 +101,8 @@ func (processArgs) Kind() string { return "wharf_inbox_process" }
 // An error wrapping ErrInvalidMessage means msg was rejected before anything
 // was written. Any other error comes from the database; River's insert
 // aborts tx on failure, so roll back.
-func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result, error) {
-	results, err := ib.ReceiveMany(ctx, tx, []Incoming{msg})
+func (ib *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result, error) {
+	results, err := ib.ReceiveManyTx(ctx, tx, []Incoming{msg})
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +112,7 @@ func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result,
 	return &results[0], nil
 }
 
-// ReceiveMany receives msgs in tx as Receive receives one, with a few
+// ReceiveManyTx receives msgs in tx as ReceiveTx receives one, with a few
 // statements for the whole batch instead of a few per message: one commit
 // then makes them all durable (group commit). Results are in the order of
 // msgs and every guarantee holds per message: a message whose event id
@@ -109,7 +124,7 @@ func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result,
 //
 // An error comes from the database and covers the whole batch; River's
 // insert aborts tx on failure, so roll back.
-func (ib *Inbox) ReceiveMany(ctx context.Context, tx pgx.Tx, msgs []Incoming) ([]Result, error) {
+func (ib *Inbox) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Incoming) ([]Result, error) {
 	results := make([]Result, len(msgs))
 	var claims, repeats []*claim
 	seen := make(map[eventKey]bool, len(msgs))

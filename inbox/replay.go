@@ -26,7 +26,16 @@ var (
 // Get returns the stored message with id, or an error where
 // errors.Is(err, ErrNotFound) is true.
 func (ib *Inbox) Get(ctx context.Context, id uuid.UUID) (*Message, error) {
-	row, err := dbsqlc.New(ib.pool).InboxMessageGet(ctx, id)
+	return getMessage(ctx, ib.pool, id)
+}
+
+// GetTx is Get in tx.
+func (ib *Inbox) GetTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Message, error) {
+	return getMessage(ctx, tx, id)
+}
+
+func getMessage(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*Message, error) {
+	row, err := dbsqlc.New(db).InboxMessageGet(ctx, id)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -173,45 +182,52 @@ func finalized(s rivertype.JobState) bool {
 func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error) {
 	var erased int
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		if _, err := q.InboxKeyTombstone(ctx, dbsqlc.InboxKeyTombstoneParams{
-			Now: ib.clock(), Source: source, EventID: eventID,
-		}); err != nil {
-			return err
-		}
-		rows, err := q.InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
-			Now: ib.clock(), Source: source, EventID: eventID,
-		})
-		if err != nil {
-			return err
-		}
-		if len(rows) == 0 {
-			return ErrNotFound
-		}
-		for _, row := range rows {
-			if row.JobID == nil {
-				continue
-			}
-			// A job still waiting would only find the message erased.
-			job, err := ib.river.JobGetTx(ctx, tx, *row.JobID)
-			if errors.Is(err, rivertype.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("inbox: look up job: %w", err)
-			}
-			if err := ib.deleteJobTx(ctx, tx, job); err != nil {
-				return err
-			}
-		}
-		erased = len(rows)
-		return nil
+		n, err := ib.ForgetTx(ctx, tx, source, eventID)
+		erased = n
+		return err
 	})
 	if err != nil {
 		return 0, err
 	}
 	ib.logger.InfoContext(ctx, "inbox: event erased on request", "source", source, "event_id", eventID, "messages", erased)
 	return erased, nil
+}
+
+// ForgetTx is Forget in tx: the erasure holds once tx commits, and tx's
+// rollback undoes it. It logs nothing (Forget logs after its commit).
+func (ib *Inbox) ForgetTx(ctx context.Context, tx pgx.Tx, source, eventID string) (int, error) {
+	q := dbsqlc.New(tx)
+	if _, err := q.InboxKeyTombstone(ctx, dbsqlc.InboxKeyTombstoneParams{
+		Now: ib.clock(), Source: source, EventID: eventID,
+	}); err != nil {
+		return 0, err
+	}
+	rows, err := q.InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
+		Now: ib.clock(), Source: source, EventID: eventID,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(rows) == 0 {
+		return 0, ErrNotFound
+	}
+	for _, row := range rows {
+		if row.JobID == nil {
+			continue
+		}
+		// A job still waiting would only find the message erased.
+		job, err := ib.river.JobGetTx(ctx, tx, *row.JobID)
+		if errors.Is(err, rivertype.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("inbox: look up job: %w", err)
+		}
+		if err := ib.deleteJobTx(ctx, tx, job); err != nil {
+			return 0, err
+		}
+	}
+	return len(rows), nil
 }
 
 // translate maps database errors to the package's sentinels.

@@ -295,6 +295,6 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 	if row.LastError != nil {
 		m.LastError = *row.LastError
 	}
-	_ = json.Unmarshal(row.Headers, &m.Header) // written by Receive from an http.Header
+	_ = json.Unmarshal(row.Headers, &m.Header) // written by ReceiveTx from an http.Header
 	return m
 }

@@ -57,7 +57,7 @@ func TestOutboxDeliveriesVerifyWithReferenceLibrary(t *testing.T) {
 		t.Helper()
 		var eventID string
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			res, err := ob.Publish(ctx, tx, &outbox.Event{Type: "invoice.paid", Data: map[string]any{"amount": 42, "note": "<b>&</b>"}})
+			res, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "invoice.paid", Data: map[string]any{"amount": 42, "note": "<b>&</b>"}})
 			if err != nil {
 				return err
 			}

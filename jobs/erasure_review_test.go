@@ -34,7 +34,7 @@ func TestForgetAfterTheWindowLeavesATombstone(t *testing.T) {
 		var res []inbox.Result
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 			var err error
-			res, err = b.inbox.ReceiveMany(ctx, tx, []inbox.Incoming{{Source: "s", EventID: "evt_late", EventType: "t", Body: []byte(`{"card":"` + marker + `"}`)}})
+			res, err = b.inbox.ReceiveManyTx(ctx, tx, []inbox.Incoming{{Source: "s", EventID: "evt_late", EventType: "t", Body: []byte(`{"card":"` + marker + `"}`)}})
 			return err
 		}))
 		require.NoError(t, res[0].Err)
@@ -79,7 +79,7 @@ func TestScrubReachesAttemptsOfDeletedEndpoints(t *testing.T) {
 	t0 := time.Now()
 	b.clock.Set(t0)
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := b.outbox.Publish(ctx, tx, &outbox.Event{Type: "card.charged", Data: map[string]string{"card": marker}})
+		_, err := b.outbox.PublishTx(ctx, tx, &outbox.Event{Type: "card.charged", Data: map[string]string{"card": marker}})
 		return err
 	}))
 	b.awaitJobs(t, 2)

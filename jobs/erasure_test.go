@@ -96,7 +96,7 @@ func TestErasureLeavesNoCopy(t *testing.T) {
 		var res []inbox.Result
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 			var err error
-			res, err = b.inbox.ReceiveMany(ctx, tx, []inbox.Incoming{{
+			res, err = b.inbox.ReceiveManyTx(ctx, tx, []inbox.Incoming{{
 				Source: "s", EventID: eventID, EventType: "t",
 				Header: http.Header{"X-Card": {marker}},
 				Body:   []byte(`{"card":"` + marker + `"}`),
@@ -125,7 +125,7 @@ func TestErasureLeavesNoCopy(t *testing.T) {
 	require.Equal(t, inbox.StatusDead, msg.Status)
 
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		_, err := b.outbox.Publish(ctx, tx, &outbox.Event{Type: "card.charged", Data: map[string]string{"card": scrubbed}})
+		_, err := b.outbox.PublishTx(ctx, tx, &outbox.Event{Type: "card.charged", Data: map[string]string{"card": scrubbed}})
 		return err
 	}))
 	b.awaitJobs(t, 1)
@@ -160,7 +160,7 @@ func TestErasureLeavesNoCopy(t *testing.T) {
 	var res2 []inbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		res2, err = b.inbox.ReceiveMany(ctx, tx, []inbox.Incoming{{Source: "s", EventID: "evt_forgotten", EventType: "t", Body: []byte(`{"card":"` + forgotten + `"}`)}})
+		res2, err = b.inbox.ReceiveManyTx(ctx, tx, []inbox.Incoming{{Source: "s", EventID: "evt_forgotten", EventType: "t", Body: []byte(`{"card":"` + forgotten + `"}`)}})
 		return err
 	}))
 	require.True(t, res2[0].Duplicate, "an erased event came back after the dedupe window")

@@ -147,7 +147,7 @@ func ExampleMaintainer_Prune() {
 		return
 	}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := ib.Receive(ctx, tx, inbox.Incoming{Source: "payments", EventID: "evt_1", Body: []byte(`{}`)})
+		_, err := ib.ReceiveTx(ctx, tx, inbox.Incoming{Source: "payments", EventID: "evt_1", Body: []byte(`{}`)})
 		return err
 	})
 	if err != nil {

@@ -107,7 +107,7 @@ func (b *testBundle) receive(t *testing.T, source, eventID string) *inbox.Result
 	var res *inbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		res, err = b.inbox.Receive(ctx, tx, inbox.Incoming{Source: source, EventID: eventID, EventType: "t", Body: []byte(`{}`)})
+		res, err = b.inbox.ReceiveTx(ctx, tx, inbox.Incoming{Source: source, EventID: eventID, EventType: "t", Body: []byte(`{}`)})
 		return err
 	}))
 	return res
@@ -497,7 +497,7 @@ func TestOutboxRetention(t *testing.T) {
 
 	publish := func(eventType string) {
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, err := b.outbox.Publish(ctx, tx, &outbox.Event{Type: eventType, Data: map[string]any{"n": 1}})
+			_, err := b.outbox.PublishTx(ctx, tx, &outbox.Event{Type: eventType, Data: map[string]any{"n": 1}})
 			return err
 		}))
 	}
@@ -659,7 +659,7 @@ func TestScrubOutboxEvents(t *testing.T) {
 	b.clock.Set(t0)
 	for _, typ := range []string{"a.created", "b.created"} {
 		require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, err := b.outbox.Publish(ctx, tx, &outbox.Event{Type: typ, Data: map[string]any{}})
+			_, err := b.outbox.PublishTx(ctx, tx, &outbox.Event{Type: typ, Data: map[string]any{}})
 			return err
 		}))
 		b.awaitJobs(t, 1)

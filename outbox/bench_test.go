@@ -186,7 +186,7 @@ func BenchmarkDelivery(b *testing.B) {
 			events[i] = &outbox.Event{Type: "bench.event", Data: data}
 		}
 		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := ob.PublishMany(ctx, tx, events)
+			_, err := ob.PublishManyTx(ctx, tx, events)
 			return err
 		}))
 		deliveryTime += workAll(b, pool, benchRiverConfig(ob), benchDeliveries)
@@ -204,7 +204,7 @@ func BenchmarkDelivery(b *testing.B) {
 	require.GreaterOrEqual(b, len(receiver.all()), 2*b.N*benchDeliveries)
 }
 
-// BenchmarkPublishOverhead measures what Publish adds to an application
+// BenchmarkPublishOverhead measures what PublishTx adds to an application
 // transaction: a transaction inserting one row, against the same
 // transaction also publishing one 1 KB event to one endpoint. Reported: the
 // microseconds of each and the difference.
@@ -226,7 +226,7 @@ func BenchmarkPublishOverhead(b *testing.B) {
 				return err
 			}
 			if publish {
-				_, err := ob.Publish(ctx, tx, event)
+				_, err := ob.PublishTx(ctx, tx, event)
 				return err
 			}
 			return nil

@@ -67,7 +67,7 @@ type Config struct {
 	Queue string
 
 	// RetrySchedule is the wait before each attempt: its length is the
-	// number of attempts. The first entry is the wait between Publish
+	// number of attempts. The first entry is the wait between PublishTx
 	// and the first attempt, normally 0 (deliver at once; it is not
 	// jittered, and replays are always sent at once); each later one is the
 	// wait after a failed attempt. After the last attempt fails the
@@ -109,7 +109,7 @@ type Config struct {
 	// Defaults to DefaultBusyRetryDelay (1 second).
 	BusyRetryDelay time.Duration
 
-	// MaxPayloadBytes is the largest request body Publish accepts: the
+	// MaxPayloadBytes is the largest request body PublishTx accepts: the
 	// encoded Standard Webhooks envelope {"type", "timestamp", "data"}.
 	//
 	// Defaults to DefaultMaxPayloadBytes (256 KiB).

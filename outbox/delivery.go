@@ -83,7 +83,16 @@ type DeliveryListParams struct {
 // DeliveryGet returns a delivery, or an error where errors.Is(err,
 // ErrNotFound) is true.
 func (o *Outbox) DeliveryGet(ctx context.Context, id uuid.UUID) (*Delivery, error) {
-	row, err := o.queries.OutboxDeliveryGet(ctx, id)
+	return o.deliveryGet(ctx, o.pool, id)
+}
+
+// DeliveryGetTx is DeliveryGet in tx.
+func (o *Outbox) DeliveryGetTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Delivery, error) {
+	return o.deliveryGet(ctx, tx, id)
+}
+
+func (o *Outbox) deliveryGet(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*Delivery, error) {
+	row, err := dbsqlc.New(db).OutboxDeliveryGet(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: delivery %s: %w", id, translateError(err))
 	}
@@ -128,7 +137,16 @@ func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) (
 // AttemptList returns a delivery's recorded attempts, oldest first (those
 // retention has not dropped).
 func (o *Outbox) AttemptList(ctx context.Context, deliveryID uuid.UUID) ([]*Attempt, error) {
-	rows, err := o.queries.OutboxAttemptList(ctx, deliveryID)
+	return o.attemptList(ctx, o.pool, deliveryID)
+}
+
+// AttemptListTx is AttemptList in tx.
+func (o *Outbox) AttemptListTx(ctx context.Context, tx pgx.Tx, deliveryID uuid.UUID) ([]*Attempt, error) {
+	return o.attemptList(ctx, tx, deliveryID)
+}
+
+func (o *Outbox) attemptList(ctx context.Context, db dbsqlc.DBTX, deliveryID uuid.UUID) ([]*Attempt, error) {
+	rows, err := dbsqlc.New(db).OutboxAttemptList(ctx, deliveryID)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list attempts: %w", err)
 	}

@@ -2,7 +2,7 @@
 // transaction and delivers them as signed Standard Webhooks to subscribed
 // endpoints, with retries, dead letters and endpoint health tracking.
 //
-// [Outbox.Publish] (or [Outbox.PublishMany]) writes the [Event] and one River
+// [Outbox.PublishTx] (or [Outbox.PublishManyTx]) writes the [Event] and one River
 // job per matching endpoint in the caller's transaction: if the transaction
 // rolls back nothing is ever sent; once it commits, delivery attempts are
 // guaranteed. Delivery is at least once: every attempt carries the same

@@ -48,7 +48,7 @@ type Endpoint struct {
 	// Timeout is the request timeout.
 	Timeout time.Duration
 	// Ordered makes deliveries with an ordering key wait for every earlier
-	// one with the same key (earlier in Publish order: see
+	// one with the same key (earlier in PublishTx order: see
 	// Event.OrderingKey).
 	Ordered bool
 	// Enabled is false once the endpoint is disabled, by EndpointDisable or
@@ -108,7 +108,7 @@ type EndpointParams struct {
 	// minute unless set). Defaults to Config.EndpointTimeout.
 	Timeout time.Duration
 	// Ordered makes deliveries with an ordering key wait for every earlier
-	// one with the same key (earlier in Publish order: see
+	// one with the same key (earlier in PublishTx order: see
 	// Event.OrderingKey). Defaults to false.
 	Ordered bool
 }
@@ -188,20 +188,46 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 // EndpointGet returns an endpoint, or an error where errors.Is(err,
 // ErrNotFound) is true.
 func (o *Outbox) EndpointGet(ctx context.Context, id uuid.UUID) (*Endpoint, error) {
-	row, err := o.queries.OutboxEndpointGet(ctx, id)
+	row, err := o.endpointRow(ctx, o.pool, id)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: endpoint %s: %w", id, translateError(err))
+		return nil, err
 	}
-	return endpointFromRow(&row), nil
+	return endpointFromRow(row), nil
+}
+
+// EndpointGetTx is EndpointGet in tx.
+func (o *Outbox) EndpointGetTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Endpoint, error) {
+	row, err := o.endpointRow(ctx, tx, id)
+	if err != nil {
+		return nil, err
+	}
+	return endpointFromRow(row), nil
 }
 
 // EndpointSecret returns an endpoint's current signing secret.
 func (o *Outbox) EndpointSecret(ctx context.Context, id uuid.UUID) (string, error) {
-	row, err := o.queries.OutboxEndpointGet(ctx, id)
+	row, err := o.endpointRow(ctx, o.pool, id)
 	if err != nil {
-		return "", fmt.Errorf("outbox: endpoint %s: %w", id, translateError(err))
+		return "", err
 	}
 	return row.Secret, nil
+}
+
+// EndpointSecretTx is EndpointSecret in tx.
+func (o *Outbox) EndpointSecretTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (string, error) {
+	row, err := o.endpointRow(ctx, tx, id)
+	if err != nil {
+		return "", err
+	}
+	return row.Secret, nil
+}
+
+func (o *Outbox) endpointRow(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*dbsqlc.WharfOutboxEndpoint, error) {
+	row, err := dbsqlc.New(db).OutboxEndpointGet(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: endpoint %s: %w", id, translateError(err))
+	}
+	return &row, nil
 }
 
 // EndpointList returns endpoints, oldest first.

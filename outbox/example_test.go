@@ -22,7 +22,7 @@ import (
 // An event published in the transaction that marks an invoice paid, then
 // delivered by a River worker to a subscribed endpoint, which verifies the
 // Standard Webhooks signature with the secret EndpointCreate returned.
-func ExampleOutbox_Publish() {
+func ExampleOutbox_PublishTx() {
 	ctx := context.Background()
 	pool, cleanup := testdb.ForExample() // a pool on a database migrated with wharf.Migrate
 	defer cleanup()
@@ -117,7 +117,7 @@ func ExampleOutbox_Publish() {
 		if _, err := tx.Exec(ctx, "UPDATE invoices SET paid = true WHERE id = 'inv_1'"); err != nil {
 			return err
 		}
-		res, err = ob.Publish(ctx, tx, &outbox.Event{
+		res, err = ob.PublishTx(ctx, tx, &outbox.Event{
 			Type: "invoice.paid",
 			Data: map[string]any{"invoice": "inv_1", "amount": 1200},
 		})
@@ -163,9 +163,9 @@ func ExampleOutbox_Publish() {
 	// delivery: succeeded attempts: 1 status code: 204
 }
 
-// Publish writes in the caller's transaction: when it rolls back, the event
+// PublishTx writes in the caller's transaction: when it rolls back, the event
 // and its deliveries were never there, and nothing is sent.
-func ExampleOutbox_Publish_rollback() {
+func ExampleOutbox_PublishTx_rollback() {
 	ctx := context.Background()
 	pool, cleanup := testdb.ForExample()
 	defer cleanup()
@@ -182,11 +182,11 @@ func ExampleOutbox_Publish_rollback() {
 	errOutOfStock := errors.New("out of stock")
 	var res *outbox.PublishResult
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		res, err = ob.Publish(ctx, tx, &outbox.Event{Type: "order.created", Data: map[string]string{"order": "ord_1"}})
+		res, err = ob.PublishTx(ctx, tx, &outbox.Event{Type: "order.created", Data: map[string]string{"order": "ord_1"}})
 		if err != nil {
 			return err
 		}
-		return errOutOfStock // the order fails after Publish: BeginFunc rolls back
+		return errOutOfStock // the order fails after PublishTx: BeginFunc rolls back
 	})
 	fmt.Println("transaction:", err)
 	fmt.Println("deliveries planned:", res.Deliveries)

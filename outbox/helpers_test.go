@@ -95,7 +95,7 @@ func (b *testBundle) publish(t *testing.T, events ...*outbox.Event) []*outbox.Pu
 	var results []*outbox.PublishResult
 	require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
 		var err error
-		results, err = b.outbox.PublishMany(ctx, tx, events)
+		results, err = b.outbox.PublishManyTx(ctx, tx, events)
 		return err
 	}))
 	return results

@@ -26,11 +26,11 @@ var (
 	// ErrNotFound is returned when an endpoint, delivery or event does not
 	// exist.
 	ErrNotFound = errors.New("outbox: not found")
-	// ErrInvalidEvent is returned by Publish for an event it refuses (empty
+	// ErrInvalidEvent is returned by PublishTx for an event it refuses (empty
 	// or overlong type, data that is not JSON, text that is not UTF-8 or
 	// holds a NUL byte…). Nothing was written.
 	ErrInvalidEvent = errors.New("outbox: invalid event")
-	// ErrPayloadTooLarge is returned by Publish when an event's encoded body
+	// ErrPayloadTooLarge is returned by PublishTx when an event's encoded body
 	// exceeds Config.MaxPayloadBytes. Nothing was written.
 	ErrPayloadTooLarge = errors.New("outbox: payload too large")
 	// ErrInvalidEndpoint is returned for endpoint parameters that cannot be

@@ -21,7 +21,7 @@ import (
 
 // TestPublishAndDeliverThroughPgBouncer: everything the outbox does at run
 // time, through PgBouncer in transaction mode in pgx's exec and
-// simple_protocol modes: endpoints, PublishMany in the caller's
+// simple_protocol modes: endpoints, PublishManyTx in the caller's
 // transaction, a replay refused while the delivery's job waits (which looks
 // the job up by its args), signed delivery by a poll-only River client with
 // retries, dead letters, and the replay of a dead delivery.

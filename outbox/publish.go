@@ -40,13 +40,13 @@ type Event struct {
 	// with the same key has been delivered or dead-lettered. At most 256
 	// bytes of UTF-8 without NUL, as every text Wharf stores.
 	//
-	// "Earlier" is the order of Publish calls (insert order), not of
+	// "Earlier" is the order of PublishTx calls (insert order), not of
 	// commits: if two transactions publish the same key concurrently and
-	// the later Publish commits first, its event can be sent first, since
+	// the later PublishTx commits first, its event can be sent first, since
 	// the earlier one is not yet visible. For a strict order, serialise the
-	// publishing transactions on the key before Publish — lock the row of
+	// publishing transactions on the key before PublishTx — lock the row of
 	// the entity the key names (SELECT … FOR UPDATE, or the UPDATE the
-	// transaction makes anyway) before calling Publish, so the transaction
+	// transaction makes anyway) before calling PublishTx, so the transaction
 	// that publishes first also commits first.
 	OrderingKey string
 	// Tenant, when set, limits delivery to the endpoints of that tenant;
@@ -70,27 +70,42 @@ type envelope struct {
 	Data      json.RawMessage `json:"data"`
 }
 
-// Publish stores event and, in the same transaction, one delivery job per
+// Publish is PublishTx.
+//
+// Deprecated: use PublishTx; Wharf names every method that works in the
+// caller's transaction …Tx, as River does.
+func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, event *Event) (*PublishResult, error) {
+	return o.PublishTx(ctx, tx, event)
+}
+
+// PublishMany is PublishManyTx.
+//
+// Deprecated: use PublishManyTx.
+func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([]*PublishResult, error) {
+	return o.PublishManyTx(ctx, tx, events)
+}
+
+// PublishTx stores event and, in the same transaction, one delivery job per
 // enabled endpoint subscribed to its type. Nothing is sent unless tx
 // commits; once it commits, delivery is attempted until it succeeds or the
 // retry schedule runs out.
 //
-// An event Publish refuses returns an error where errors.Is(err,
+// An event PublishTx refuses returns an error where errors.Is(err,
 // ErrInvalidEvent) or errors.Is(err, ErrPayloadTooLarge) is true, before
 // anything touches tx. Any other error may leave tx aborted: roll it back.
-func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, event *Event) (*PublishResult, error) {
-	results, err := o.PublishMany(ctx, tx, []*Event{event})
+func (o *Outbox) PublishTx(ctx context.Context, tx pgx.Tx, event *Event) (*PublishResult, error) {
+	results, err := o.PublishManyTx(ctx, tx, []*Event{event})
 	if err != nil {
 		return nil, err
 	}
 	return results[0], nil
 }
 
-// PublishMany is Publish for several events: one statement stores the
+// PublishManyTx is PublishTx for several events: one statement stores the
 // events and their deliveries, one more inserts every job. Results are in
-// the order of events. Errors are as for Publish; when one event is refused
+// the order of events. Errors are as for PublishTx; when one event is refused
 // none is published.
-func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([]*PublishResult, error) {
+func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) ([]*PublishResult, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -249,7 +264,7 @@ func checkEventType(t string) error {
 
 func formatEventID(id uuid.UUID) string { return EventIDPrefix + id.String() }
 
-// ParseEventID returns the UUID of an event id made by Publish. A malformed
+// ParseEventID returns the UUID of an event id made by PublishTx. A malformed
 // id returns an error where errors.Is(err, ErrNotFound) is true: no event
 // has it.
 func ParseEventID(id string) (uuid.UUID, error) {

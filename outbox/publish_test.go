@@ -24,7 +24,7 @@ func TestPublish(t *testing.T) {
 
 		tx, err := bundle.pool.Begin(ctx)
 		require.NoError(t, err)
-		rolledBack, err := bundle.outbox.Publish(ctx, tx, &outbox.Event{Type: "balance.updated", Data: map[string]int{"balance": 1}})
+		rolledBack, err := bundle.outbox.PublishTx(ctx, tx, &outbox.Event{Type: "balance.updated", Data: map[string]int{"balance": 1}})
 		require.NoError(t, err)
 		require.Equal(t, 1, rolledBack.Deliveries)
 		require.NoError(t, tx.Rollback(ctx))
@@ -116,7 +116,7 @@ func TestPublish(t *testing.T) {
 		require.NoError(t, err)
 		defer tx.Rollback(ctx) //nolint:errcheck
 
-		_, err = bundle.outbox.Publish(ctx, tx, &outbox.Event{Type: "big", Data: strings.Repeat("x", 1024)})
+		_, err = bundle.outbox.PublishTx(ctx, tx, &outbox.Event{Type: "big", Data: strings.Repeat("x", 1024)})
 		require.ErrorIs(t, err, outbox.ErrPayloadTooLarge)
 		require.Contains(t, err.Error(), "limit is 1024")
 
@@ -130,10 +130,10 @@ func TestPublish(t *testing.T) {
 			{Type: "ok", Data: make(chan int)},
 			{Type: "ok", Tenant: strings.Repeat("t", 257)},
 		} {
-			_, err := bundle.outbox.Publish(ctx, tx, bad)
+			_, err := bundle.outbox.PublishTx(ctx, tx, bad)
 			require.ErrorIs(t, err, outbox.ErrInvalidEvent, "event %+v", bad)
 		}
-		_, err = bundle.outbox.PublishMany(ctx, tx, []*outbox.Event{{Type: "fine"}, {Type: ""}})
+		_, err = bundle.outbox.PublishManyTx(ctx, tx, []*outbox.Event{{Type: "fine"}, {Type: ""}})
 		require.ErrorIs(t, err, outbox.ErrInvalidEvent)
 		require.Contains(t, err.Error(), "events[1]")
 
@@ -142,7 +142,7 @@ func TestPublish(t *testing.T) {
 		var events int
 		require.NoError(t, tx.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_events").Scan(&events))
 		require.Zero(t, events)
-		res, err := bundle.outbox.Publish(ctx, tx, &outbox.Event{Type: "fine", Data: nil})
+		res, err := bundle.outbox.PublishTx(ctx, tx, &outbox.Event{Type: "fine", Data: nil})
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Deliveries)
 	})
@@ -167,16 +167,16 @@ func TestPublish(t *testing.T) {
 			"invalid UTF-8 tenant":       {Type: "ok", Tenant: "\xfe\xffacme"},
 			"overlong ordering key":      {Type: "ok", OrderingKey: strings.Repeat("k", 257)},
 		} {
-			_, err := bundle.outbox.Publish(ctx, tx, bad)
+			_, err := bundle.outbox.PublishTx(ctx, tx, bad)
 			require.ErrorIs(t, err, outbox.ErrInvalidEvent, name)
-			_, err = bundle.outbox.PublishMany(ctx, tx, []*outbox.Event{{Type: "fine"}, bad})
+			_, err = bundle.outbox.PublishManyTx(ctx, tx, []*outbox.Event{{Type: "fine"}, bad})
 			require.ErrorIs(t, err, outbox.ErrInvalidEvent, name)
 			require.Contains(t, err.Error(), "events[1]", name)
 		}
 
 		// The transaction is intact: a later statement in it succeeds, and
 		// it commits what that statement wrote, and nothing else.
-		res, err := bundle.outbox.Publish(ctx, tx, &outbox.Event{Type: "fine", OrderingKey: "ключ", Tenant: ""})
+		res, err := bundle.outbox.PublishTx(ctx, tx, &outbox.Event{Type: "fine", OrderingKey: "ключ", Tenant: ""})
 		require.NoError(t, err)
 		require.Equal(t, 1, res.Deliveries)
 		require.NoError(t, tx.Commit(ctx))
@@ -189,7 +189,7 @@ func TestPublish(t *testing.T) {
 	t.Run("NilTransaction", func(t *testing.T) {
 		t.Parallel()
 		bundle := setup(t, testConfig())
-		_, err := bundle.outbox.Publish(ctx, nil, &outbox.Event{Type: "x"})
+		_, err := bundle.outbox.PublishTx(ctx, nil, &outbox.Event{Type: "x"})
 		require.Error(t, err)
 	})
 }

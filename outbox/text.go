@@ -9,7 +9,7 @@ import (
 // checkText returns an error naming field when s cannot be stored in a
 // Postgres text column: it holds a NUL byte or is not valid UTF-8. Postgres
 // would refuse such a value with an error that aborts the transaction
-// (the caller's, for Publish and the …Tx methods), so every text a caller
+// (the caller's, for PublishTx and the …Tx methods), so every text a caller
 // gives is checked before any statement runs. The error never quotes s.
 func checkText(field, s string) error {
 	if i := strings.IndexByte(s, 0); i >= 0 {

@@ -48,7 +48,7 @@ func TestEndpointTimeoutLongerThanJobTimeout(t *testing.T) {
 	require.NoError(t, client.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := ob.Publish(ctx, tx, &outbox.Event{Type: "x", Data: 1})
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "x", Data: 1})
 		return err
 	}))
 	time.Sleep(6 * time.Second)

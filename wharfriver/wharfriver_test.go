@@ -66,10 +66,10 @@ func TestConfigure(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
 
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := ib.Receive(ctx, tx, inbox.Incoming{Source: "s", EventID: "evt_1", Body: []byte(`{}`)}); err != nil {
+		if _, err := ib.ReceiveTx(ctx, tx, inbox.Incoming{Source: "s", EventID: "evt_1", Body: []byte(`{}`)}); err != nil {
 			return err
 		}
-		_, err := ob.Publish(ctx, tx, &outbox.Event{Type: "order.created", Data: map[string]int{"n": 1}})
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "order.created", Data: map[string]int{"n": 1}})
 		return err
 	}))
 	select {
@@ -165,7 +165,7 @@ func TestUnworkedQueueIsReported(t *testing.T) {
 	_, err = ob.EndpointEnsure(ctx, &outbox.EndpointParams{URL: "https://hooks.example.com/x"})
 	require.NoError(t, err)
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := ob.Publish(ctx, tx, &outbox.Event{Type: "a", Data: map[string]int{}})
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "a", Data: map[string]int{}})
 		return err
 	}))
 	// The delivery has waited 20 minutes.

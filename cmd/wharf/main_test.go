@@ -66,7 +66,7 @@ func TestInboxCommands(t *testing.T) {
 	require.NoError(t, err)
 	var res *inbox.Result
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		res, err = ib.Receive(ctx, tx, inbox.Incoming{Source: "s", EventID: "evt_cli", EventType: "t", Body: []byte(`{"k":"v"}`)})
+		res, err = ib.ReceiveTx(ctx, tx, inbox.Incoming{Source: "s", EventID: "evt_cli", EventType: "t", Body: []byte(`{"k":"v"}`)})
 		return err
 	}))
 

@@ -54,7 +54,7 @@ func outboxQuickStart(ctx context.Context, pool *pgxpool.Pool, account string, b
 		if _, err := tx.Exec(ctx, `UPDATE accounts SET balance = $1 WHERE id = $2`, balance, account); err != nil {
 			return err
 		}
-		_, err := ob.Publish(ctx, tx, &outbox.Event{
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{
 			Type: "balance.updated",
 			Data: map[string]any{"account": account, "balance": balance},
 		})

@@ -111,7 +111,7 @@ func TestChaosOutboxEndpoints(t *testing.T) {
 	var eventIDs []string
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for i := range events {
-			res, err := ob.Publish(ctx, tx, &outbox.Event{Type: "chaos.test", Data: map[string]int{"n": i}})
+			res, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "chaos.test", Data: map[string]int{"n": i}})
 			if err != nil {
 				return err
 			}
