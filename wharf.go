@@ -234,8 +234,9 @@ func migrateRiverUp(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("wharf: migrate river: lock connection: %w", err)
 	}
 	defer lockConn.Close(context.Background())
-	if _, err := lockConn.Exec(ctx, "SELECT pg_advisory_lock($1, $2)",
-		partition.LockClass(), partition.LockKey("wharf.migrate.river")); err != nil {
+	if err := dbsqlc.New(lockConn).AdvisorySessionLock(ctx, dbsqlc.AdvisorySessionLockParams{
+		Class: partition.LockClass(), Key: partition.LockKey("wharf.migrate.river"),
+	}); err != nil {
 		return fmt.Errorf("wharf: migrate river: lock: %w", err)
 	}
 	// Closing lockConn releases the lock.

@@ -32,3 +32,8 @@ DELETE FROM wharf_partition_drops WHERE parent = @parent AND day = @day::timesta
 
 -- name: PartitionDropMarked :one
 SELECT EXISTS (SELECT 1 FROM wharf_partition_drops WHERE parent = @parent AND day = @day::timestamptz);
+
+-- name: AdvisorySessionLock :exec
+-- Held by a connection of its own until it closes (river migrations, which
+-- cannot share one transaction).
+SELECT pg_advisory_lock(@class::int, @key::int);

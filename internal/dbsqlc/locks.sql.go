@@ -12,6 +12,22 @@ import (
 	"github.com/google/uuid"
 )
 
+const advisorySessionLock = `-- name: AdvisorySessionLock :exec
+SELECT pg_advisory_lock($1::int, $2::int)
+`
+
+type AdvisorySessionLockParams struct {
+	Class int32
+	Key   int32
+}
+
+// Held by a connection of its own until it closes (river migrations, which
+// cannot share one transaction).
+func (q *Queries) AdvisorySessionLock(ctx context.Context, arg AdvisorySessionLockParams) error {
+	_, err := q.db.Exec(ctx, advisorySessionLock, arg.Class, arg.Key)
+	return err
+}
+
 const advisoryXactLock = `-- name: AdvisoryXactLock :exec
 SELECT pg_advisory_xact_lock($1::int, $2::int)
 `

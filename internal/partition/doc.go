@@ -13,19 +13,17 @@
 // partitions ([List], [ListDetached]) and removes them with [Detach] (DETACH
 // … CONCURRENTLY), [Finalize] and [Drop].
 //
-// The rest of Wharf's SQL goes through sqlc (queries/, generated into
-// internal/dbsqlc); this package writes its own. It must for the statements
-// on variable table names, which queries cannot parameterise: CREATE TABLE
-// and ATTACH PARTITION in Ensure, DETACH PARTITION (CONCURRENTLY and
-// FINALIZE) and DROP TABLE in lifecycle.go, and CountRows' SELECT count(*).
-// Every identifier is quoted with pgx.Identifier and every bound is
-// formatted from a time.Time. It also holds statements on fixed names that
-// sqlc could carry but does not yet: the catalog reads of Tables, List and
-// ListDetached, the to_regclass look-ups of Ensure and Cache.Ensure, and
-// Ensure's SET LOCAL lock_timeout and pg_advisory_xact_lock. Outside this
-// package, library code sends three more kinds of statement of its own:
-// wharf.Migrate's pg_advisory_lock and the inbox batch worker's SAVEPOINT,
-// RELEASE SAVEPOINT and ROLLBACK TO SAVEPOINT.
+// Every statement Wharf sends goes through sqlc (queries/, generated into
+// internal/dbsqlc), the catalog reads and session settings of this package
+// included (queries/catalog.sql, queries/locks.sql), except those sqlc
+// cannot express. Statements on table names known only at run time: CREATE
+// TABLE and ATTACH PARTITION in Ensure, DETACH PARTITION (CONCURRENTLY and
+// FINALIZE) and DROP TABLE in lifecycle.go, and CountRows' SELECT count(*);
+// every identifier is quoted with pgx.Identifier and every bound is
+// formatted from a time.Time. And transaction control: the inbox batch
+// worker's SAVEPOINT, RELEASE SAVEPOINT and ROLLBACK TO SAVEPOINT, what
+// pgx's nested transactions send, written out so that they can share a
+// round trip with a handler's first statement.
 //
 // The README's "Retention: partitions and pruning" section describes the
 // partitioned tables and their retention.

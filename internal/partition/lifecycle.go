@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
 // DB is what the lifecycle functions run on: a pool, a connection or a
@@ -35,38 +36,23 @@ type Info struct {
 
 // List returns parent's partitions, oldest day first.
 func List(ctx context.Context, db DB, parent string) ([]Info, error) {
-	rows, err := db.Query(ctx, `
-		SELECT c.relname, i.inhdetachpending, c.reltuples::bigint, pg_total_relation_size(c.oid)
-		FROM pg_inherits i
-		JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = to_regclass($1)
-		ORDER BY c.relname`, pgx.Identifier{parent}.Sanitize())
+	rows, err := dbsqlc.New(db).CatalogPartitions(ctx, pgx.Identifier{parent}.Sanitize())
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (Info, error) {
-		var info Info
-		err := row.Scan(&info.Name, &info.DetachPending, &info.Rows, &info.Bytes)
-		info.Day, _ = ParseName(parent, info.Name)
-		return info, err
-	})
+	out := make([]Info, len(rows))
+	for i, row := range rows {
+		out[i] = Info{Name: row.Name, DetachPending: row.DetachPending, Rows: row.EstimatedRows, Bytes: row.TotalBytes}
+		out[i].Day, _ = ParseName(parent, row.Name)
+	}
+	return out, nil
 }
 
 // ListDetached returns the tables named like parent's partitions that are no
 // longer attached to it: left behind when a drop was interrupted between
 // its DETACH and its DROP.
 func ListDetached(ctx context.Context, db DB, parent string) ([]Info, error) {
-	rows, err := db.Query(ctx, `
-		SELECT c.relname
-		FROM pg_class c
-		WHERE c.relnamespace = current_schema()::regnamespace
-		  AND c.relkind = 'r' AND NOT c.relispartition
-		  AND c.relname LIKE $1
-		ORDER BY c.relname`, parent+`\_p%`)
-	if err != nil {
-		return nil, err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := dbsqlc.New(db).CatalogUnattachedTables(ctx, parent+`\_p%`)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
 // DefaultDaysAhead is how many days of partitions beyond today Migrate
@@ -71,14 +72,15 @@ func Ensure(ctx context.Context, db Beginner, parent string, day time.Time) (boo
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		// A creator waiting longer than this is stuck behind something else
 		// (a long DETACH, say); fail and let the caller retry rather than hang.
-		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '10s'"); err != nil {
+		q := dbsqlc.New(tx)
+		if err := q.SetLocalLockTimeout(ctx, "10s"); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, $2)", lockClass, LockKey(parent)); err != nil {
+		if err := q.AdvisoryXactLock(ctx, dbsqlc.AdvisoryXactLockParams{Class: lockClass, Key: LockKey(parent)}); err != nil {
 			return err
 		}
-		var exists bool
-		if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{name}.Sanitize()).Scan(&exists); err != nil {
+		exists, err := q.CatalogRelationExists(ctx, pgx.Identifier{name}.Sanitize())
+		if err != nil {
 			return err
 		}
 		if exists {
@@ -121,19 +123,8 @@ func EnsureRange(ctx context.Context, pool Beginner, parent string, first, last 
 // Tables lists Wharf's partitioned tables (every partitioned table whose name
 // starts with "wharf_"), so that upkeep covers tables added by later
 // migrations without a list to keep in step.
-func Tables(ctx context.Context, db interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}) ([]string, error) {
-	rows, err := db.Query(ctx, `
-		SELECT c.relname
-		FROM pg_partitioned_table p
-		JOIN pg_class c ON c.oid = p.partrelid
-		WHERE c.relname LIKE 'wharf\_%' AND c.relnamespace = current_schema()::regnamespace
-		ORDER BY c.relname`)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+func Tables(ctx context.Context, db dbsqlc.DBTX) ([]string, error) {
+	return dbsqlc.New(db).CatalogPartitionedTables(ctx)
 }
 
 // EnsureAll ensures every Wharf partitioned table has partitions from first
@@ -179,11 +170,9 @@ func NewCache(pool *pgxpool.Pool) *Cache {
 	return &Cache{pool: pool}
 }
 
-// Querier runs a query returning one row: a pool, a connection or a
+// Querier is what Ensure checks the catalog on: a pool, a connection or a
 // transaction.
-type Querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+type Querier = dbsqlc.DBTX
 
 // Ensure makes sure parent has a partition for t's day. The catalog check
 // runs on db, the caller's transaction when it has one (nil: the pool), so
@@ -204,8 +193,8 @@ func (c *Cache) Ensure(ctx context.Context, db Querier, parent string, t time.Ti
 	if db == nil {
 		db = c.pool
 	}
-	var exists bool
-	if err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", pgx.Identifier{name}.Sanitize()).Scan(&exists); err != nil {
+	exists, err := dbsqlc.New(db).CatalogRelationExists(ctx, pgx.Identifier{name}.Sanitize())
+	if err != nil {
 		return fmt.Errorf("wharf: look up partition %s: %w", name, err)
 	}
 	if !exists {
