@@ -4,14 +4,16 @@
 // work: a received webhook's effect happens exactly once, and an event
 // published in a transaction that rolls back is never sent.
 //
-// This package holds what every part shares, the schema. [Migrate] brings
+// This package holds what every part shares, the schema: [Migrate] brings
 // River's tables (through rivermigrate) and Wharf's own (through
 // golang-migrate, from the embedded schema, versioned in [MigrationsTable])
 // to the latest version and creates the daily partitions up to
 // [PartitionDaysAhead] days ahead. [Status] reports both versions,
 // [MigrateDown] and [MigrateRiverDown] revert them, and [ErrDirty] reports a
-// Wharf migration that failed half-way. The README's "Operations" section
-// ("Migrations") says how to run them and repair a dirty schema.
+// Wharf migration that failed half-way. They forward to package
+// wharfmigrate, which an application may import instead. The README's
+// "Operations" section ("Migrations") says how to run them and repair a
+// dirty schema.
 //
 // The rest lives in one package per concern:
 //
@@ -29,6 +31,8 @@
 //   - idempotency is Idempotency-Key middleware for the application's own
 //     endpoints, its keys committed with the handler's work (README,
 //     "Idempotency keys for your own endpoints").
+//   - wharfriver attaches all of them to an application's river.Config in
+//     one call (README, "River configuration").
 //   - jobs holds the River periodic jobs that keep partitions ahead and drop
 //     or prune what has expired, never unfinished work (README, "Retention:
 //     partitions and pruning").

@@ -1,7 +1,7 @@
 // Package testdb gives each test its own migrated Postgres database.
 //
 // A template database is migrated once (River's and Wharf's migrations, via
-// wharf.Migrate) and cloned per test by pgtestdb in milliseconds. A test's
+// wharfmigrate.Migrate) and cloned per test by pgtestdb in milliseconds. A test's
 // database is dropped when it passes and kept, with its URL logged, when it
 // fails. There is no fallback: without a reachable server the test fails and
 // says how to start one.
@@ -27,7 +27,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/wharfhq/wharf"
+	"github.com/wharfhq/wharf/wharfmigrate"
 	"github.com/wharfhq/wharf/schema"
 )
 
@@ -132,7 +132,7 @@ func redact(url string) string {
 	return fmt.Sprintf("%s@%s:%d/%s", pc.User, pc.Host, pc.Port, pc.Database)
 }
 
-// migrator runs wharf.Migrate on the template database.
+// migrator runs wharfmigrate.Migrate on the template database.
 type migrator struct{}
 
 // Hash covers Wharf's migration files, River's migrations and the current
@@ -171,5 +171,5 @@ func (migrator) Migrate(ctx context.Context, _ *sql.DB, conf pgtestdb.Config) er
 		return err
 	}
 	defer pool.Close()
-	return wharf.Migrate(ctx, pool)
+	return wharfmigrate.Migrate(ctx, pool)
 }
