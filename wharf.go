@@ -48,4 +48,6 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*MigrationStatus, error) {
 }
 
 // Pooled is wharfmigrate.Pooled.
-func Pooled(ctx context.Context, pool *pgxpool.Pool) (bool, error) { return wharfmigrate.Pooled(ctx, pool) }
+func Pooled(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	return wharfmigrate.Pooled(ctx, pool)
+}

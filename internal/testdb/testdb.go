@@ -27,8 +27,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 
-	"github.com/wharfhq/wharf/wharfmigrate"
 	"github.com/wharfhq/wharf/schema"
+	"github.com/wharfhq/wharf/wharfmigrate"
 )
 
 // DefaultURL is the server tests use when neither WHARF_TEST_DATABASE_URL nor
