@@ -1,7 +1,6 @@
 package idempotency_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -39,7 +38,7 @@ INSERT INTO balances VALUES ('acct_1', 100), ('acct_2', 100);`
 type testBundle struct {
 	url    string
 	pool   *pgxpool.Pool
-	logs   *syncBuffer
+	logs   *testdb.LockedBuffer
 	calls  atomic.Int64 // handler runs
 	server *httptest.Server
 	client *http.Client
@@ -82,7 +81,7 @@ func setup(t *testing.T, opts testOptions) *testBundle {
 	_, err = pool.Exec(ctx, appSchema)
 	require.NoError(t, err)
 
-	b := &testBundle{url: url, pool: pool, logs: &syncBuffer{}, opts: opts}
+	b := &testBundle{url: url, pool: pool, logs: &testdb.LockedBuffer{}, opts: opts}
 	b.server = b.startNode(t, opts.config)
 	// No keep-alive: net/http's Transport silently re-sends a request that
 	// carries an Idempotency-Key when a reused connection breaks, which
@@ -380,23 +379,6 @@ func (b *testBundle) keyCount(t *testing.T) int {
 	var n int
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM wharf_idempotency_keys").Scan(&n))
 	return n
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }
 
 // gate blocks handler runs until opened. Opening it twice is harmless, so

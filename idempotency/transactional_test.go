@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/idempotency"
+	"github.com/wharfhq/wharf/internal/testdb"
 )
 
 func TestTransactionalHandlerWritesAndKeyAreAtomic(t *testing.T) {
@@ -243,7 +244,7 @@ func killChildInHandler(t *testing.T, url string, transactional bool) uint32 {
 	defer stdin.Close()
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr syncBuffer
+	var stderr testdb.LockedBuffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
 

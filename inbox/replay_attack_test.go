@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -122,7 +122,7 @@ func TestSlowInsertPathAnswers503AndLosesNothing(t *testing.T) {
 // and the log names the configuration, not a missing secret.
 func TestInvalidVerifierOptionsAnswer503(t *testing.T) {
 	t.Parallel()
-	logged := &lockedBuffer{}
+	logged := &testdb.LockedBuffer{}
 	verifier := signature.NewStandardWebhooks(signature.Secrets{testSecret}, &signature.Options{Tolerance: -5 * time.Minute})
 	b := setup(t, &setupOpts{cfg: &inbox.Config{
 		Sources: []inbox.Source{{Name: "payments", Verifier: verifier}},
@@ -134,23 +134,4 @@ func TestInvalidVerifierOptionsAnswer503(t *testing.T) {
 	require.Zero(t, keys+messages+jobs)
 	require.Contains(t, logged.String(), "invalid verifier options")
 	require.NotContains(t, logged.String(), "no usable signing secret")
-}
-
-// lockedBuffer is a log sink that the server's goroutines and the test can
-// share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,14 +1,12 @@
 package wharfriver_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -135,24 +133,6 @@ func TestConfigureRefusesBrokenGuarantees(t *testing.T) {
 	require.ErrorIs(t, err, wharfriver.ErrInvalidConfig)
 }
 
-// lockedBuffer is a log sink shared with River's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // TestUnworkedQueueIsReported: deliveries waiting in a queue that no
 // client works (an outbox on its own queue, left out of this client) are
 // reported at error once when the leader starts.
@@ -172,7 +152,7 @@ func TestUnworkedQueueIsReported(t *testing.T) {
 	_, err = pool.Exec(ctx, "UPDATE river_job SET scheduled_at = now() - interval '20 minutes' WHERE queue = 'forgotten'")
 	require.NoError(t, err)
 
-	var logs lockedBuffer
+	var logs testdb.LockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg := &river.Config{Logger: quiet, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
 	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Logger: logger}))

@@ -33,7 +33,7 @@ type PgBouncer struct {
 	target *neturl.URL
 	addr   string
 	cmd    *exec.Cmd
-	log    *lockedBuffer
+	log    *LockedBuffer
 	exited chan struct{}
 }
 
@@ -161,7 +161,7 @@ log_disconnections = 0
 		}
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	}
-	log := &lockedBuffer{}
+	log := &LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
@@ -289,20 +289,21 @@ func iniValue(s string) string {
 	return b.String()
 }
 
-// lockedBuffer collects PgBouncer's log, written by the process's copier
-// goroutines and read by the test.
-type lockedBuffer struct {
+// LockedBuffer is an io.Writer that goroutines (a process's copiers, a
+// server's handlers, River's) and the test may share: PgBouncer's log, a
+// slog handler's output.
+type LockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *LockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *LockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
