@@ -188,7 +188,7 @@ type recorder struct {
 	seen   map[string][]string
 }
 
-func newRecorder(t *testing.T, respond http.HandlerFunc) *recorder {
+func newRecorder(t testing.TB, respond http.HandlerFunc) *recorder {
 	rec := &recorder{seen: map[string][]string{}}
 	rec.server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -210,7 +210,7 @@ func (rec *recorder) ids(path string) []string {
 // rawServer serves each TCP connection with handle, then closes it, and
 // returns the server's URL. Connections still open when the test ends are
 // closed, which ends their handlers' writes.
-func rawServer(t *testing.T, handle func(net.Conn)) string {
+func rawServer(t testing.TB, handle func(net.Conn)) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var (

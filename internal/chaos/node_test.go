@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 }
 
 // exampleBinary builds the example app once and returns its path.
-func exampleBinary(t *testing.T) string {
+func exampleBinary(t testing.TB) string {
 	t.Helper()
 	exampleBuild.once.Do(func() {
 		dir, err := os.MkdirTemp("", "wharf-chaos-")
@@ -87,7 +87,7 @@ type node struct {
 }
 
 // freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -96,7 +96,7 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-func newNode(t *testing.T, name, databaseURL string, env ...string) *node {
+func newNode(t testing.TB, name, databaseURL string, env ...string) *node {
 	n := &node{
 		name: name,
 		addr: freeAddr(t),
@@ -117,7 +117,7 @@ func (n *node) url() string { return "http://" + n.addr }
 // start runs the example and waits until it answers. A run that exits
 // while starting is retried a few times: the server is shared with other
 // tests and may be out of connections for a moment.
-func (n *node) start(t *testing.T) {
+func (n *node) start(t testing.TB) {
 	t.Helper()
 	for try := 1; ; try++ {
 		err := n.startOnce(t)
@@ -132,7 +132,7 @@ func (n *node) start(t *testing.T) {
 	}
 }
 
-func (n *node) startOnce(t *testing.T) error {
+func (n *node) startOnce(t testing.TB) error {
 	logFile, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	require.NoError(t, err)
 	defer logFile.Close()
@@ -187,7 +187,7 @@ func (n *node) pid() int {
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
-func (n *node) kill(t *testing.T) {
+func (n *node) kill(t testing.TB) {
 	t.Helper()
 	n.mu.Lock()
 	cmd, exited := n.cmd, n.exited
@@ -199,7 +199,7 @@ func (n *node) kill(t *testing.T) {
 
 // stop shuts the node down gracefully (SIGTERM: in-flight jobs finish),
 // killing it after 60s.
-func (n *node) stop(t *testing.T) {
+func (n *node) stop(t testing.TB) {
 	n.mu.Lock()
 	cmd, exited := n.cmd, n.exited
 	n.mu.Unlock()

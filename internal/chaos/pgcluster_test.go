@@ -30,7 +30,7 @@ type pgCluster struct {
 // startPrivateCluster creates and starts a cluster from the newest server
 // binaries under /usr/lib/postgresql, stopped and removed when the test
 // ends. It returns nil and the reason when that is not possible.
-func startPrivateCluster(t *testing.T) (*pgCluster, string) {
+func startPrivateCluster(t testing.TB) (*pgCluster, string) {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	if len(bins) == 0 {
@@ -97,7 +97,7 @@ func (c *pgCluster) url(db string) string {
 
 // newDatabase creates an empty database (the example migrates it) and
 // returns its URL.
-func (c *pgCluster) newDatabase(t *testing.T) string {
+func (c *pgCluster) newDatabase(t testing.TB) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -112,7 +112,7 @@ func (c *pgCluster) newDatabase(t *testing.T) string {
 // restart restarts the server (fast shutdown: sessions are terminated,
 // transactions in flight roll back) and waits until it accepts
 // connections again.
-func (c *pgCluster) restart(t *testing.T) {
+func (c *pgCluster) restart(t testing.TB) {
 	t.Helper()
 	// -l again: without it the new postmaster writes to pg_ctl's output,
 	// our pipe, and the command never returns.

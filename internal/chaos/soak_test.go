@@ -21,7 +21,7 @@ import (
 // node's RSS, threads and open files. Afterwards every event must have been
 // applied exactly once, the last retention run must have deferred no
 // partition, and no node may have grown past a generous bound.
-func runSoak(t *testing.T, d time.Duration) {
+func runSoak(t testing.TB, d time.Duration) {
 	start := time.Now()
 	f := form{name: "soak", jobTimeout: 5 * time.Second, rescueAfter: 6 * time.Second, jobsInterval: time.Minute}
 	now := time.Now().UTC()

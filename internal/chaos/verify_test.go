@@ -31,7 +31,7 @@ type tally struct {
 }
 
 // countEffects compares the database with the events sent.
-func countEffects(t *testing.T, pool *pgxpool.Pool, events []event, s *sender) *tally {
+func countEffects(t testing.TB, pool *pgxpool.Pool, events []event, s *sender) *tally {
 	t.Helper()
 	ctx := context.Background()
 	type msgCount struct{ rows, processed int }
@@ -93,7 +93,7 @@ func (tl *tally) note(s string) {
 
 // require fails the test unless every acknowledged event was applied
 // exactly once and every event was acknowledged.
-func (tl *tally) require(t *testing.T) {
+func (tl *tally) require(t testing.TB) {
 	t.Helper()
 	require.Zero(t, tl.doubled, "events applied more than once: %v", tl.examples)
 	require.Zero(t, tl.lost, "acknowledged events lost: %v", tl.examples)
@@ -104,7 +104,7 @@ func (tl *tally) require(t *testing.T) {
 }
 
 // queryCounts runs a query of (text, bigint) rows into a map.
-func queryCounts(t *testing.T, pool *pgxpool.Pool, sql string) map[string]int64 {
+func queryCounts(t testing.TB, pool *pgxpool.Pool, sql string) map[string]int64 {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), sql)
 	require.NoError(t, err)
@@ -123,7 +123,7 @@ func queryCounts(t *testing.T, pool *pgxpool.Pool, sql string) map[string]int64 
 // queue holds no unfinished job (a leftover job could still double an
 // effect). Whether every acknowledged event was stored is countEffects'
 // business: a 200 is only sent after the commit, so nothing more arrives.
-func awaitSettled(t *testing.T, pool *pgxpool.Pool, timeout time.Duration) {
+func awaitSettled(t testing.TB, pool *pgxpool.Pool, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(timeout)
@@ -145,7 +145,7 @@ func awaitSettled(t *testing.T, pool *pgxpool.Pool, timeout time.Duration) {
 }
 
 // jobStates describes River's jobs by kind and state, for failure messages.
-func jobStates(t *testing.T, pool *pgxpool.Pool) string {
+func jobStates(t testing.TB, pool *pgxpool.Pool) string {
 	rows, err := pool.Query(context.Background(), `SELECT kind || '/' || state, count(*) FROM river_job GROUP BY 1 ORDER BY 1`)
 	if err != nil {
 		return err.Error()
@@ -171,7 +171,7 @@ type leaderWatch struct {
 	done  chan struct{}
 }
 
-func watchLeaders(t *testing.T, pool *pgxpool.Pool) *leaderWatch {
+func watchLeaders(t testing.TB, pool *pgxpool.Pool) *leaderWatch {
 	w := &leaderWatch{seen: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(w.done)
@@ -223,7 +223,7 @@ func leaderOf(term string) string {
 }
 
 // awaitLeader waits until a term led by someone other than former is seen.
-func (w *leaderWatch) awaitLeaderOtherThan(t *testing.T, former string, timeout time.Duration) {
+func (w *leaderWatch) awaitLeaderOtherThan(t testing.TB, former string, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -243,7 +243,7 @@ func (w *leaderWatch) awaitLeaderOtherThan(t *testing.T, former string, timeout 
 // times they were scheduled for.
 type periodicRuns map[string][2]int
 
-func countPeriodic(t *testing.T, pool *pgxpool.Pool) periodicRuns {
+func countPeriodic(t testing.TB, pool *pgxpool.Pool) periodicRuns {
 	t.Helper()
 	rows, err := pool.Query(context.Background(), `SELECT kind, count(*), count(DISTINCT scheduled_at)
 		FROM river_job WHERE metadata->>'periodic' = 'true' GROUP BY kind`)
@@ -263,7 +263,7 @@ func countPeriodic(t *testing.T, pool *pgxpool.Pool) periodicRuns {
 // twice for one scheduled time, and no more often than the leaders'
 // run-on-start runs plus one per period elapsed. A periodic job enqueued
 // by every node, not just the leader, would break the bound.
-func (p periodicRuns) require(t *testing.T, terms int, elapsed, interval time.Duration) {
+func (p periodicRuns) require(t testing.TB, terms int, elapsed, interval time.Duration) {
 	t.Helper()
 	bound := terms + int(elapsed/interval)
 	for _, kind := range []string{"wharf_partition_upkeep", "wharf_prune"} {
@@ -286,7 +286,7 @@ func (p periodicRuns) String() string {
 // messageDays counts the days (UTC) the payments' messages were stored
 // under: nodes whose clocks disagree about the date store one event's
 // copies in different daily partitions, and dedupe must hold across them.
-func messageDays(t *testing.T, pool *pgxpool.Pool) int {
+func messageDays(t testing.TB, pool *pgxpool.Pool) int {
 	t.Helper()
 	var days int
 	require.NoError(t, pool.QueryRow(context.Background(), `SELECT count(DISTINCT (received_at AT TIME ZONE 'UTC')::date)
