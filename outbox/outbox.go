@@ -40,7 +40,8 @@ var (
 	// ErrAmbiguousEndpoint is returned by EndpointEnsure when several
 	// endpoints of the tenant have the URL: it cannot tell which one to keep.
 	ErrAmbiguousEndpoint = errors.New("outbox: several endpoints have this URL")
-	// ErrEndpointDisabled is returned when replaying to a disabled endpoint.
+	// ErrEndpointDisabled is returned when replaying to, or recovering the
+	// missed events of, a disabled endpoint.
 	ErrEndpointDisabled = errors.New("outbox: endpoint disabled")
 	// ErrDeliveryInProgress is returned when replaying a delivery that is
 	// still pending or retrying while a River job of it is waiting or

@@ -771,6 +771,93 @@ func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointList
 	return items, nil
 }
 
+const outboxEndpointRecover = `-- name: OutboxEndpointRecover :many
+WITH ep AS (
+    SELECT e.id, e.tenant, e.event_types
+    FROM wharf_outbox_endpoints e
+    WHERE e.id = $1::uuid AND e.enabled
+    FOR KEY SHARE
+),
+missed AS (
+    SELECT ev.id, ev.created_at, ev.ordering_key
+    FROM wharf_outbox_events ev, ep
+    WHERE ev.created_at >= $3::timestamptz
+      AND (ev.created_at, ev.id) > ($4::timestamptz, $5::uuid)
+      AND ev.scrubbed_at IS NULL
+      AND ev.tenant = ep.tenant
+      AND (cardinality(ep.event_types) = 0
+           OR EXISTS (
+               SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
+               WHERE f.pattern = ev.type
+                  OR f.pattern = '*'
+                  OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1)))))
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_outbox_deliveries d
+          WHERE d.event_id = ev.id AND d.endpoint_id = ep.id)
+    ORDER BY ev.created_at, ev.id
+    LIMIT $6::int
+)
+INSERT INTO wharf_outbox_deliveries (
+    id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
+)
+SELECT gen_random_uuid(), missed.id, missed.created_at, $1::uuid, missed.ordering_key, 'pending',
+       $2::timestamptz, $2::timestamptz, $2::timestamptz
+FROM missed
+ORDER BY missed.created_at, missed.id
+RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.event_created_at
+`
+
+type OutboxEndpointRecoverParams struct {
+	EndpointID     uuid.UUID
+	Now            time.Time
+	Since          time.Time
+	AfterCreatedAt time.Time
+	AfterID        uuid.UUID
+	BatchSize      int32
+}
+
+type OutboxEndpointRecoverRow struct {
+	ID             uuid.UUID
+	EventID        uuid.UUID
+	EventCreatedAt time.Time
+}
+
+// Creates, for an enabled endpoint, a pending delivery of every stored
+// event it would have received (its tenant, a type its filter matches)
+// created at or after since and after the cursor (created_at, id), that it
+// has no delivery of yet: events published while it was disabled, or
+// before it existed. Up to batch_size events, oldest first; returns the
+// deliveries, whose last row is the next cursor. The endpoint row is
+// locked first (KEY SHARE: only its deletion waits), the lock order of
+// every statement that locks it and its deliveries. No row: nothing left,
+// or the endpoint is disabled or gone.
+func (q *Queries) OutboxEndpointRecover(ctx context.Context, arg OutboxEndpointRecoverParams) ([]OutboxEndpointRecoverRow, error) {
+	rows, err := q.db.Query(ctx, outboxEndpointRecover,
+		arg.EndpointID,
+		arg.Now,
+		arg.Since,
+		arg.AfterCreatedAt,
+		arg.AfterID,
+		arg.BatchSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxEndpointRecoverRow
+	for rows.Next() {
+		var i OutboxEndpointRecoverRow
+		if err := rows.Scan(&i.ID, &i.EventID, &i.EventCreatedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxEndpointRotateSecret = `-- name: OutboxEndpointRotateSecret :one
 UPDATE wharf_outbox_endpoints
 SET previous_secret = secret,
