@@ -64,6 +64,10 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 			return fmt.Errorf("inbox: load messages: %w", err)
 		}
 		now := ib.clock()
+		order, err := ib.newBatchOrder(ctx, tx, job, rows)
+		if err != nil {
+			return err
+		}
 		sp := &savepoints{ctx: ctx}
 		var unmarked []uuid.UUID // processed by handlers that never touched the database
 		for i := range rows {
@@ -71,6 +75,12 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				continue
 			}
 			msg := messageFromRow(&rows[i])
+			if order.held(msg) {
+				// An earlier message of its ordering key is unfinished: a
+				// job of its own parks it, without using an attempt.
+				failures = append(failures, batchFailure{msg, &orderingWaitError{}})
+				continue
+			}
 			sp.start(dbsqlc.InboxMessageMarkProcessedArgs(dbsqlc.InboxMessageMarkProcessedParams{
 				Now: now, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
 			}))
@@ -80,6 +90,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 					return fatal.err
 				}
 				failures = append(failures, batchFailure{msg, err})
+				order.hold(msg) // its later messages in this batch wait too
 				continue
 			}
 			if !sp.taken {
@@ -93,6 +104,9 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 			}); err != nil {
 				return fmt.Errorf("inbox: mark processed: %w", err)
 			}
+		}
+		if err := ib.wakeNextOf(ctx, tx, job.Args.ReceivedAt, processed); err != nil {
+			return err
 		}
 		for _, f := range failures {
 			if err := ib.retryAlone(ctx, tx, f.msg, f.cause); err != nil {
@@ -119,6 +133,11 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		log.InfoContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 	}
 	for _, f := range failures {
+		var snooze *river.JobSnoozeError
+		var waiting *orderingWaitError
+		if errors.As(f.cause, &snooze) || errors.As(f.cause, &waiting) {
+			continue // waiting for its turn (ordering) or for the handler's snooze: not a failure
+		}
 		logFailure(ctx, log.With("message_id", f.msg.ID), f.msg, failureStatus(f.cause, 1, ib.maxAttempts), f.cause)
 	}
 	return nil
@@ -180,9 +199,16 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 	q := dbsqlc.New(tx)
 	opts := ib.insertOpts()
 	var snooze *river.JobSnoozeError
-	if errors.As(cause, &snooze) {
+	var waiting *orderingWaitError
+	switch {
+	case errors.As(cause, &waiting):
+		// Its job runs now and, while the earlier message of its key is
+		// unfinished, snoozes itself briefly (a short snooze keeps the job
+		// available; a job inserted for later waits for River's
+		// scheduler, seconds).
+	case errors.As(cause, &snooze):
 		opts.ScheduledAt = time.Now().Add(snooze.Duration)
-	} else {
+	default:
 		status := failureStatus(cause, 1, ib.maxAttempts)
 		if err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
 			Status:     string(status),
@@ -194,7 +220,7 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 			return fmt.Errorf("inbox: record failure: %w", err)
 		}
 		if status == StatusDead {
-			return nil
+			return ib.wakeNext(ctx, tx, msg)
 		}
 		// This attempt counted: the retry job has the rest, with River's
 		// default backoff for a first failure.

@@ -279,7 +279,9 @@ func BenchmarkProcess(b *testing.B) {
 		}
 	}
 
-	for b.Loop() {
+	// runInbox receives n messages (with orderingKeys keys, spread evenly;
+	// 0: none) and returns how long the workers took to process them.
+	runInbox := func(orderingKeys int) time.Duration {
 		pool := benchPool(b, 32)
 		ib, err := inbox.New(pool, &inbox.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
@@ -289,7 +291,11 @@ func BenchmarkProcess(b *testing.B) {
 		for start := 0; start < n; start += 50 {
 			var batch []inbox.Incoming
 			for i := start; i < min(n, start+50); i++ {
-				batch = append(batch, inbox.Incoming{Source: "bench", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{"type":"noop"}`)})
+				msg := inbox.Incoming{Source: "bench", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{"type":"noop"}`)}
+				if orderingKeys > 0 {
+					msg.OrderingKey = fmt.Sprintf("key_%d", i%orderingKeys)
+				}
+				batch = append(batch, msg)
 			}
 			if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 				_, err := ib.ReceiveManyTx(ctx, tx, batch)
@@ -302,7 +308,12 @@ func BenchmarkProcess(b *testing.B) {
 		if err := ib.AddWorkers(workers); err != nil {
 			b.Fatal(err)
 		}
-		inboxTime := work(pool, workers, count(pool, "SELECT count(*) FROM wharf_inbox_messages WHERE status = 'processed'"))
+		return work(pool, workers, count(pool, "SELECT count(*) FROM wharf_inbox_messages WHERE status = 'processed'"))
+	}
+
+	for b.Loop() {
+		inboxTime := runInbox(0)
+		orderedTime := runInbox(orderedKeys)
 
 		rpool := benchPool(b, 32)
 		rclient, err := river.NewClient(riverpgxv5.New(rpool), &river.Config{})
@@ -328,8 +339,16 @@ func BenchmarkProcess(b *testing.B) {
 		b.ReportMetric(riverRate, "river_noop_job/s")
 		b.Logf("%d messages: inbox no-op handler %.0f/s, River no-op jobs %.0f/s, ratio %.2f", n, inboxRate, riverRate, inboxRate/riverRate)
 		loadtest.Bench("process_noop_handler_vs_river_noop_job_per_s", inboxRate, riverRate)
+		orderedRate := float64(n) / orderedTime.Seconds()
+		b.ReportMetric(orderedRate, "inbox_ordered_msg/s")
+		b.Logf("ordered by %d keys: %.0f/s, %.2f of unordered", orderedKeys, orderedRate, orderedRate/inboxRate)
+		loadtest.Bench("process_ordered_100_keys_vs_unordered_per_s", orderedRate, inboxRate)
 	}
 }
+
+// orderedKeys is how many ordering keys BenchmarkProcess's ordered run
+// spreads its messages over: 100 resources, each getting a sequence.
+const orderedKeys = 1000
 
 type noopArgs struct{}
 

@@ -121,6 +121,7 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 		Header:      r.Header,
 		Body:        raw,
 		PayloadHash: src.payloadHash(body),
+		OrderingKey: src.orderingKey(r.Header, body),
 	}
 	if err := msg.validate(); err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())

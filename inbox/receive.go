@@ -42,6 +42,12 @@ type Incoming struct {
 	// PayloadHash fingerprints the payload, to spot an event id reused for a
 	// different payload. Defaults to the SHA-256 of Body.
 	PayloadHash []byte
+	// OrderingKey puts the message in a sequence: messages of the source
+	// with the same key are processed one at a time, in receipt order (see
+	// Source.OrderingFields). Empty, the default: no order. At most
+	// MaxOrderingKeyLength characters. The HTTP handler sets it from the
+	// source's OrderingFields or OrderingHeader.
+	OrderingKey string
 }
 
 // Result says what ReceiveTx did.
@@ -291,6 +297,7 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 			params.Bodies = append(params.Bodies, bodyBytes(msg.Body))
 			params.PayloadHashes = append(params.PayloadHashes, c.hash)
 			params.JobIds = append(params.JobIds, jobID)
+			params.OrderingKeys = append(params.OrderingKeys, msg.OrderingKey)
 			results[c.index] = Result{MessageID: c.proposed, ReceivedAt: now, JobID: jobID}
 		}
 	}
@@ -332,6 +339,9 @@ func (m *Incoming) validate() error {
 	}
 	if !validText(m.EventType, 0, MaxEventTypeLength) {
 		return fmt.Errorf("%w: event type must be at most %d characters of UTF-8 without NUL", ErrInvalidMessage, MaxEventTypeLength)
+	}
+	if !validText(m.OrderingKey, 0, MaxOrderingKeyLength) {
+		return fmt.Errorf("%w: ordering key must be at most %d characters of UTF-8 without NUL", ErrInvalidMessage, MaxOrderingKeyLength)
 	}
 	// Headers are stored as JSON text, which cannot hold NUL.
 	for name, values := range m.Header {

@@ -212,6 +212,10 @@ func (ib *Inbox) ForgetTx(ctx context.Context, tx pgx.Tx, source, eventID string
 		return 0, ErrNotFound
 	}
 	for _, row := range rows {
+		// A later message of its ordering key parked behind it goes on.
+		if err := ib.wakeNext(ctx, tx, &Message{ID: row.ID, Source: source, ReceivedAt: row.ReceivedAt, OrderingKey: row.OrderingKey}); err != nil {
+			return 0, err
+		}
 		if row.JobID == nil {
 			continue
 		}

@@ -75,6 +75,19 @@ type Source struct {
 	// X-Goog-Channel-Token, X-Hook-Secret, X-Api-Key, Api-Key,
 	// X-Auth-Token, X-Webhook-Token, X-Webhook-Secret). Defaults to none.
 	DropHeaders []string
+	// OrderingFields are JSON body fields (dotted paths) tried in order for
+	// the message's ordering key, and OrderingHeader a header tried before
+	// them: messages of this source with the same key (the id of the
+	// subscription or order the event is about, say) are processed one at
+	// a time in receipt order. A message whose earlier one of its key is
+	// still to process or failing waits, without using attempts, until
+	// that one is processed, dead (its attempts exhausted, Permanent, or
+	// Skip by an operator); messages of other keys are not held. A message
+	// without the field or header has no key and no order. Defaults to
+	// none: no ordering.
+	OrderingFields []string
+	// OrderingHeader: see OrderingFields.
+	OrderingHeader string
 }
 
 func (s *Source) validate(p *shared.Problems) {

@@ -61,6 +61,9 @@ type Message struct {
 	// ScrubbedAt is when the body and headers were erased (retention's
 	// ScrubAfter, or Forget); nil while they are kept.
 	ScrubbedAt *time.Time
+	// OrderingKey is the message's place in a sequence (see
+	// Source.OrderingFields); empty when it has none.
+	OrderingKey string
 }
 
 // Handler applies a message's effect. It runs inside tx, the transaction
@@ -135,7 +138,9 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 	log := ib.logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)
 
 	var msg *Message
+	var parked bool // waiting for an earlier message of its ordering key
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
+		parked = false
 		row, err := dbsqlc.New(tx).InboxMessageGetForUpdate(ctx, dbsqlc.InboxMessageGetForUpdateParams{
 			ReceivedAt: job.Args.ReceivedAt,
 			ID:         job.Args.MessageID,
@@ -153,6 +158,26 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		msg = messageFromRow(&row)
 		if msg.Status == StatusProcessed {
 			// A replayed or duplicated job: the effect already committed.
+			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
+			return err
+		}
+		if msg.Status == StatusDead {
+			// Skipped while this job was running or waiting for a retry: a
+			// replay gives it a new job.
+			return river.JobCancel(fmt.Errorf("inbox: message %s is dead", row.ID))
+		}
+		if blocked, err := blockedTx(ctx, tx, msg); errors.Is(err, errOrderingBusy) {
+			return river.JobSnooze(orderingBusyWait)
+		} else if err != nil {
+			return err
+		} else if blocked {
+			// An earlier message of its ordering key is unfinished: park
+			// this one until that one finishes (see blockedTx), using no
+			// attempt.
+			if err := ib.park(ctx, tx, msg); err != nil {
+				return err
+			}
+			parked = true
 			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 			return err
 		}
@@ -174,11 +199,16 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		if err := runHandler(ctx, h, tx, msg); err != nil {
 			return err
 		}
+		if err := ib.wakeNext(ctx, tx, msg); err != nil {
+			return err
+		}
 		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
 		return err
 	})
 	if err == nil {
-		if msg != nil && msg.Status != StatusProcessed {
+		if parked {
+			log.DebugContext(ctx, "inbox: message parked until the earlier message of its ordering key finishes", "ordering_key", msg.OrderingKey)
+		} else if msg != nil && msg.Status != StatusProcessed {
 			log.InfoContext(ctx, "inbox: message processed", "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 		}
 		return nil
@@ -212,6 +242,9 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[proces
 		log.ErrorContext(ctx, "inbox: recording failure", "error", err)
 	}
 	logFailure(ctx, log, msg, status, cause)
+	if status == StatusDead {
+		w.ib.wakeNextAfterFailure(recordCtx, msg)
+	}
 	failed := &handlerFailed{messageID: msg.ID}
 	if isPermanent(cause) {
 		return river.JobCancel(failed)
@@ -291,6 +324,7 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 		Attempts:    int(row.Attempts),
 		ProcessedAt: row.ProcessedAt,
 		ScrubbedAt:  row.ScrubbedAt,
+		OrderingKey: row.OrderingKey,
 	}
 	if row.LastError != nil {
 		m.LastError = *row.LastError

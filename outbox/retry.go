@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"encoding/json"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // spareRuns is how many more runs than attempts a delivery job may have
@@ -149,13 +150,10 @@ func withJitter(d time.Duration) time.Duration {
 // snoozeCount returns how often River has snoozed job: the "snoozes" count
 // River keeps in the job's metadata (0 when absent or unreadable).
 func snoozeCount(job *river.Job[DeliveryArgs]) int {
-	var meta struct {
-		Snoozes int `json:"snoozes"`
-	}
-	if job.JobRow == nil || json.Unmarshal(job.Metadata, &meta) != nil {
+	if job.JobRow == nil {
 		return 0
 	}
-	return max(meta.Snoozes, 0)
+	return shared.SnoozeCount(job.Metadata)
 }
 
 // decide records the next attempt of job id, for NextRetry.

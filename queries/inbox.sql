@@ -42,10 +42,11 @@ WHERE received_at = @received_at AND id = @id;
 
 -- name: InboxMessageMarkFailed :exec
 -- Records a failed attempt; status is 'failed' while retries remain, 'dead'
--- after the last one.
+-- after the last one. A message that became dead meanwhile (skipped or
+-- erased while its handler ran) stays dead.
 UPDATE wharf_inbox_messages
 SET status = @status::text, attempts = attempts + 1, last_error = @last_error::text, updated_at = @now::timestamptz
-WHERE received_at = @received_at AND id = @id AND status <> 'processed';
+WHERE received_at = @received_at AND id = @id AND status IN ('received', 'failed');
 
 -- name: InboxMessageRequeue :one
 -- Moves a message back to 'received' with a new job, for replay. The caller
@@ -76,7 +77,7 @@ SET body = '', headers = '{}', scrubbed_at = @now::timestamptz, updated_at = @no
                       WHEN last_error IS NULL THEN NULL
                       ELSE 'erased on request' END
 WHERE source = @source AND event_id = @event_id
-RETURNING id, job_id;
+RETURNING id, job_id, received_at, ordering_key;
 
 -- name: InboxKeyTombstone :execrows
 -- Makes an erased event's key a tombstone, kept for the erased-key
@@ -123,12 +124,12 @@ RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash;
 -- partition holds them all.
 INSERT INTO wharf_inbox_messages (
     id, received_at, source, event_id, event_type, headers, body, payload_hash,
-    status, job_id, updated_at
+    status, job_id, updated_at, ordering_key
 )
 SELECT unnest(@ids::text[])::uuid, @received_at::timestamptz, unnest(@sources::text[]),
        unnest(@event_ids::text[]), unnest(@event_types::text[]), unnest(@headers::jsonb[]),
        unnest(@bodies::bytea[]), unnest(@payload_hashes::bytea[]), 'received',
-       unnest(@job_ids::bigint[]), @received_at::timestamptz;
+       unnest(@job_ids::bigint[]), @received_at::timestamptz, unnest(@ordering_keys::text[]);
 
 -- name: InboxMessagesGetForUpdate :many
 -- Loads and locks the messages of one processing batch, in id order.
@@ -156,3 +157,95 @@ UPDATE wharf_inbox_messages AS m
 SET job_id = j.job_id, updated_at = @now::timestamptz
 FROM (SELECT unnest(@ids::text[])::uuid AS id, unnest(@job_ids::bigint[]) AS job_id) AS j
 WHERE m.received_at = @received_at AND m.id = j.id;
+
+-- name: InboxMessageEarlierUnfinishedLocked :one
+-- The first message of the source with the same ordering key received
+-- before (received_at, id) that is not finished (to process, or failing and
+-- retrying), if any: the message that (received_at, id) must wait for. It
+-- is locked FOR SHARE, which makes that message's processing (FOR UPDATE)
+-- and status updates wait for this transaction, so that they see a message
+-- this transaction parks; NOWAIT: a transaction processing or updating it
+-- now fails this one at once (55P03) rather than holding a connection
+-- while it runs.
+SELECT m.id
+FROM wharf_inbox_messages m
+WHERE m.source = @source::text
+  AND m.ordering_key = @ordering_key::text
+  AND m.ordering_key <> ''
+  AND m.status IN ('received', 'failed')
+  AND (m.received_at, m.id) < (@received_at::timestamptz, @id::uuid)
+ORDER BY m.received_at, m.id
+LIMIT 1
+FOR SHARE NOWAIT;
+
+-- name: InboxMessagePark :exec
+-- Parks a message that waits for an earlier one of its ordering key: no job
+-- until that one finishes and gives it one (see InboxMessageNextWaiting).
+UPDATE wharf_inbox_messages
+SET job_id = NULL, updated_at = @now::timestamptz
+WHERE received_at = @received_at AND id = @id AND status IN ('received', 'failed');
+
+-- name: InboxMessageSkip :one
+-- Dead-letters an unfinished message on an operator's word, so that the
+-- later messages of its ordering key go on. The caller holds the row lock.
+UPDATE wharf_inbox_messages
+SET status = 'dead', last_error = @reason::text, updated_at = @now::timestamptz
+WHERE received_at = @received_at AND id = @id AND status IN ('received', 'failed')
+RETURNING *;
+
+-- name: InboxMessageNextWaiting :one
+-- The first unfinished message of the source with the same ordering key
+-- received after (received_at, id): the one to wake when (received_at, id)
+-- finishes.
+SELECT m.id, m.received_at, m.job_id
+FROM wharf_inbox_messages m
+WHERE m.source = @source::text
+  AND m.ordering_key = @ordering_key::text
+  AND m.ordering_key <> ''
+  AND m.status IN ('received', 'failed')
+  AND (m.received_at, m.id) > (@received_at::timestamptz, @id::uuid)
+ORDER BY m.received_at, m.id
+LIMIT 1;
+
+-- name: InboxMessagesHeldOutsideBatch :many
+-- The messages of a processing batch (sharing received_at) that an earlier
+-- unfinished message of their ordering key, outside the batch, holds. The
+-- batch worker tracks the earlier messages inside the batch itself.
+WITH b AS (
+    SELECT (@ids::text[])[i]::uuid AS id, (@sources::text[])[i] AS source, (@ordering_keys::text[])[i] AS ordering_key
+    FROM generate_subscripts(@ids::text[], 1) AS i
+)
+SELECT b.id
+FROM b
+WHERE b.ordering_key <> ''
+  AND EXISTS (
+      SELECT 1 FROM wharf_inbox_messages m
+      WHERE m.source = b.source
+        AND m.ordering_key = b.ordering_key
+        AND m.ordering_key <> ''
+        AND m.status IN ('received', 'failed')
+        AND (m.received_at, m.id) < (@received_at::timestamptz, b.id)
+        AND NOT (m.received_at = @received_at::timestamptz AND m.id IN (SELECT b2.id FROM b AS b2)));
+
+-- name: InboxMessagesNextParked :many
+-- For messages that just finished (sharing received_at), the next
+-- unfinished message of each one's ordering key when it is parked (no
+-- job): the messages to wake.
+WITH f AS (
+    SELECT (@ids::text[])[i]::uuid AS id, (@sources::text[])[i] AS source, (@ordering_keys::text[])[i] AS ordering_key
+    FROM generate_subscripts(@ids::text[], 1) AS i
+)
+SELECT DISTINCT n.id, n.received_at
+FROM f
+CROSS JOIN LATERAL (
+    SELECT m.id, m.received_at, m.job_id
+    FROM wharf_inbox_messages m
+    WHERE m.source = f.source
+      AND m.ordering_key = f.ordering_key
+      AND m.ordering_key <> ''
+      AND m.status IN ('received', 'failed')
+      AND (m.received_at, m.id) > (@received_at::timestamptz, f.id)
+    ORDER BY m.received_at, m.id
+    LIMIT 1
+) n
+WHERE n.job_id IS NULL;

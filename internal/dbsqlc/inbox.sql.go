@@ -162,6 +162,46 @@ func (q *Queries) InboxKeyTombstone(ctx context.Context, arg InboxKeyTombstonePa
 	return result.RowsAffected(), nil
 }
 
+const inboxMessageEarlierUnfinishedLocked = `-- name: InboxMessageEarlierUnfinishedLocked :one
+SELECT m.id
+FROM wharf_inbox_messages m
+WHERE m.source = $1::text
+  AND m.ordering_key = $2::text
+  AND m.ordering_key <> ''
+  AND m.status IN ('received', 'failed')
+  AND (m.received_at, m.id) < ($3::timestamptz, $4::uuid)
+ORDER BY m.received_at, m.id
+LIMIT 1
+FOR SHARE NOWAIT
+`
+
+type InboxMessageEarlierUnfinishedLockedParams struct {
+	Source      string
+	OrderingKey string
+	ReceivedAt  time.Time
+	ID          uuid.UUID
+}
+
+// The first message of the source with the same ordering key received
+// before (received_at, id) that is not finished (to process, or failing and
+// retrying), if any: the message that (received_at, id) must wait for. It
+// is locked FOR SHARE, which makes that message's processing (FOR UPDATE)
+// and status updates wait for this transaction, so that they see a message
+// this transaction parks; NOWAIT: a transaction processing or updating it
+// now fails this one at once (55P03) rather than holding a connection
+// while it runs.
+func (q *Queries) InboxMessageEarlierUnfinishedLocked(ctx context.Context, arg InboxMessageEarlierUnfinishedLockedParams) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, inboxMessageEarlierUnfinishedLocked,
+		arg.Source,
+		arg.OrderingKey,
+		arg.ReceivedAt,
+		arg.ID,
+	)
+	var id uuid.UUID
+	err := row.Scan(&id)
+	return id, err
+}
+
 const inboxMessageForget = `-- name: InboxMessageForget :many
 UPDATE wharf_inbox_messages
 SET body = '', headers = '{}', scrubbed_at = $1::timestamptz, updated_at = $1::timestamptz,
@@ -170,7 +210,7 @@ SET body = '', headers = '{}', scrubbed_at = $1::timestamptz, updated_at = $1::t
                       WHEN last_error IS NULL THEN NULL
                       ELSE 'erased on request' END
 WHERE source = $2 AND event_id = $3
-RETURNING id, job_id
+RETURNING id, job_id, received_at, ordering_key
 `
 
 type InboxMessageForgetParams struct {
@@ -180,8 +220,10 @@ type InboxMessageForgetParams struct {
 }
 
 type InboxMessageForgetRow struct {
-	ID    uuid.UUID
-	JobID *int64
+	ID          uuid.UUID
+	JobID       *int64
+	ReceivedAt  time.Time
+	OrderingKey string
 }
 
 // Erases the body and headers of every stored delivery of an event, on an
@@ -198,7 +240,12 @@ func (q *Queries) InboxMessageForget(ctx context.Context, arg InboxMessageForget
 	var items []InboxMessageForgetRow
 	for rows.Next() {
 		var i InboxMessageForgetRow
-		if err := rows.Scan(&i.ID, &i.JobID); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.JobID,
+			&i.ReceivedAt,
+			&i.OrderingKey,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -210,7 +257,7 @@ func (q *Queries) InboxMessageForget(ctx context.Context, arg InboxMessageForget
 }
 
 const inboxMessageGet = `-- name: InboxMessageGet :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages WHERE id = $1
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages WHERE id = $1
 `
 
 func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
@@ -232,12 +279,13 @@ func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInbox
 		&i.ProcessedAt,
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
+		&i.OrderingKey,
 	)
 	return i, err
 }
 
 const inboxMessageGetByIDForUpdate = `-- name: InboxMessageGetByIDForUpdate :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) InboxMessageGetByIDForUpdate(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
@@ -259,12 +307,13 @@ func (q *Queries) InboxMessageGetByIDForUpdate(ctx context.Context, id uuid.UUID
 		&i.ProcessedAt,
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
+		&i.OrderingKey,
 	)
 	return i, err
 }
 
 const inboxMessageGetForUpdate = `-- name: InboxMessageGetForUpdate :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = $2
 FOR UPDATE
 `
@@ -293,6 +342,7 @@ func (q *Queries) InboxMessageGetForUpdate(ctx context.Context, arg InboxMessage
 		&i.ProcessedAt,
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
+		&i.OrderingKey,
 	)
 	return i, err
 }
@@ -337,12 +387,12 @@ func (q *Queries) InboxMessageInsert(ctx context.Context, arg InboxMessageInsert
 const inboxMessageInsertMany = `-- name: InboxMessageInsertMany :exec
 INSERT INTO wharf_inbox_messages (
     id, received_at, source, event_id, event_type, headers, body, payload_hash,
-    status, job_id, updated_at
+    status, job_id, updated_at, ordering_key
 )
 SELECT unnest($1::text[])::uuid, $2::timestamptz, unnest($3::text[]),
        unnest($4::text[]), unnest($5::text[]), unnest($6::jsonb[]),
        unnest($7::bytea[]), unnest($8::bytea[]), 'received',
-       unnest($9::bigint[]), $2::timestamptz
+       unnest($9::bigint[]), $2::timestamptz, unnest($10::text[])
 `
 
 type InboxMessageInsertManyParams struct {
@@ -355,6 +405,7 @@ type InboxMessageInsertManyParams struct {
 	Bodies        [][]byte
 	PayloadHashes [][]byte
 	JobIds        []int64
+	OrderingKeys  []string
 }
 
 // Stores the messages of one receive batch; they share received_at, so one
@@ -370,12 +421,13 @@ func (q *Queries) InboxMessageInsertMany(ctx context.Context, arg InboxMessageIn
 		arg.Bodies,
 		arg.PayloadHashes,
 		arg.JobIds,
+		arg.OrderingKeys,
 	)
 	return err
 }
 
 const inboxMessageList = `-- name: InboxMessageList :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
 WHERE ($1::text IS NULL OR source = $1::text)
   AND ($2::text IS NULL OR status = $2::text)
 ORDER BY received_at DESC, id DESC
@@ -414,6 +466,7 @@ func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListPara
 			&i.ProcessedAt,
 			&i.UpdatedAt,
 			&i.ScrubbedAt,
+			&i.OrderingKey,
 		); err != nil {
 			return nil, err
 		}
@@ -428,7 +481,7 @@ func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListPara
 const inboxMessageMarkFailed = `-- name: InboxMessageMarkFailed :exec
 UPDATE wharf_inbox_messages
 SET status = $1::text, attempts = attempts + 1, last_error = $2::text, updated_at = $3::timestamptz
-WHERE received_at = $4 AND id = $5 AND status <> 'processed'
+WHERE received_at = $4 AND id = $5 AND status IN ('received', 'failed')
 `
 
 type InboxMessageMarkFailedParams struct {
@@ -440,7 +493,8 @@ type InboxMessageMarkFailedParams struct {
 }
 
 // Records a failed attempt; status is 'failed' while retries remain, 'dead'
-// after the last one.
+// after the last one. A message that became dead meanwhile (skipped or
+// erased while its handler ran) stays dead.
 func (q *Queries) InboxMessageMarkFailed(ctx context.Context, arg InboxMessageMarkFailedParams) error {
 	_, err := q.db.Exec(ctx, inboxMessageMarkFailed,
 		arg.Status,
@@ -469,11 +523,70 @@ func (q *Queries) InboxMessageMarkProcessed(ctx context.Context, arg InboxMessag
 	return err
 }
 
+const inboxMessageNextWaiting = `-- name: InboxMessageNextWaiting :one
+SELECT m.id, m.received_at, m.job_id
+FROM wharf_inbox_messages m
+WHERE m.source = $1::text
+  AND m.ordering_key = $2::text
+  AND m.ordering_key <> ''
+  AND m.status IN ('received', 'failed')
+  AND (m.received_at, m.id) > ($3::timestamptz, $4::uuid)
+ORDER BY m.received_at, m.id
+LIMIT 1
+`
+
+type InboxMessageNextWaitingParams struct {
+	Source      string
+	OrderingKey string
+	ReceivedAt  time.Time
+	ID          uuid.UUID
+}
+
+type InboxMessageNextWaitingRow struct {
+	ID         uuid.UUID
+	ReceivedAt time.Time
+	JobID      *int64
+}
+
+// The first unfinished message of the source with the same ordering key
+// received after (received_at, id): the one to wake when (received_at, id)
+// finishes.
+func (q *Queries) InboxMessageNextWaiting(ctx context.Context, arg InboxMessageNextWaitingParams) (InboxMessageNextWaitingRow, error) {
+	row := q.db.QueryRow(ctx, inboxMessageNextWaiting,
+		arg.Source,
+		arg.OrderingKey,
+		arg.ReceivedAt,
+		arg.ID,
+	)
+	var i InboxMessageNextWaitingRow
+	err := row.Scan(&i.ID, &i.ReceivedAt, &i.JobID)
+	return i, err
+}
+
+const inboxMessagePark = `-- name: InboxMessagePark :exec
+UPDATE wharf_inbox_messages
+SET job_id = NULL, updated_at = $1::timestamptz
+WHERE received_at = $2 AND id = $3 AND status IN ('received', 'failed')
+`
+
+type InboxMessageParkParams struct {
+	Now        time.Time
+	ReceivedAt time.Time
+	ID         uuid.UUID
+}
+
+// Parks a message that waits for an earlier one of its ordering key: no job
+// until that one finishes and gives it one (see InboxMessageNextWaiting).
+func (q *Queries) InboxMessagePark(ctx context.Context, arg InboxMessageParkParams) error {
+	_, err := q.db.Exec(ctx, inboxMessagePark, arg.Now, arg.ReceivedAt, arg.ID)
+	return err
+}
+
 const inboxMessageRequeue = `-- name: InboxMessageRequeue :one
 UPDATE wharf_inbox_messages
 SET status = 'received', job_id = $1::bigint, updated_at = $2::timestamptz
 WHERE received_at = $3 AND id = $4 AND status <> 'processed'
-RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at
+RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key
 `
 
 type InboxMessageRequeueParams struct {
@@ -509,12 +622,58 @@ func (q *Queries) InboxMessageRequeue(ctx context.Context, arg InboxMessageReque
 		&i.ProcessedAt,
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
+		&i.OrderingKey,
+	)
+	return i, err
+}
+
+const inboxMessageSkip = `-- name: InboxMessageSkip :one
+UPDATE wharf_inbox_messages
+SET status = 'dead', last_error = $1::text, updated_at = $2::timestamptz
+WHERE received_at = $3 AND id = $4 AND status IN ('received', 'failed')
+RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key
+`
+
+type InboxMessageSkipParams struct {
+	Reason     string
+	Now        time.Time
+	ReceivedAt time.Time
+	ID         uuid.UUID
+}
+
+// Dead-letters an unfinished message on an operator's word, so that the
+// later messages of its ordering key go on. The caller holds the row lock.
+func (q *Queries) InboxMessageSkip(ctx context.Context, arg InboxMessageSkipParams) (WharfInboxMessage, error) {
+	row := q.db.QueryRow(ctx, inboxMessageSkip,
+		arg.Reason,
+		arg.Now,
+		arg.ReceivedAt,
+		arg.ID,
+	)
+	var i WharfInboxMessage
+	err := row.Scan(
+		&i.ID,
+		&i.ReceivedAt,
+		&i.Source,
+		&i.EventID,
+		&i.EventType,
+		&i.Headers,
+		&i.Body,
+		&i.PayloadHash,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.JobID,
+		&i.ProcessedAt,
+		&i.UpdatedAt,
+		&i.ScrubbedAt,
+		&i.OrderingKey,
 	)
 	return i, err
 }
 
 const inboxMessagesGet = `-- name: InboxMessagesGet :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
 `
 
@@ -549,6 +708,7 @@ func (q *Queries) InboxMessagesGet(ctx context.Context, arg InboxMessagesGetPara
 			&i.ProcessedAt,
 			&i.UpdatedAt,
 			&i.ScrubbedAt,
+			&i.OrderingKey,
 		); err != nil {
 			return nil, err
 		}
@@ -561,7 +721,7 @@ func (q *Queries) InboxMessagesGet(ctx context.Context, arg InboxMessagesGetPara
 }
 
 const inboxMessagesGetForUpdate = `-- name: InboxMessagesGetForUpdate :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
 ORDER BY id
 FOR UPDATE
@@ -598,10 +758,64 @@ func (q *Queries) InboxMessagesGetForUpdate(ctx context.Context, arg InboxMessag
 			&i.ProcessedAt,
 			&i.UpdatedAt,
 			&i.ScrubbedAt,
+			&i.OrderingKey,
 		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxMessagesHeldOutsideBatch = `-- name: InboxMessagesHeldOutsideBatch :many
+WITH b AS (
+    SELECT ($2::text[])[i]::uuid AS id, ($3::text[])[i] AS source, ($4::text[])[i] AS ordering_key
+    FROM generate_subscripts($2::text[], 1) AS i
+)
+SELECT b.id
+FROM b
+WHERE b.ordering_key <> ''
+  AND EXISTS (
+      SELECT 1 FROM wharf_inbox_messages m
+      WHERE m.source = b.source
+        AND m.ordering_key = b.ordering_key
+        AND m.ordering_key <> ''
+        AND m.status IN ('received', 'failed')
+        AND (m.received_at, m.id) < ($1::timestamptz, b.id)
+        AND NOT (m.received_at = $1::timestamptz AND m.id IN (SELECT b2.id FROM b AS b2)))
+`
+
+type InboxMessagesHeldOutsideBatchParams struct {
+	ReceivedAt   time.Time
+	Ids          []string
+	Sources      []string
+	OrderingKeys []string
+}
+
+// The messages of a processing batch (sharing received_at) that an earlier
+// unfinished message of their ordering key, outside the batch, holds. The
+// batch worker tracks the earlier messages inside the batch itself.
+func (q *Queries) InboxMessagesHeldOutsideBatch(ctx context.Context, arg InboxMessagesHeldOutsideBatchParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, inboxMessagesHeldOutsideBatch,
+		arg.ReceivedAt,
+		arg.Ids,
+		arg.Sources,
+		arg.OrderingKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
@@ -626,6 +840,67 @@ type InboxMessagesMarkProcessedParams struct {
 func (q *Queries) InboxMessagesMarkProcessed(ctx context.Context, arg InboxMessagesMarkProcessedParams) error {
 	_, err := q.db.Exec(ctx, inboxMessagesMarkProcessed, arg.Now, arg.ReceivedAt, arg.Ids)
 	return err
+}
+
+const inboxMessagesNextParked = `-- name: InboxMessagesNextParked :many
+WITH f AS (
+    SELECT ($2::text[])[i]::uuid AS id, ($3::text[])[i] AS source, ($4::text[])[i] AS ordering_key
+    FROM generate_subscripts($2::text[], 1) AS i
+)
+SELECT DISTINCT n.id, n.received_at
+FROM f
+CROSS JOIN LATERAL (
+    SELECT m.id, m.received_at, m.job_id
+    FROM wharf_inbox_messages m
+    WHERE m.source = f.source
+      AND m.ordering_key = f.ordering_key
+      AND m.ordering_key <> ''
+      AND m.status IN ('received', 'failed')
+      AND (m.received_at, m.id) > ($1::timestamptz, f.id)
+    ORDER BY m.received_at, m.id
+    LIMIT 1
+) n
+WHERE n.job_id IS NULL
+`
+
+type InboxMessagesNextParkedParams struct {
+	ReceivedAt   time.Time
+	Ids          []string
+	Sources      []string
+	OrderingKeys []string
+}
+
+type InboxMessagesNextParkedRow struct {
+	ID         uuid.UUID
+	ReceivedAt time.Time
+}
+
+// For messages that just finished (sharing received_at), the next
+// unfinished message of each one's ordering key when it is parked (no
+// job): the messages to wake.
+func (q *Queries) InboxMessagesNextParked(ctx context.Context, arg InboxMessagesNextParkedParams) ([]InboxMessagesNextParkedRow, error) {
+	rows, err := q.db.Query(ctx, inboxMessagesNextParked,
+		arg.ReceivedAt,
+		arg.Ids,
+		arg.Sources,
+		arg.OrderingKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxMessagesNextParkedRow
+	for rows.Next() {
+		var i InboxMessagesNextParkedRow
+		if err := rows.Scan(&i.ID, &i.ReceivedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const inboxMessagesSetJob = `-- name: InboxMessagesSetJob :exec

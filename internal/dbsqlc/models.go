@@ -55,6 +55,7 @@ type WharfInboxMessage struct {
 	ProcessedAt *time.Time
 	UpdatedAt   time.Time
 	ScrubbedAt  *time.Time
+	OrderingKey string
 }
 
 type WharfLease struct {

@@ -5,6 +5,7 @@
 package shared
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -35,6 +36,18 @@ func Text(s string, max int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// SnoozeCount returns how often River has snoozed a job: the "snoozes"
+// integer of its metadata (0 when absent or unreadable).
+func SnoozeCount(metadata []byte) int {
+	var meta struct {
+		Snoozes int `json:"snoozes"`
+	}
+	if len(metadata) == 0 || json.Unmarshal(metadata, &meta) != nil {
+		return 0
+	}
+	return max(meta.Snoozes, 0)
 }
 
 // Problems collects what is wrong with a configuration, each problem
