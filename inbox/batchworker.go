@@ -52,8 +52,10 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 	}
 	var processed []*Message
 	var failures []batchFailure
+	took := map[uuid.UUID]time.Duration{} // handler run times
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		processed, failures = nil, nil
+		clear(took)
 		q := dbsqlc.New(tx)
 		// Locked here, in id order, so that no other run of this job, nor a
 		// split, nor Forget, changes them while their handlers run.
@@ -84,7 +86,10 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 			sp.start(dbsqlc.InboxMessageMarkProcessedArgs(dbsqlc.InboxMessageMarkProcessedParams{
 				Now: now, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
 			}))
-			if err := w.runInSavepoint(ctx, tx, sp, msg); err != nil {
+			started := time.Now()
+			err := w.runInSavepoint(ctx, tx, sp, msg)
+			took[msg.ID] = time.Since(started)
+			if err != nil {
 				var fatal *batchFatalError
 				if errors.As(err, &fatal) {
 					return fatal.err
@@ -130,6 +135,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		return nil
 	}
 	for _, msg := range processed {
+		ib.metrics.handled(ctx, msg, StatusProcessed, took[msg.ID])
 		log.InfoContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 	}
 	for _, f := range failures {
@@ -138,7 +144,9 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		if errors.As(f.cause, &snooze) || errors.As(f.cause, &waiting) {
 			continue // waiting for its turn (ordering) or for the handler's snooze: not a failure
 		}
-		logFailure(ctx, log.With("message_id", f.msg.ID), f.msg, failureStatus(f.cause, 1, ib.maxAttempts), f.cause)
+		status := failureStatus(f.cause, 1, ib.maxAttempts)
+		ib.metrics.handled(ctx, f.msg, status, took[f.msg.ID])
+		logFailure(ctx, log.With("message_id", f.msg.ID), f.msg, status, f.cause)
 	}
 	return nil
 }

@@ -56,31 +56,66 @@ func (ib *Inbox) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string) {
+	start := time.Now()
+	a := &answer{w: w, source: UnknownSourceLabel}
+	ib.answerSource(a, r, name)
+	ib.metrics.request(r.Context(), a.source, a.result, time.Since(start))
+	switch a.result {
+	case resultAccepted, resultDuplicate:
+	default:
+		ib.rejections.log(r.Context(), a.source, a.result, r.RemoteAddr, a.status)
+	}
+}
+
+// answer is the response of one request with what the metrics record of
+// it: the source label and the result.
+type answer struct {
+	w      http.ResponseWriter
+	source string
+	result string
+	status int
+}
+
+func (a *answer) error(result string, status int, msg string) {
+	a.result, a.status = result, status
+	writeError(a.w, status, msg)
+}
+
+func (a *answer) json(result string, status int, v any) {
+	a.result, a.status = result, status
+	writeJSON(a.w, status, v)
+}
+
+func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
+	w := a.w
+	src, ok := ib.sources[name]
+	if ok {
+		a.source = src.Name
+	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, http.StatusMethodNotAllowed, "only POST is accepted")
+		a.error(resultMethod, http.StatusMethodNotAllowed, "only POST is accepted")
 		return
 	}
-	src, ok := ib.sources[name]
 	if !ok {
-		writeError(w, http.StatusNotFound, "unknown source")
+		a.error(resultUnknownSource, http.StatusNotFound, "unknown source")
 		return
 	}
 	log := ib.logger.With("source", src.Name)
 
 	limit := src.maxBodyBytes()
 	if r.ContentLength > limit {
-		writeError(w, http.StatusRequestEntityTooLarge, "body exceeds the source's size limit")
+		a.error(resultTooLarge, http.StatusRequestEntityTooLarge, "body exceeds the source's size limit")
 		return
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			writeError(w, http.StatusRequestEntityTooLarge, "body exceeds the source's size limit")
+			a.error(resultTooLarge, http.StatusRequestEntityTooLarge, "body exceeds the source's size limit")
 			return
 		}
-		writeError(w, http.StatusBadRequest, "could not read body")
+		a.error(resultMalformed, http.StatusBadRequest, "could not read body")
 		return
 	}
 
@@ -94,22 +129,22 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 				msg = "inbox: invalid verifier options"
 			}
 			log.ErrorContext(r.Context(), msg, "error", err)
-			writeError(w, http.StatusServiceUnavailable, "signature verification unavailable; retry later")
+			a.error(resultUnavailable, http.StatusServiceUnavailable, "signature verification unavailable; retry later")
 			return
 		}
 		log.InfoContext(r.Context(), "inbox: signature rejected", "error", err)
-		writeError(w, http.StatusUnauthorized, signatureMessage(err))
+		a.error(resultBadSignature, http.StatusUnauthorized, signatureMessage(err))
 		return
 	}
 
 	body := parseBody(raw)
 	if !body.json && !src.AllowNonJSON {
-		writeError(w, http.StatusBadRequest, "body is not valid JSON")
+		a.error(resultMalformed, http.StatusBadRequest, "body is not valid JSON")
 		return
 	}
 	eventID, eventType, err := src.identify(r.Header, body)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		a.error(resultMalformed, http.StatusBadRequest, err.Error())
 		return
 	}
 	log = log.With("event_id", eventID, "event_type", eventType)
@@ -124,7 +159,7 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 		OrderingKey: src.orderingKey(r.Header, body),
 	}
 	if err := msg.validate(); err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		a.error(resultMalformed, http.StatusBadRequest, err.Error())
 		return
 	}
 	res, err := ib.batcher.receive(r.Context(), msg)
@@ -133,25 +168,26 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 	}
 	switch {
 	case errors.Is(err, ErrInvalidMessage):
-		writeError(w, http.StatusBadRequest, err.Error())
+		a.error(resultMalformed, http.StatusBadRequest, err.Error())
 		return
 	case err != nil:
 		log.ErrorContext(r.Context(), "inbox: receive failed; answered 503", "error", err)
-		writeError(w, http.StatusServiceUnavailable, "storage unavailable; nothing was recorded, retry later")
+		a.error(resultUnavailable, http.StatusServiceUnavailable, "storage unavailable; nothing was recorded, retry later")
 		return
 	}
 
 	log = log.With("message_id", res.MessageID)
 	if !res.Duplicate {
 		log.InfoContext(r.Context(), "inbox: message accepted", "job_id", res.JobID)
-		writeJSON(w, http.StatusOK, map[string]any{"status": "accepted", "event_id": eventID})
+		a.json(resultAccepted, http.StatusOK, map[string]any{"status": "accepted", "event_id": eventID})
 		return
 	}
 	if res.PayloadMismatch {
+		ib.metrics.mismatches.Add(r.Context(), 1, ib.metrics.bySource.Of(src.Name))
 		log.WarnContext(r.Context(), "inbox: event id reused with a different payload; second payload ignored",
 			"first_received_at", res.ReceivedAt)
 		if src.OnMismatch == MismatchConflict {
-			writeJSON(w, http.StatusConflict, map[string]any{
+			a.json(resultConflict, http.StatusConflict, map[string]any{
 				"error":       "event id already received with a different payload",
 				"event_id":    eventID,
 				"received_at": res.ReceivedAt,
@@ -161,7 +197,7 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 	} else {
 		log.InfoContext(r.Context(), "inbox: duplicate delivery", "first_received_at", res.ReceivedAt)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "duplicate", "event_id": eventID, "received_at": res.ReceivedAt})
+	a.json(resultDuplicate, http.StatusOK, map[string]any{"status": "duplicate", "event_id": eventID, "received_at": res.ReceivedAt})
 }
 
 // signatureMessage turns a verification error into the 401 body: the

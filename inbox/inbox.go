@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/shared"
@@ -81,6 +82,17 @@ type Config struct {
 	// Now returns the current time; tests inject a clock. Defaults to
 	// time.Now.
 	Now func() time.Time
+	// MeterProvider receives the inbox's metrics (wharf_inbox_…, listed in
+	// the README's "Metrics and traces"). Defaults to the global
+	// MeterProvider (otel.GetMeterProvider: a no-op until the application
+	// installs an SDK). The database gauges query Postgres only when
+	// collected.
+	MeterProvider metric.MeterProvider
+	// RejectionLogInterval is the least time between two log lines about
+	// rejected requests of one source and result (the rest are counted and
+	// reported with the next line). Defaults to 10 s; negative logs every
+	// one.
+	RejectionLogInterval time.Duration
 }
 
 // Inbox receives, stores and processes webhooks. Create one with New, add
@@ -98,6 +110,8 @@ type Inbox struct {
 	sources        map[string]*Source
 	batchSize      int
 	batcher        *receiveBatcher
+	metrics        *metrics
+	rejections     *rejectionLog
 
 	mu       sync.RWMutex
 	handlers map[handlerKey]Handler
@@ -146,6 +160,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if ib.now == nil {
 		ib.now = time.Now
 	}
+	m, err := newMetrics(cfg.MeterProvider, pool)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: metrics: %w", err)
+	}
+	ib.metrics = m
+	ib.rejections = newRejectionLog(ib.logger, cmp.Or(cfg.RejectionLogInterval, defaultRejectionLogInterval))
 	ib.batchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	batchWait := cmp.Or(cfg.BatchWait, DefaultBatchWait)
 	if batchWait < 0 {

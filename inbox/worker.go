@@ -138,6 +138,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 	log := ib.logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)
 
 	var msg *Message
+	var handlerTook time.Duration
 	var parked bool // waiting for an earlier message of its ordering key
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		parked = false
@@ -196,7 +197,10 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		}); err != nil {
 			return fmt.Errorf("inbox: mark processed: %w", err)
 		}
-		if err := runHandler(ctx, h, tx, msg); err != nil {
+		started := time.Now()
+		err = runHandler(ctx, h, tx, msg)
+		handlerTook = time.Since(started)
+		if err != nil {
 			return err
 		}
 		if err := ib.wakeNext(ctx, tx, msg); err != nil {
@@ -209,6 +213,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		if parked {
 			log.DebugContext(ctx, "inbox: message parked until the earlier message of its ordering key finishes", "ordering_key", msg.OrderingKey)
 		} else if msg != nil && msg.Status != StatusProcessed {
+			ib.metrics.handled(ctx, msg, StatusProcessed, handlerTook)
 			log.InfoContext(ctx, "inbox: message processed", "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 		}
 		return nil
@@ -221,13 +226,14 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		// The handler asked to run again later: not a failed attempt.
 		return err
 	}
-	return w.recordFailure(ctx, job, msg, err, log)
+	return w.recordFailure(ctx, job, msg, err, handlerTook, log)
 }
 
 // recordFailure stores a failed attempt on the message (its transaction has
 // rolled back) and returns what River should do with the job.
-func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[processArgs], msg *Message, cause error, log *slog.Logger) error {
+func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[processArgs], msg *Message, cause error, took time.Duration, log *slog.Logger) error {
 	status := failureStatus(cause, job.Attempt, job.MaxAttempts)
+	w.ib.metrics.handled(ctx, msg, status, took)
 	// Record even when the job's context is done (a timeout is a failure
 	// worth recording), but not forever.
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

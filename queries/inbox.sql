@@ -249,3 +249,14 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) n
 WHERE n.job_id IS NULL;
+
+-- name: InboxGaugeBySource :many
+-- The inbox's gauges per source, read from the partial index of unfinished
+-- messages only (never the processed ones): dead messages now, and the
+-- oldest message still to process or retrying (now when none is).
+SELECT source,
+       count(*) FILTER (WHERE status = 'dead')::bigint AS dead,
+       COALESCE(min(received_at) FILTER (WHERE status IN ('received', 'failed')), now())::timestamptz AS oldest_unfinished
+FROM wharf_inbox_messages
+WHERE status <> 'processed'
+GROUP BY source;

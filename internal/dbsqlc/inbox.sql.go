@@ -13,6 +13,44 @@ import (
 	"github.com/google/uuid"
 )
 
+const inboxGaugeBySource = `-- name: InboxGaugeBySource :many
+SELECT source,
+       count(*) FILTER (WHERE status = 'dead')::bigint AS dead,
+       COALESCE(min(received_at) FILTER (WHERE status IN ('received', 'failed')), now())::timestamptz AS oldest_unfinished
+FROM wharf_inbox_messages
+WHERE status <> 'processed'
+GROUP BY source
+`
+
+type InboxGaugeBySourceRow struct {
+	Source           string
+	Dead             int64
+	OldestUnfinished time.Time
+}
+
+// The inbox's gauges per source, read from the partial index of unfinished
+// messages only (never the processed ones): dead messages now, and the
+// oldest message still to process or retrying (now when none is).
+func (q *Queries) InboxGaugeBySource(ctx context.Context) ([]InboxGaugeBySourceRow, error) {
+	rows, err := q.db.Query(ctx, inboxGaugeBySource)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxGaugeBySourceRow
+	for rows.Next() {
+		var i InboxGaugeBySourceRow
+		if err := rows.Scan(&i.Source, &i.Dead, &i.OldestUnfinished); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxKeyClaim = `-- name: InboxKeyClaim :one
 INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
 VALUES ($1, $2, $3, $4, $5)
