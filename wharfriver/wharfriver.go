@@ -12,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/telemetry"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
 )
@@ -63,6 +65,11 @@ type Components struct {
 	// Logger receives the warning about an unworked queue. Defaults to
 	// river.Config.Logger, then slog.Default().
 	Logger *slog.Logger
+	// MeterProvider receives wharf_unworked_queue_jobs{queue}, set by each
+	// run of the unworked-queue check: the number of Wharf's jobs waiting
+	// in a queue no client works (0 once one does). Defaults to the global
+	// MeterProvider.
+	MeterProvider metric.MeterProvider
 }
 
 // Configure adds to cfg what comps need:
@@ -132,7 +139,13 @@ func Configure(cfg *river.Config, comps *Components) error {
 		errs = append(errs, comps.Outbox.AddWorkers(workers))
 		queues[comps.Outbox.Queue()] = DefaultOutboxWorkers
 	}
-	checker := &queueChecker{logger: comps.Logger, warned: map[string]bool{}}
+	unworkedGauge, err := telemetry.Meter(comps.MeterProvider, "wharfriver").Int64Gauge("wharf_unworked_queue_jobs",
+		metric.WithDescription("Wharf's jobs waiting in a queue that no River client works, by queue, as of the last check (every 10 minutes)."))
+	if err != nil {
+		return fmt.Errorf("wharfriver: metrics: %w", err)
+	}
+	checker := &queueChecker{logger: comps.Logger, warned: map[string]bool{}, seen: map[string]bool{},
+		unworked: unworkedGauge, byQueue: telemetry.NewAttrs("queue")}
 	if checker.logger == nil {
 		checker.logger = cmpLogger(cfg.Logger)
 	}
@@ -187,9 +200,12 @@ func (queueCheckArgs) Kind() string { return "wharf_queue_check" }
 // waiting in a queue that no River client works.
 type queueChecker struct {
 	river.WorkerDefaults[queueCheckArgs]
-	logger *slog.Logger
-	mu     sync.Mutex
-	warned map[string]bool
+	logger   *slog.Logger
+	unworked metric.Int64Gauge
+	byQueue  *telemetry.Attrs
+	mu       sync.Mutex
+	warned   map[string]bool
+	seen     map[string]bool // queues reported unworked, set back to 0 once worked
 }
 
 // unworkedAfter is how long a queue must go without a client's report
@@ -242,7 +258,14 @@ func (c *queueChecker) check(ctx context.Context, now time.Time, waiting []*rive
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	for queue := range c.seen {
+		if unworked[queue] == nil {
+			c.unworked.Record(ctx, 0, c.byQueue.Of(queue))
+		}
+	}
 	for queue, s := range unworked {
+		c.seen[queue] = true
+		c.unworked.Record(ctx, int64(s.jobs), c.byQueue.Of(queue))
 		if c.warned[queue] {
 			continue
 		}

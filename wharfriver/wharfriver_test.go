@@ -14,6 +14,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/testdb"
@@ -155,7 +157,10 @@ func TestUnworkedQueueIsReported(t *testing.T) {
 	var logs testdb.LockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg := &river.Config{Logger: quiet, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
-	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Logger: logger}))
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Logger: logger, MeterProvider: mp}))
 	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
@@ -164,4 +169,24 @@ func TestUnworkedQueueIsReported(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "queue=forgotten") }, 30*time.Second, 20*time.Millisecond)
 	require.Contains(t, logs.String(), "no River client works")
 	require.Equal(t, 1, strings.Count(logs.String(), "queue=forgotten"))
+
+	// And the metric: one job waits in the unworked queue.
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(ctx, &rm))
+	var found bool
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "wharf_unworked_queue_jobs" {
+				continue
+			}
+			g, ok := m.Data.(metricdata.Gauge[int64])
+			require.True(t, ok, "%T", m.Data)
+			require.Len(t, g.DataPoints, 1)
+			q, _ := g.DataPoints[0].Attributes.Value("queue")
+			require.Equal(t, "forgotten", q.AsString())
+			require.EqualValues(t, 1, g.DataPoints[0].Value)
+			found = true
+		}
+	}
+	require.True(t, found, "no wharf_unworked_queue_jobs metric")
 }
