@@ -10,6 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -191,6 +193,14 @@ type Config struct {
 	//
 	// Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// MeterProvider receives the outbox's metrics (wharf_outbox_…, listed
+	// in the README's "Metrics and traces"); the database gauges query
+	// Postgres only when collected.
+	//
+	// Defaults to the global MeterProvider (a no-op until the application
+	// installs an OpenTelemetry SDK).
+	MeterProvider metric.MeterProvider
 
 	// Now returns the current time; tests set it to control the clock. It
 	// stamps events, deliveries, attempts and endpoint health; concurrency

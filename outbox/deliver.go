@@ -208,6 +208,7 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 		}
 	}
 	disabledReason, err := o.recordAttempt(ctx, rec)
+	o.metrics.attempt(ctx, out, row.EventCreatedAt, err == nil && rec.status == StatusDead)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The delivery is no longer this job's to record: its endpoint was
 		// deleted, a replay took it over, or it finished meanwhile.
@@ -247,6 +248,7 @@ func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *
 	if err != nil {
 		return fmt.Errorf("outbox: dead-letter delivery %s: %w", row.ID, err)
 	}
+	o.metrics.dead.Add(ctx, 1)
 	log.InfoContext(ctx, "outbox: delivery dead-lettered without an attempt", "reason", reason)
 	return river.JobCancel(fmt.Errorf("outbox: delivery dead: %s", reason))
 }

@@ -62,6 +62,7 @@ type Outbox struct {
 	partitions *partition.Cache
 	http       *http.Client
 	retries    *retryPlan
+	metrics    *metrics
 }
 
 // New returns an Outbox storing its state through pool. cfg may be nil for
@@ -83,6 +84,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: river insert client: %w", err)
 	}
+	m, err := newMetrics(config.MeterProvider, pool)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: metrics: %w", err)
+	}
 	return &Outbox{
 		pool:       pool,
 		queries:    dbsqlc.New(pool),
@@ -91,6 +96,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		partitions: partition.NewCache(pool),
 		http:       newHTTPClient(config),
 		retries:    newRetryPlan(config),
+		metrics:    m,
 	}, nil
 }
 

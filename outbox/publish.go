@@ -155,6 +155,7 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 		return nil, err
 	}
 
+	o.metrics.published.Add(ctx, int64(len(events)))
 	perEvent := make(map[uuid.UUID]int, len(events))
 	for _, row := range rows {
 		perEvent[row.EventID]++

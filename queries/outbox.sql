@@ -469,3 +469,17 @@ SELECT gen_random_uuid(), missed.id, missed.created_at, @endpoint_id::uuid, miss
 FROM missed
 ORDER BY missed.created_at, missed.id
 RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.event_created_at;
+
+-- name: OutboxGaugeByEndpoint :many
+-- The outbox's gauges per endpoint, from the partial index of unfinished
+-- deliveries (never the delivered ones): deliveries to attempt or retry,
+-- and dead ones.
+SELECT d.endpoint_id,
+       count(*) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
+       count(*) FILTER (WHERE d.status = 'dead')::bigint AS dead
+FROM wharf_outbox_deliveries d
+WHERE d.status <> 'succeeded'
+GROUP BY d.endpoint_id;
+
+-- name: OutboxGaugeEndpointsDisabled :one
+SELECT count(*)::bigint FROM wharf_outbox_endpoints WHERE NOT enabled;

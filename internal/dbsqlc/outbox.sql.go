@@ -1025,6 +1025,55 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 	return items, nil
 }
 
+const outboxGaugeByEndpoint = `-- name: OutboxGaugeByEndpoint :many
+SELECT d.endpoint_id,
+       count(*) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
+       count(*) FILTER (WHERE d.status = 'dead')::bigint AS dead
+FROM wharf_outbox_deliveries d
+WHERE d.status <> 'succeeded'
+GROUP BY d.endpoint_id
+`
+
+type OutboxGaugeByEndpointRow struct {
+	EndpointID uuid.UUID
+	Pending    int64
+	Dead       int64
+}
+
+// The outbox's gauges per endpoint, from the partial index of unfinished
+// deliveries (never the delivered ones): deliveries to attempt or retry,
+// and dead ones.
+func (q *Queries) OutboxGaugeByEndpoint(ctx context.Context) ([]OutboxGaugeByEndpointRow, error) {
+	rows, err := q.db.Query(ctx, outboxGaugeByEndpoint)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxGaugeByEndpointRow
+	for rows.Next() {
+		var i OutboxGaugeByEndpointRow
+		if err := rows.Scan(&i.EndpointID, &i.Pending, &i.Dead); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxGaugeEndpointsDisabled = `-- name: OutboxGaugeEndpointsDisabled :one
+SELECT count(*)::bigint FROM wharf_outbox_endpoints WHERE NOT enabled
+`
+
+func (q *Queries) OutboxGaugeEndpointsDisabled(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, outboxGaugeEndpointsDisabled)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const outboxLeaseAcquire = `-- name: OutboxLeaseAcquire :one
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting

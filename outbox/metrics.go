@@ -1,0 +1,126 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/telemetry"
+)
+
+// Attempt outcomes, the outcome label of wharf_outbox_attempts_total.
+const (
+	outcome2xx     = "2xx"
+	outcome3xx     = "3xx"
+	outcome4xx     = "4xx"
+	outcome5xx     = "5xx"
+	outcomeTimeout = "timeout"
+	outcomeRefused = "refused" // the SSRF guard refused the address
+	outcomeError   = "error"   // no answer: connection refused, reset, TLS…
+)
+
+const gaugeTimeout = 5 * time.Second
+
+// metrics are the outbox's instruments (README, "Metrics and traces").
+type metrics struct {
+	published metric.Int64Counter
+	attempts  metric.Int64Counter
+	duration  metric.Float64Histogram
+	latency   metric.Float64Histogram
+	dead      metric.Int64Counter
+
+	byOutcome  *telemetry.Attrs
+	byEndpoint *telemetry.Attrs
+}
+
+func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
+	meter := telemetry.Meter(mp, "outbox")
+	m := &metrics{byOutcome: telemetry.NewAttrs("outcome"), byEndpoint: telemetry.NewAttrs("endpoint_id")}
+	var errs []error
+	var err error
+	m.published, err = meter.Int64Counter("wharf_outbox_published",
+		metric.WithDescription("Events published (committed or not: counted when PublishTx returns)."))
+	errs = append(errs, err)
+	m.attempts, err = meter.Int64Counter("wharf_outbox_attempts",
+		metric.WithDescription("Delivery attempts by outcome: 2xx, 3xx, 4xx, 5xx, timeout, refused (SSRF guard), error (no answer)."))
+	errs = append(errs, err)
+	m.duration, err = meter.Float64Histogram("wharf_outbox_attempt_duration",
+		metric.WithDescription("Time of one delivery attempt's request."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+	errs = append(errs, err)
+	m.latency, err = meter.Float64Histogram("wharf_outbox_delivery_latency",
+		metric.WithDescription("Time from an event's publish to its successful delivery to an endpoint."),
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(telemetry.LatencyBuckets...))
+	errs = append(errs, err)
+	m.dead, err = meter.Int64Counter("wharf_outbox_deliveries_dead",
+		metric.WithDescription("Deliveries dead-lettered (attempts exhausted, 410, endpoint disabled, cancelled)."))
+	errs = append(errs, err)
+
+	pending, err := meter.Int64ObservableGauge("wharf_outbox_pending_deliveries",
+		metric.WithDescription("Deliveries to attempt or retry now, by endpoint (read from the database)."))
+	errs = append(errs, err)
+	deadNow, err := meter.Int64ObservableGauge("wharf_outbox_dead_deliveries",
+		metric.WithDescription("Dead deliveries now, by endpoint (read from the database)."))
+	errs = append(errs, err)
+	disabled, err := meter.Int64ObservableGauge("wharf_outbox_endpoints_disabled",
+		metric.WithDescription("Endpoints disabled now (read from the database)."))
+	errs = append(errs, err)
+	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
+		defer cancel()
+		q := dbsqlc.New(pool)
+		rows, err := q.OutboxGaugeByEndpoint(ctx)
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			attrs := m.byEndpoint.Of(row.EndpointID.String())
+			o.ObserveInt64(pending, row.Pending, attrs)
+			o.ObserveInt64(deadNow, row.Dead, attrs)
+		}
+		n, err := q.OutboxGaugeEndpointsDisabled(ctx)
+		if err != nil {
+			return err
+		}
+		o.ObserveInt64(disabled, n)
+		return nil
+	}, pending, deadNow, disabled)
+	errs = append(errs, err)
+	return m, errors.Join(errs...)
+}
+
+// outcome is the outcome label of an attempt.
+func (s *sendOutcome) outcome() string {
+	switch {
+	case s.timedOut:
+		return outcomeTimeout
+	case errors.Is(s.err, ErrBlockedAddress):
+		return outcomeRefused
+	case s.err != nil || s.statusCode == 0:
+		return outcomeError
+	case s.statusCode < 300:
+		return outcome2xx
+	case s.statusCode < 400:
+		return outcome3xx
+	case s.statusCode < 500:
+		return outcome4xx
+	default:
+		return outcome5xx
+	}
+}
+
+// attempt records one attempt and, when it delivered, the event's latency.
+func (m *metrics) attempt(ctx context.Context, out *sendOutcome, publishedAt time.Time, dead bool) {
+	m.attempts.Add(ctx, 1, m.byOutcome.Of(out.outcome()))
+	m.duration.Record(ctx, out.duration.Seconds())
+	if out.succeeded() {
+		m.latency.Record(ctx, time.Since(publishedAt).Seconds())
+	}
+	if dead {
+		m.dead.Add(ctx, 1)
+	}
+}
