@@ -194,15 +194,19 @@ func (m *Middleware) release(ctx context.Context, req *keyedRequest) {
 
 // answer writes the response for a verdict other than verdictRun and
 // reports whether it did.
-func (m *Middleware) answer(w http.ResponseWriter, v verdict, row *dbsqlc.WharfIdempotencyKey) bool {
+func (m *Middleware) answer(ctx context.Context, w http.ResponseWriter, v verdict, row *dbsqlc.WharfIdempotencyKey) bool {
 	switch v {
 	case verdictBusy:
+		m.requests.Add(ctx, 1, m.byOutcome.Of("in_progress"))
 		writeInProgress(w, m.conf.RetryAfter)
 	case verdictMismatch:
+		m.requests.Add(ctx, 1, m.byOutcome.Of("conflict"))
 		writeError(w, http.StatusUnprocessableEntity, msgMismatch)
 	case verdictReplay:
+		m.requests.Add(ctx, 1, m.byOutcome.Of("replayed"))
 		m.replay(w, row)
 	default:
+		m.requests.Add(ctx, 1, m.byOutcome.Of("new"))
 		return false
 	}
 	return true

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -134,6 +136,12 @@ type Config struct {
 	// Logger receives the middleware's logs. Request and response bodies
 	// are never logged. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// MeterProvider receives wharf_idempotency_requests_total{outcome}:
+	// new (the handler ran), replayed, in_progress (409) and conflict (the
+	// key reused for another request: 422). Defaults to the global
+	// MeterProvider.
+	MeterProvider metric.MeterProvider
 }
 
 // resolve returns a copy of c (which may be nil) with defaults filled in, or

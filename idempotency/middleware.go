@@ -13,6 +13,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
 // maxScopeLength bounds Route's and the principal's results, in bytes.
@@ -35,6 +38,8 @@ type Middleware struct {
 	// routeFromPath is set when Config.Route is the default, which may
 	// fall back on the client's path.
 	routeFromPath bool
+	requests      metric.Int64Counter
+	byOutcome     *telemetry.Attrs
 }
 
 // New returns a Middleware storing keys through pool, in the table created
@@ -57,12 +62,19 @@ func New(pool *pgxpool.Pool, principal PrincipalFunc, config *Config) (*Middlewa
 	for _, method := range conf.Methods {
 		methods[method] = true
 	}
+	requests, err := telemetry.Meter(conf.MeterProvider, "idempotency").Int64Counter("wharf_idempotency_requests",
+		metric.WithDescription("Requests with an Idempotency-Key by outcome: new, replayed, in_progress, conflict."))
+	if err != nil {
+		return nil, fmt.Errorf("idempotency: metrics: %w", err)
+	}
 	return &Middleware{
 		pool:          pool,
 		principal:     principal,
 		conf:          conf,
 		methods:       methods,
 		routeFromPath: config == nil || config.Route == nil,
+		requests:      requests,
+		byOutcome:     telemetry.NewAttrs("outcome"),
 	}, nil
 }
 
@@ -205,7 +217,7 @@ func (m *Middleware) serveAlone(w http.ResponseWriter, r *http.Request, next htt
 		writeError(w, http.StatusServiceUnavailable, msgUnavailable)
 		return
 	}
-	if m.answer(w, v, row) {
+	if m.answer(r.Context(), w, v, row) {
 		return
 	}
 
@@ -304,7 +316,7 @@ func (m *Middleware) serveTx(w http.ResponseWriter, r *http.Request, next http.H
 			writeError(w, http.StatusServiceUnavailable, msgUnavailable)
 			return
 		}
-		if m.answer(w, v, row) {
+		if m.answer(r.Context(), w, v, row) {
 			return
 		}
 	}
