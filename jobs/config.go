@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/wharfhq/wharf/internal/partition"
 )
@@ -92,6 +93,9 @@ type Config struct {
 	// Logger receives one line per run and per deferred partition.
 	// Defaults to slog.Default().
 	Logger *slog.Logger
+	// MeterProvider receives the retention metrics (wharf_retention_…,
+	// README "Metrics and traces"). Defaults to the global MeterProvider.
+	MeterProvider metric.MeterProvider
 	// Now returns the current time; tests inject a clock. Defaults to
 	// time.Now.
 	Now func() time.Time

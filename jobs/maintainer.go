@@ -14,8 +14,9 @@ import (
 // Maintainer runs partition upkeep and retention. The periodic jobs use
 // one; the CLI and tests call it directly.
 type Maintainer struct {
-	pool *pgxpool.Pool
-	cfg  *Config
+	pool    *pgxpool.Pool
+	cfg     *Config
+	metrics *metrics
 }
 
 // NewMaintainer returns a Maintainer over pool, or an error when cfg is
@@ -28,7 +29,11 @@ func NewMaintainer(pool *pgxpool.Pool, cfg *Config) (*Maintainer, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Maintainer{pool: pool, cfg: c}, nil
+	m, err := newMetrics(c.MeterProvider, pool)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: metrics: %w", err)
+	}
+	return &Maintainer{pool: pool, cfg: c, metrics: m}, nil
 }
 
 // UpkeepResult says what a partition upkeep run did.

@@ -390,6 +390,9 @@ func (r *pruneRun) batches(ctx context.Context, lockTable string, count func() (
 }
 
 func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) {
+	if m.metrics != nil {
+		m.metrics.prune(ctx, res, err)
+	}
 	attrs := []any{"dry_run", res.DryRun, "skipped", res.Skipped, "dropped", res.Dropped, "deferred", len(res.Deferred),
 		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted,
 		"deliveries_deleted", res.DeliveriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed,
