@@ -97,7 +97,14 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		return err
 	}
 
+	mp, metricsHandler, err := newMetrics()
+	if err != nil {
+		return err
+	}
+	defer shutdownMetrics(context.WithoutCancel(ctx), mp)
+
 	ob, err := outbox.New(pool, &outbox.Config{
+		MeterProvider:        mp,
 		RetrySchedule:        cfg.RetrySchedule,
 		AllowPrivateNetworks: cfg.AllowPrivate,
 		Logger:               logger,
@@ -112,8 +119,9 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 			{Name: "stripe", Verifier: signature.NewStripe(signature.Secrets{cfg.StripeSecret}, nil)},
 			{Name: "github", Verifier: signature.NewGitHub(signature.Secrets{cfg.GitHubSecret}, nil)},
 		},
-		Logger: logger,
-		Now:    cfg.now,
+		Logger:        logger,
+		Now:           cfg.now,
+		MeterProvider: mp,
 	})
 	if err != nil {
 		return err
@@ -121,7 +129,9 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	ib.Handle("payments", "payment.succeeded", applyPayment(ob))
 	ib.Handle(inbox.Wildcard, inbox.Wildcard, ignore)
 
-	maintainer, err := jobs.NewMaintainer(pool, cfg.jobsConfig(logger))
+	jobsConfig := cfg.jobsConfig(logger)
+	jobsConfig.MeterProvider = mp
+	maintainer, err := jobs.NewMaintainer(pool, jobsConfig)
 	if err != nil {
 		return err
 	}
@@ -149,7 +159,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		return err
 	}
 
-	payouts, err := payoutsHandler(pool, logger)
+	payouts, err := payoutsHandler(pool, logger, mp)
 	if err != nil {
 		return err
 	}
@@ -159,6 +169,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	mux.Handle("POST /payouts", payouts)
 	mux.HandleFunc("POST /endpoints", createEndpoint(ob))
 	mux.HandleFunc("DELETE /endpoints/{id}", deleteEndpoint(ob))
+	mux.Handle("GET /metrics", metricsHandler)
 	server := newServer(mux)
 
 	serveErr := make(chan error, 1)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/wharfhq/wharf/idempotency"
 )
@@ -16,12 +17,12 @@ import (
 // answers 201 {"payout_id":"po_…","account":…,"balance":…}. It requires an
 // Idempotency-Key; the balance change commits in the same transaction as the
 // key, so a retried request never pays out twice.
-func payoutsHandler(pool *pgxpool.Pool, logger *slog.Logger) (http.Handler, error) {
+func payoutsHandler(pool *pgxpool.Pool, logger *slog.Logger, mp metric.MeterProvider) (http.Handler, error) {
 	idem, err := idempotency.New(pool,
 		// The example has no authentication: every client is one principal.
 		// A real app returns the authenticated account here.
 		func(*http.Request) string { return "example" },
-		&idempotency.Config{RequireKey: true, Transactional: true, Logger: logger})
+		&idempotency.Config{RequireKey: true, Transactional: true, Logger: logger, MeterProvider: mp})
 	if err != nil {
 		return nil, err
 	}

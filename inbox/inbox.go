@@ -160,7 +160,11 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if ib.now == nil {
 		ib.now = time.Now
 	}
-	m, err := newMetrics(cfg.MeterProvider, pool)
+	names := make([]string, len(cfg.Sources))
+	for i := range cfg.Sources {
+		names[i] = cfg.Sources[i].Name
+	}
+	m, err := newMetrics(cfg.MeterProvider, pool, names)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
 	}

@@ -50,7 +50,7 @@ type metrics struct {
 	bySourceStatus *telemetry.Attrs
 }
 
-func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
+func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool, sources []string) (*metrics, error) {
 	meter := telemetry.Meter(mp, "inbox")
 	var errs []error
 	var err error
@@ -96,10 +96,21 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 			return err
 		}
 		now := time.Now()
+		seen := map[string]bool{}
 		for _, row := range rows {
 			attrs := m.bySource.Of(row.Source)
 			o.ObserveInt64(dead, row.Dead, attrs)
 			o.ObserveFloat64(oldest, max(now.Sub(row.OldestUnfinished).Seconds(), 0), attrs)
+			seen[row.Source] = true
+		}
+		// A configured source with nothing unfinished reports 0, so that
+		// a series exists for alerts and dashboards before the first dead
+		// message.
+		for _, source := range sources {
+			if !seen[source] {
+				o.ObserveInt64(dead, 0, m.bySource.Of(source))
+				o.ObserveFloat64(oldest, 0, m.bySource.Of(source))
+			}
 		}
 		return nil
 	}, dead, oldest)

@@ -64,6 +64,6 @@ func TestDeliveryMetrics(t *testing.T) {
 		v, _ := dp.Attributes.Value(attribute.Key("endpoint_id"))
 		dead[v.AsString()] = dp.Value
 	}
-	require.Equal(t, map[string]int64{bad.ID.String(): 1}, dead)
+	require.Equal(t, map[string]int64{bad.ID.String(): 1, good.ID.String(): 0}, dead, "every endpoint has a series")
 	require.EqualValues(t, 3, data["wharf_outbox_delivery_latency"].(metricdata.Histogram[float64]).DataPoints[0].Count)
 }

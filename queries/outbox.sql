@@ -471,15 +471,15 @@ ORDER BY missed.created_at, missed.id
 RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.event_created_at;
 
 -- name: OutboxGaugeByEndpoint :many
--- The outbox's gauges per endpoint, from the partial index of unfinished
--- deliveries (never the delivered ones): deliveries to attempt or retry,
--- and dead ones.
-SELECT d.endpoint_id,
-       count(*) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
-       count(*) FILTER (WHERE d.status = 'dead')::bigint AS dead
-FROM wharf_outbox_deliveries d
-WHERE d.status <> 'succeeded'
-GROUP BY d.endpoint_id;
+-- The outbox's gauges per endpoint (every endpoint, 0 when it has none),
+-- from the partial index of unfinished deliveries (never the delivered
+-- ones): deliveries to attempt or retry, and dead ones.
+SELECT ep.id AS endpoint_id,
+       count(d.id) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
+       count(d.id) FILTER (WHERE d.status = 'dead')::bigint AS dead
+FROM wharf_outbox_endpoints ep
+LEFT JOIN wharf_outbox_deliveries d ON d.endpoint_id = ep.id AND d.status <> 'succeeded'
+GROUP BY ep.id;
 
 -- name: OutboxGaugeEndpointsDisabled :one
 SELECT count(*)::bigint FROM wharf_outbox_endpoints WHERE NOT enabled;

@@ -1026,12 +1026,12 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 }
 
 const outboxGaugeByEndpoint = `-- name: OutboxGaugeByEndpoint :many
-SELECT d.endpoint_id,
-       count(*) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
-       count(*) FILTER (WHERE d.status = 'dead')::bigint AS dead
-FROM wharf_outbox_deliveries d
-WHERE d.status <> 'succeeded'
-GROUP BY d.endpoint_id
+SELECT ep.id AS endpoint_id,
+       count(d.id) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
+       count(d.id) FILTER (WHERE d.status = 'dead')::bigint AS dead
+FROM wharf_outbox_endpoints ep
+LEFT JOIN wharf_outbox_deliveries d ON d.endpoint_id = ep.id AND d.status <> 'succeeded'
+GROUP BY ep.id
 `
 
 type OutboxGaugeByEndpointRow struct {
@@ -1040,9 +1040,9 @@ type OutboxGaugeByEndpointRow struct {
 	Dead       int64
 }
 
-// The outbox's gauges per endpoint, from the partial index of unfinished
-// deliveries (never the delivered ones): deliveries to attempt or retry,
-// and dead ones.
+// The outbox's gauges per endpoint (every endpoint, 0 when it has none),
+// from the partial index of unfinished deliveries (never the delivered
+// ones): deliveries to attempt or retry, and dead ones.
 func (q *Queries) OutboxGaugeByEndpoint(ctx context.Context) ([]OutboxGaugeByEndpointRow, error) {
 	rows, err := q.db.Query(ctx, outboxGaugeByEndpoint)
 	if err != nil {
