@@ -12,6 +12,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 var (
@@ -248,12 +249,38 @@ type ListParams struct {
 	Source string
 	// Status keeps only messages in this status. Defaults to all.
 	Status Status
-	// Limit caps the number of messages. Defaults to 100; at most 10000.
+	// Limit caps the number of messages of one page. Defaults to 100; at
+	// most 10000.
 	Limit int
+	// After is the cursor of the last message of the previous page
+	// (Cursor of it): the page holds the messages listed after it. Defaults
+	// to the first page. A malformed cursor is an error where errors.Is(err,
+	// ErrInvalidCursor) is true.
+	After string
 }
 
-// List returns stored messages, newest first.
+// ErrInvalidCursor is returned by List for a ListParams.After that no
+// Cursor returned.
+var ErrInvalidCursor = errors.New("inbox: invalid list cursor")
+
+// Cursor returns the list cursor of m: give it as ListParams.After to list
+// the messages after m. It is opaque, URL-safe and holds no payload.
+func Cursor(m *Message) string { return shared.EncodeTimeCursor(m.ReceivedAt, m.ID) }
+
+// List returns a page of stored messages, newest first; page on with
+// ListParams.After set to Cursor of the last one (a keyset: a deep page
+// costs what the first does, and rows received meanwhile neither repeat nor
+// shift the pages).
 func (ib *Inbox) List(ctx context.Context, params *ListParams) ([]*Message, error) {
+	return ib.list(ctx, ib.pool, params)
+}
+
+// ListTx is List in tx.
+func (ib *Inbox) ListTx(ctx context.Context, tx pgx.Tx, params *ListParams) ([]*Message, error) {
+	return ib.list(ctx, tx, params)
+}
+
+func (ib *Inbox) list(ctx context.Context, db dbsqlc.DBTX, params *ListParams) ([]*Message, error) {
 	if params == nil {
 		params = &ListParams{}
 	}
@@ -272,11 +299,15 @@ func (ib *Inbox) List(ctx context.Context, params *ListParams) ([]*Message, erro
 		s := string(params.Status)
 		status = &s
 	}
-	rows, err := dbsqlc.New(ib.pool).InboxMessageList(ctx, dbsqlc.InboxMessageListParams{
-		Source:  source,
-		Status:  status,
-		MaxRows: int32(limit),
-	})
+	query := dbsqlc.InboxMessageListParams{Source: source, Status: status, MaxRows: int32(limit)}
+	if params.After != "" {
+		at, id, err := shared.DecodeTimeCursor(params.After)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidCursor, err)
+		}
+		query.AfterReceivedAt, query.AfterID = &at, &id
+	}
+	rows, err := dbsqlc.New(db).InboxMessageList(ctx, query)
 	if err != nil {
 		return nil, err
 	}

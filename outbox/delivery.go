@@ -14,6 +14,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Delivery is one event's delivery to one endpoint.
@@ -41,6 +42,8 @@ type Delivery struct {
 	UpdatedAt time.Time
 	// SucceededAt is when an attempt succeeded.
 	SucceededAt *time.Time
+	// Seq is the delivery's place in publish order (DeliveryCursor's key).
+	Seq int64
 }
 
 // Attempt is one recorded delivery attempt.
@@ -76,9 +79,21 @@ type DeliveryListParams struct {
 	EventID string
 	// Status lists deliveries in that status when not empty.
 	Status DeliveryStatus
-	// Limit is the most deliveries returned. Defaults to 100, at most 10000.
+	// Limit is the most deliveries of one page. Defaults to 100, at most
+	// 10000.
 	Limit int
+	// After is the cursor of the last delivery of the previous page
+	// (DeliveryCursor of it). Defaults to the first page.
+	After string
 }
+
+// ErrInvalidCursor is returned by DeliveryList and EndpointList for a
+// cursor that DeliveryCursor or EndpointCursor did not return.
+var ErrInvalidCursor = errors.New("outbox: invalid list cursor")
+
+// DeliveryCursor returns the list cursor of d: give it as
+// DeliveryListParams.After to list the deliveries after d.
+func DeliveryCursor(d *Delivery) string { return shared.EncodeSeqCursor(d.Seq) }
 
 // DeliveryGet returns a delivery, or an error where errors.Is(err,
 // ErrNotFound) is true.
@@ -99,7 +114,8 @@ func (o *Outbox) deliveryGet(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) 
 	return deliveryFromRow(&row), nil
 }
 
-// DeliveryList returns deliveries, newest first.
+// DeliveryList returns a page of deliveries, newest first (publish order);
+// page on with DeliveryListParams.After set to DeliveryCursor of the last.
 func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) ([]*Delivery, error) {
 	if params == nil {
 		params = &DeliveryListParams{}
@@ -109,6 +125,13 @@ func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) (
 		return nil, err
 	}
 	query := dbsqlc.OutboxDeliveryListParams{EndpointID: params.EndpointID, MaxRows: limit}
+	if params.After != "" {
+		seq, err := shared.DecodeSeqCursor(params.After)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidCursor, err)
+		}
+		query.AfterSeq = &seq
+	}
 	if params.EventID != "" {
 		id, err := ParseEventID(params.EventID)
 		if err != nil {
@@ -319,6 +342,7 @@ func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID
 
 func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery) *Delivery {
 	return &Delivery{
+		Seq:            row.Seq,
 		ID:             row.ID,
 		EventID:        formatEventID(row.EventID),
 		EndpointID:     row.EndpointID,

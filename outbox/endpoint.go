@@ -137,9 +137,17 @@ type EndpointUpdateParams struct {
 type EndpointListParams struct {
 	// Tenant lists only that tenant's endpoints when not nil.
 	Tenant *string
-	// Limit is the most endpoints returned. Defaults to 100, at most 10000.
+	// Limit is the most endpoints of one page. Defaults to 100, at most
+	// 10000.
 	Limit int
+	// After is the cursor of the last endpoint of the previous page
+	// (EndpointCursor of it). Defaults to the first page.
+	After string
 }
+
+// EndpointCursor returns the list cursor of e: give it as
+// EndpointListParams.After to list the endpoints after e.
+func EndpointCursor(e *Endpoint) string { return shared.EncodeTimeCursor(e.CreatedAt, e.ID) }
 
 // EndpointCreate creates an endpoint and returns it with its secret. Bad
 // parameters return an error where errors.Is(err, ErrInvalidEndpoint) is
@@ -230,7 +238,8 @@ func (o *Outbox) endpointRow(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) 
 	return &row, nil
 }
 
-// EndpointList returns endpoints, oldest first.
+// EndpointList returns a page of endpoints, oldest first; page on with
+// EndpointListParams.After set to EndpointCursor of the last.
 func (o *Outbox) EndpointList(ctx context.Context, params *EndpointListParams) ([]*Endpoint, error) {
 	if params == nil {
 		params = &EndpointListParams{}
@@ -244,7 +253,15 @@ func (o *Outbox) EndpointList(ctx context.Context, params *EndpointListParams) (
 			return nil, err
 		}
 	}
-	rows, err := o.queries.OutboxEndpointList(ctx, dbsqlc.OutboxEndpointListParams{Tenant: params.Tenant, MaxRows: limit})
+	query := dbsqlc.OutboxEndpointListParams{Tenant: params.Tenant, MaxRows: limit}
+	if params.After != "" {
+		at, id, err := shared.DecodeTimeCursor(params.After)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidCursor, err)
+		}
+		query.AfterCreatedAt, query.AfterID = &at, &id
+	}
+	rows, err := o.queries.OutboxEndpointList(ctx, query)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list endpoints: %w", err)
 	}

@@ -57,10 +57,14 @@ WHERE received_at = @received_at AND id = @id AND status <> 'processed'
 RETURNING *;
 
 -- name: InboxMessageList :many
--- Newest first; filters are optional.
+-- Newest first; filters are optional. A page after a cursor holds the rows
+-- before (after_received_at, after_id) in that order: a keyset, so deep
+-- pages cost what the first does.
 SELECT * FROM wharf_inbox_messages
 WHERE (sqlc.narg('source')::text IS NULL OR source = sqlc.narg('source')::text)
   AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
+  AND (sqlc.narg('after_received_at')::timestamptz IS NULL
+       OR (received_at, id) < (sqlc.narg('after_received_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY received_at DESC, id DESC
 LIMIT @max_rows::int;
 

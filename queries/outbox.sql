@@ -13,9 +13,12 @@ RETURNING *;
 SELECT * FROM wharf_outbox_endpoints WHERE id = @id::uuid;
 
 -- name: OutboxEndpointList :many
--- Oldest first; tenant is optional.
+-- Oldest first; tenant is optional; a page after a cursor starts after
+-- (after_created_at, after_id).
 SELECT * FROM wharf_outbox_endpoints
 WHERE (sqlc.narg('tenant')::text IS NULL OR tenant = sqlc.narg('tenant')::text)
+  AND (sqlc.narg('after_created_at')::timestamptz IS NULL
+       OR (created_at, id) > (sqlc.narg('after_created_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY created_at, id
 LIMIT @max_rows::int;
 
@@ -372,6 +375,7 @@ SELECT * FROM wharf_outbox_deliveries
 WHERE (sqlc.narg('endpoint_id')::uuid IS NULL OR endpoint_id = sqlc.narg('endpoint_id')::uuid)
   AND (sqlc.narg('event_id')::uuid IS NULL OR event_id = sqlc.narg('event_id')::uuid)
   AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
+  AND (sqlc.narg('after_seq')::bigint IS NULL OR seq < sqlc.narg('after_seq')::bigint)
 ORDER BY seq DESC
 LIMIT @max_rows::int;
 

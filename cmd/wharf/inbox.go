@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"text/tabwriter"
@@ -23,7 +24,8 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		fs.SetOutput(e.errOut)
 		source := fs.String("source", "", "only this source")
 		status := fs.String("status", "", "only this status: received, processed, failed or dead")
-		limit := fs.Int("limit", 50, "at most this many messages, newest first")
+		limit := fs.Int("limit", 50, "at most this many messages per page, newest first")
+		after := fs.String("after", "", "the page after this cursor (printed after a full page)")
 		if err := fs.Parse(args); err != nil {
 			return usageError{err.Error()}
 		}
@@ -36,9 +38,15 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		msgs, err := ib.List(ctx, &inbox.ListParams{Source: *source, Status: inbox.Status(*status), Limit: *limit})
+		msgs, err := ib.List(ctx, &inbox.ListParams{Source: *source, Status: inbox.Status(*status), Limit: *limit, After: *after})
+		if errors.Is(err, inbox.ErrInvalidCursor) {
+			return usageError{"-after: not a cursor this command printed"}
+		}
 		if err != nil {
 			return err
+		}
+		if len(msgs) > 0 && len(msgs) == *limit {
+			defer fmt.Fprintf(e.errOut, "more: wharf inbox list -after %s\n", inbox.Cursor(msgs[len(msgs)-1]))
 		}
 		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tEVENT ID\tTYPE\tSTATUS\tATTEMPTS\tLAST ERROR")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,27 @@ func TestInboxCommands(t *testing.T) {
 	code, _, errOut = cli(t, "-database-url", url, "inbox", "list", "-status", "weird")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown status "weird"`)
+
+	// Paging: a full page says how to get the next; the next holds the rest.
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ib.ReceiveManyTx(ctx, tx, []inbox.Incoming{
+			{Source: "s", EventID: "evt_p1", Body: []byte(`{}`)}, {Source: "s", EventID: "evt_p2", Body: []byte(`{}`)},
+		})
+		return err
+	}))
+	code, out, errOut = cli(t, "-database-url", url, "inbox", "list", "-limit", "2")
+	require.Equal(t, 0, code)
+	require.Equal(t, 2, strings.Count(out, "evt_p"), out)
+	_, cursor, ok := strings.Cut(strings.TrimSpace(errOut), "-after ")
+	require.True(t, ok, "no next-page hint: %q", errOut)
+	code, out, errOut = cli(t, "-database-url", url, "inbox", "list", "-limit", "2", "-after", cursor)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "evt_cli")
+	require.NotContains(t, out, "evt_p")
+	require.Empty(t, errOut, "the last page has no next")
+	code, _, errOut = cli(t, "-database-url", url, "inbox", "list", "-after", "garbage")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "not a cursor")
 }
 
 func TestPartitionsAndPrune(t *testing.T) {

@@ -468,19 +468,31 @@ const inboxMessageList = `-- name: InboxMessageList :many
 SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
 WHERE ($1::text IS NULL OR source = $1::text)
   AND ($2::text IS NULL OR status = $2::text)
+  AND ($3::timestamptz IS NULL
+       OR (received_at, id) < ($3::timestamptz, $4::uuid))
 ORDER BY received_at DESC, id DESC
-LIMIT $3::int
+LIMIT $5::int
 `
 
 type InboxMessageListParams struct {
-	Source  *string
-	Status  *string
-	MaxRows int32
+	Source          *string
+	Status          *string
+	AfterReceivedAt *time.Time
+	AfterID         *uuid.UUID
+	MaxRows         int32
 }
 
-// Newest first; filters are optional.
+// Newest first; filters are optional. A page after a cursor holds the rows
+// before (after_received_at, after_id) in that order: a keyset, so deep
+// pages cost what the first does.
 func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListParams) ([]WharfInboxMessage, error) {
-	rows, err := q.db.Query(ctx, inboxMessageList, arg.Source, arg.Status, arg.MaxRows)
+	rows, err := q.db.Query(ctx, inboxMessageList,
+		arg.Source,
+		arg.Status,
+		arg.AfterReceivedAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

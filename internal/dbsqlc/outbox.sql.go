@@ -351,14 +351,16 @@ SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, a
 WHERE ($1::uuid IS NULL OR endpoint_id = $1::uuid)
   AND ($2::uuid IS NULL OR event_id = $2::uuid)
   AND ($3::text IS NULL OR status = $3::text)
+  AND ($4::bigint IS NULL OR seq < $4::bigint)
 ORDER BY seq DESC
-LIMIT $4::int
+LIMIT $5::int
 `
 
 type OutboxDeliveryListParams struct {
 	EndpointID *uuid.UUID
 	EventID    *uuid.UUID
 	Status     *string
+	AfterSeq   *int64
 	MaxRows    int32
 }
 
@@ -368,6 +370,7 @@ func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryList
 		arg.EndpointID,
 		arg.EventID,
 		arg.Status,
+		arg.AfterSeq,
 		arg.MaxRows,
 	)
 	if err != nil {
@@ -720,18 +723,28 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 const outboxEndpointList = `-- name: OutboxEndpointList :many
 SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at FROM wharf_outbox_endpoints
 WHERE ($1::text IS NULL OR tenant = $1::text)
+  AND ($2::timestamptz IS NULL
+       OR (created_at, id) > ($2::timestamptz, $3::uuid))
 ORDER BY created_at, id
-LIMIT $2::int
+LIMIT $4::int
 `
 
 type OutboxEndpointListParams struct {
-	Tenant  *string
-	MaxRows int32
+	Tenant         *string
+	AfterCreatedAt *time.Time
+	AfterID        *uuid.UUID
+	MaxRows        int32
 }
 
-// Oldest first; tenant is optional.
+// Oldest first; tenant is optional; a page after a cursor starts after
+// (after_created_at, after_id).
 func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointListParams) ([]WharfOutboxEndpoint, error) {
-	rows, err := q.db.Query(ctx, outboxEndpointList, arg.Tenant, arg.MaxRows)
+	rows, err := q.db.Query(ctx, outboxEndpointList,
+		arg.Tenant,
+		arg.AfterCreatedAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}
