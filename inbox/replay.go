@@ -236,12 +236,7 @@ func (ib *Inbox) ForgetTx(ctx context.Context, tx pgx.Tx, source, eventID string
 }
 
 // translate maps database errors to the package's sentinels.
-func translate(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	return err
-}
+func translate(err error) error { return shared.NotFound(err, ErrNotFound) }
 
 // ListParams filters List. The zero value lists the newest messages.
 type ListParams struct {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Partitioned tables the outbox inserts into.
@@ -120,12 +121,7 @@ func (o *Outbox) Queue() string { return o.config.Queue }
 func (o *Outbox) EndpointTimeout() time.Duration { return o.config.EndpointTimeout }
 
 // translateError maps a database error to the package's errors.
-func translateError(err error) error {
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
-	return err
-}
+func translateError(err error) error { return shared.NotFound(err, ErrNotFound) }
 
 // inTx runs fn in a transaction of the pool, committing when it returns nil.
 func (o *Outbox) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {

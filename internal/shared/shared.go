@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Micro returns t in UTC at Postgres's microsecond precision, so a timestamp
@@ -80,3 +82,12 @@ func (p *Problems) Add(err error) {
 
 // Err returns every problem joined, or nil when there is none.
 func (p *Problems) Err() error { return errors.Join(p.errs...) }
+
+// NotFound returns notFound when err is pgx.ErrNoRows (a row that does not
+// exist), else err: the packages' ErrNotFound translation.
+func NotFound(err, notFound error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return notFound
+	}
+	return err
+}
