@@ -19,8 +19,11 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -92,6 +95,9 @@ func runCLI(ctx context.Context, args []string, out, errOut io.Writer) int {
 		return 2
 	}
 	name := global.Arg(0)
+	if name == "help" {
+		return help(errOut, global, global.Args()[1:])
+	}
 	cmd, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(errOut, "wharf: unknown command %q\n", name)
@@ -111,8 +117,40 @@ func runCLI(ctx context.Context, args []string, out, errOut io.Writer) int {
 			return 2
 		}
 		fmt.Fprintf(errOut, "wharf %s: %v\n", name, err)
+		if notMigrated(err) {
+			fmt.Fprintln(errOut, "wharf: the database has no Wharf tables yet: run `wharf migrate up` (with a direct connection, not through PgBouncer)")
+		}
 		return 1
 	}
+	return 0
+}
+
+// notMigrated reports whether err is Postgres saying that one of Wharf's
+// or River's tables does not exist.
+func notMigrated(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable &&
+		(strings.Contains(pgErr.Message, `"wharf_`) || strings.Contains(pgErr.Message, `"river_`))
+}
+
+// help prints the usage of wharf, or of one command (its flags, through
+// the command's own -h).
+func help(w io.Writer, global *flag.FlagSet, args []string) int {
+	if len(args) == 0 {
+		usage(w, global)
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(w, "wharf help: unknown command %q\n", args[0])
+		usage(w, global)
+		return 2
+	}
+	fmt.Fprintf(w, "wharf %s\n\n", cmd.summary)
+	// The command prints its flags for -h (a command with subcommands,
+	// for the subcommand named after it: wharf help inbox list).
+	e := &env{out: w, errOut: w}
+	_ = cmd.run(context.Background(), e, append(args[1:], "-h"))
 	return 0
 }
 

@@ -40,6 +40,11 @@ func TestMigrateCommands(t *testing.T) {
 	require.Contains(t, out, "wharf schema: version 0 of")
 	require.Contains(t, out, "not up to date")
 
+	// Unmigrated, a command says so and how to migrate.
+	code, _, errOut = cli(t, "-database-url", url, "inbox", "list")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "run `wharf migrate up`")
+
 	code, out, _ = cli(t, "-database-url", url, "migrate", "up")
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "up to date")
@@ -47,6 +52,27 @@ func TestMigrateCommands(t *testing.T) {
 	code, _, errOut = cli(t, "-database-url", url, "migrate", "sideways")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown migrate command "sideways"`)
+}
+
+// wharf help prints the commands, or one command's summary and flags,
+// without a database.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := cli(t, "help")
+	require.Equal(t, 0, code)
+	for name := range commands {
+		require.Contains(t, errOut, "  "+name, "help lists %s", name)
+	}
+	code, _, errOut = cli(t, "help", "inbox", "list")
+	require.Equal(t, 0, code)
+	require.Contains(t, errOut, "-after")
+	require.Contains(t, errOut, "-status")
+	code, _, errOut = cli(t, "help", "prune")
+	require.Equal(t, 0, code)
+	require.Contains(t, errOut, "-dry-run")
+	code, _, errOut = cli(t, "help", "nosuch")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, `unknown command "nosuch"`)
 }
 
 func TestNoDatabase(t *testing.T) {
