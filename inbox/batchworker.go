@@ -147,6 +147,9 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		status := failureStatus(f.cause, 1, ib.maxAttempts)
 		ib.metrics.handled(ctx, f.msg, status, took[f.msg.ID])
 		logFailure(ctx, log.With("message_id", f.msg.ID), f.msg, status, f.cause)
+		if status == StatusDead {
+			ib.dead(ctx, f.msg, f.cause)
+		}
 	}
 	return nil
 }

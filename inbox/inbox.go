@@ -88,6 +88,13 @@ type Config struct {
 	// installs an SDK). The database gauges query Postgres only when
 	// collected.
 	MeterProvider metric.MeterProvider
+	// OnDead is called once for each message its processing made dead
+	// (attempts exhausted, Permanent, river.JobCancel), after the commit
+	// that recorded it: an alert hook. It runs on the worker's goroutine,
+	// so keep it short (hand slow work to a goroutine or a queue); a panic
+	// in it is recovered and logged. Operator actions (Skip, Forget) do not
+	// call it. Defaults to none.
+	OnDead func(ctx context.Context, msg *Message, cause error)
 	// RejectionLogInterval is the least time between two log lines about
 	// rejected requests of one source and result (the rest are counted and
 	// reported with the next line). Defaults to 10 s; negative logs every
@@ -112,6 +119,7 @@ type Inbox struct {
 	batcher        *receiveBatcher
 	metrics        *metrics
 	rejections     *rejectionLog
+	onDead         func(ctx context.Context, msg *Message, cause error)
 
 	mu       sync.RWMutex
 	handlers map[handlerKey]Handler
@@ -169,6 +177,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
 	}
 	ib.metrics = m
+	ib.onDead = cfg.OnDead
 	ib.rejections = newRejectionLog(ib.logger, cmp.Or(cfg.RejectionLogInterval, defaultRejectionLogInterval))
 	ib.batchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	batchWait := cmp.Or(cfg.BatchWait, DefaultBatchWait)
@@ -250,4 +259,17 @@ func (ib *Inbox) clock() time.Time {
 // txFunc runs fn in a transaction on the inbox's pool.
 func (ib *Inbox) txFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, ib.pool, fn)
+}
+
+// dead calls Config.OnDead for msg, recovering a panic.
+func (ib *Inbox) dead(ctx context.Context, msg *Message, cause error) {
+	if ib.onDead == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			ib.logger.ErrorContext(ctx, "inbox: OnDead panicked", "message_id", msg.ID, "panic", fmt.Sprint(r))
+		}
+	}()
+	ib.onDead(ctx, msg, cause)
 }

@@ -174,7 +174,16 @@ func TestProcessingMetrics(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	b := setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: mp}})
+	var deadMu sync.Mutex
+	var deadIDs []string
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: mp, OnDead: func(_ context.Context, msg *inbox.Message, cause error) {
+		deadMu.Lock()
+		defer deadMu.Unlock()
+		deadIDs = append(deadIDs, msg.EventID+": "+cause.Error())
+		if len(deadIDs) == 1 {
+			panic("a hook that panics is recovered")
+		}
+	}}})
 	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 		if msg.EventID == "evt_bad" {
 			return inbox.Permanent(errors.New("bad"))
@@ -195,6 +204,9 @@ func TestProcessingMetrics(t *testing.T) {
 	lag, ok := data["wharf_inbox_processing_lag"].(metricdata.Histogram[float64])
 	require.True(t, ok)
 	require.EqualValues(t, 2, lag.DataPoints[0].Count)
+	deadMu.Lock()
+	defer deadMu.Unlock()
+	require.Equal(t, []string{"evt_bad: permanent: bad"}, deadIDs, "OnDead once per dead message")
 }
 
 func attributeKey(k string) attribute.Key { return attribute.Key(k) }

@@ -250,6 +250,7 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[proces
 	logFailure(ctx, log, msg, status, cause)
 	if status == StatusDead {
 		w.ib.wakeNextAfterFailure(recordCtx, msg)
+		w.ib.dead(recordCtx, msg, cause)
 	}
 	failed := &handlerFailed{messageID: msg.ID}
 	if isPermanent(cause) {

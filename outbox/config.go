@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/google/uuid"
 
 	"github.com/wharfhq/wharf/internal/shared"
 )
@@ -194,6 +197,22 @@ type Config struct {
 	// Defaults to slog.Default().
 	Logger *slog.Logger
 
+	// OnDead is called once for each delivery a worker made dead (attempts
+	// exhausted, 410 Gone, its endpoint disabled or deleted, its event
+	// gone, its job cancelled), after the statement that recorded it, with
+	// the reason: an alert hook. It runs on the worker's goroutine, so keep
+	// it short; a panic in it is recovered and logged.
+	//
+	// Defaults to none.
+	OnDead func(ctx context.Context, d DeadDelivery)
+
+	// OnEndpointDisabled is called once when an attempt disables its
+	// endpoint (410 Gone, or failing for DisableAfter), after the
+	// statement that disabled it; as OnDead otherwise.
+	//
+	// Defaults to none.
+	OnEndpointDisabled func(ctx context.Context, e DisabledEndpoint)
+
 	// MeterProvider receives the outbox's metrics (wharf_outbox_…, listed
 	// in the README's "Metrics and traces"); the database gauges query
 	// Postgres only when collected.
@@ -326,3 +345,20 @@ func (c *Config) throttledMin() time.Duration { return max(c.ThrottledRetryMin, 
 
 // now returns the configured clock's time in UTC at Postgres' precision.
 func (c *Config) now() time.Time { return shared.Micro(c.Now()) }
+
+// DeadDelivery is what Config.OnDead learns of a delivery that died.
+type DeadDelivery struct {
+	DeliveryID uuid.UUID
+	EndpointID uuid.UUID
+	EventID    string
+	// Reason is the delivery's last error: the last attempt's failure, or
+	// why no attempt was made.
+	Reason string
+}
+
+// DisabledEndpoint is what Config.OnEndpointDisabled learns of an endpoint
+// an attempt disabled.
+type DisabledEndpoint struct {
+	EndpointID uuid.UUID
+	Reason     string
+}

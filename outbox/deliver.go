@@ -224,6 +224,14 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 	attrs := []any{"status_code", out.statusCode, "duration", out.duration}
 	if disabledReason != "" {
 		log.WarnContext(ctx, "outbox: endpoint disabled", append(attrs, "reason", disabledReason)...)
+		o.hook(ctx, "OnEndpointDisabled", func() {
+			if o.config.OnEndpointDisabled != nil {
+				o.config.OnEndpointDisabled(ctx, DisabledEndpoint{EndpointID: row.EndpointID, Reason: disabledReason})
+			}
+		})
+	}
+	if rec.status == StatusDead {
+		o.deadHook(ctx, row, out.errorText())
 	}
 	switch {
 	case out.succeeded():
@@ -249,6 +257,7 @@ func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *
 		return fmt.Errorf("outbox: dead-letter delivery %s: %w", row.ID, err)
 	}
 	o.metrics.dead.Add(ctx, 1)
+	o.deadHook(ctx, row, reason)
 	log.InfoContext(ctx, "outbox: delivery dead-lettered without an attempt", "reason", reason)
 	return river.JobCancel(fmt.Errorf("outbox: delivery dead: %s", reason))
 }
@@ -331,4 +340,24 @@ func (o *Outbox) orderingWait(ctx context.Context, row *dbsqlc.OutboxDeliveryGet
 		wait = max(wait, min(earlier.NextAttemptAt.Sub(o.config.now()), maxOrderingWait))
 	}
 	return wait, true, nil
+}
+
+// deadHook calls Config.OnDead for the delivery of row.
+func (o *Outbox) deadHook(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, reason string) {
+	if o.config.OnDead == nil {
+		return
+	}
+	o.hook(ctx, "OnDead", func() {
+		o.config.OnDead(ctx, DeadDelivery{DeliveryID: row.ID, EndpointID: row.EndpointID, EventID: formatEventID(row.EventID), Reason: reason})
+	})
+}
+
+// hook runs an application callback, recovering a panic.
+func (o *Outbox) hook(ctx context.Context, name string, fn func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			o.config.Logger.ErrorContext(ctx, "outbox: "+name+" panicked", "panic", fmt.Sprint(r))
+		}
+	}()
+	fn()
 }

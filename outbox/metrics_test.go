@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +25,19 @@ func TestDeliveryMetrics(t *testing.T) {
 	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
 	cfg := testConfig()
 	cfg.MeterProvider = mp
+	var hookMu sync.Mutex
+	var deadHooks []outbox.DeadDelivery
+	var disabledHooks []outbox.DisabledEndpoint
+	cfg.OnDead = func(_ context.Context, d outbox.DeadDelivery) {
+		hookMu.Lock()
+		defer hookMu.Unlock()
+		deadHooks = append(deadHooks, d)
+	}
+	cfg.OnEndpointDisabled = func(_ context.Context, e outbox.DisabledEndpoint) {
+		hookMu.Lock()
+		defer hookMu.Unlock()
+		disabledHooks = append(disabledHooks, e)
+	}
 	b := setup(t, cfg)
 	ok := newSink(t, status(http.StatusNoContent))
 	failing := newSink(t, status(http.StatusServiceUnavailable))
@@ -66,4 +80,21 @@ func TestDeliveryMetrics(t *testing.T) {
 	}
 	require.Equal(t, map[string]int64{bad.ID.String(): 1, good.ID.String(): 0}, dead, "every endpoint has a series")
 	require.EqualValues(t, 3, data["wharf_outbox_delivery_latency"].(metricdata.Histogram[float64]).DataPoints[0].Count)
+
+	// The hooks: one dead delivery so far; an endpoint answering 410 is
+	// disabled and its delivery dead.
+	gone := newSink(t, status(http.StatusGone))
+	goneEp := b.endpoint(t, gone.URL(), &outbox.EndpointParams{EventTypes: []string{"gone"}})
+	b.publish(t, &outbox.Event{Type: "gone", Data: map[string]int{}})
+	require.Eventually(t, func() bool {
+		hookMu.Lock()
+		defer hookMu.Unlock()
+		return len(disabledHooks) == 1 && len(deadHooks) == 2
+	}, 20*time.Second, 10*time.Millisecond)
+	hookMu.Lock()
+	defer hookMu.Unlock()
+	require.Equal(t, bad.ID, deadHooks[0].EndpointID)
+	require.Contains(t, deadHooks[0].Reason, "answered 503")
+	require.Equal(t, goneEp.ID, disabledHooks[0].EndpointID)
+	require.Contains(t, disabledHooks[0].Reason, "410")
 }
