@@ -87,7 +87,9 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				Now: now, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
 			}))
 			started := time.Now()
-			err := w.runInSavepoint(ctx, tx, sp, msg)
+			spanCtx, span := ib.startProcess(ctx, msg)
+			err := w.runInSavepoint(spanCtx, tx, sp, msg)
+			endProcess(span, err)
 			took[msg.ID] = time.Since(started)
 			if err != nil {
 				var fatal *batchFatalError

@@ -9,6 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/wharfhq/wharf/internal/telemetry"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -57,8 +62,17 @@ func (ib *Inbox) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string) {
 	start := time.Now()
+	ctx, span := ib.tracer.Start(telemetry.Extract(r.Context(), r.Header), "wharf.inbox.receive",
+		trace.WithSpanKind(trace.SpanKindServer))
+	defer span.End()
+	r = r.WithContext(ctx)
 	a := &answer{w: w, source: UnknownSourceLabel}
 	ib.answerSource(a, r, name)
+	span.SetAttributes(attribute.String("wharf.source", a.source), attribute.String("wharf.result", a.result),
+		attribute.Int("http.response.status_code", a.status))
+	if a.status >= 500 {
+		span.SetStatus(codes.Error, a.result)
+	}
 	ib.metrics.request(r.Context(), a.source, a.result, time.Since(start))
 	switch a.result {
 	case resultAccepted, resultDuplicate:
@@ -157,6 +171,7 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 		Body:        raw,
 		PayloadHash: src.payloadHash(body),
 		OrderingKey: src.orderingKey(r.Header, body),
+		trace:       telemetry.StoredContext(r.Context()),
 	}
 	if err := msg.validate(); err != nil {
 		a.error(resultMalformed, http.StatusBadRequest, err.Error())

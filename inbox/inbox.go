@@ -14,9 +14,11 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/shared"
+	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
 const (
@@ -88,6 +90,12 @@ type Config struct {
 	// installs an SDK). The database gauges query Postgres only when
 	// collected.
 	MeterProvider metric.MeterProvider
+	// TracerProvider receives the inbox's spans: wharf.inbox.receive for each
+	// HTTP delivery (continuing the trace of a traceparent header the
+	// sender sent) and wharf.inbox.process for each handler run, linked to
+	// the receive span through the message (its trace context is stored
+	// with it when sampled). Defaults to the global TracerProvider.
+	TracerProvider trace.TracerProvider
 	// OnDead is called once for each message its processing made dead
 	// (attempts exhausted, Permanent, river.JobCancel), after the commit
 	// that recorded it: an alert hook. It runs on the worker's goroutine,
@@ -120,6 +128,7 @@ type Inbox struct {
 	metrics        *metrics
 	rejections     *rejectionLog
 	onDead         func(ctx context.Context, msg *Message, cause error)
+	tracer         trace.Tracer
 
 	mu       sync.RWMutex
 	handlers map[handlerKey]Handler
@@ -178,6 +187,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	}
 	ib.metrics = m
 	ib.onDead = cfg.OnDead
+	ib.tracer = telemetry.Tracer(cfg.TracerProvider, "inbox")
 	ib.rejections = newRejectionLog(ib.logger, cmp.Or(cfg.RejectionLogInterval, defaultRejectionLogInterval))
 	ib.batchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
 	batchWait := cmp.Or(cfg.BatchWait, DefaultBatchWait)

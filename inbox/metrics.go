@@ -6,7 +6,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/telemetry"
@@ -132,4 +135,25 @@ func (m *metrics) handled(ctx context.Context, msg *Message, status Status, took
 	if status == StatusProcessed {
 		m.lag.Record(ctx, time.Since(msg.ReceivedAt).Seconds(), m.bySource.Of(msg.Source))
 	}
+}
+
+// startProcess starts the span of one handler run, linked to the span that
+// received the message.
+func (ib *Inbox) startProcess(ctx context.Context, msg *Message) (context.Context, trace.Span) {
+	return ib.tracer.Start(ctx, "wharf.inbox.process",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(telemetry.Link(msg.trace)...),
+		trace.WithAttributes(
+			attribute.String("wharf.source", msg.Source),
+			attribute.String("wharf.event_type", msg.EventType),
+			attribute.String("wharf.message_id", msg.ID.String()),
+		))
+}
+
+// endProcess ends a handler run's span with its outcome.
+func endProcess(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, "handler failed")
+	}
+	span.End()
 }

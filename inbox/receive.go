@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
 // ErrInvalidMessage is wrapped by ReceiveTx's error when the message cannot be
@@ -48,6 +50,10 @@ type Incoming struct {
 	// MaxOrderingKeyLength characters. The HTTP handler sets it from the
 	// source's OrderingFields or OrderingHeader.
 	OrderingKey string
+
+	// trace is the receiving span's trace context (the HTTP handler's);
+	// ReceiveManyTx uses its ctx's when empty.
+	trace string
 }
 
 // Result says what ReceiveTx did.
@@ -285,6 +291,7 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 		return fmt.Errorf("inbox: insert jobs: %w", err)
 	}
 	params := dbsqlc.InboxMessageInsertManyParams{ReceivedAt: now}
+	callerTrace := telemetry.StoredContext(ctx)
 	for j, chunk := range chunks {
 		jobID := inserted[j].Job.ID
 		for _, c := range chunk {
@@ -298,6 +305,7 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 			params.PayloadHashes = append(params.PayloadHashes, c.hash)
 			params.JobIds = append(params.JobIds, jobID)
 			params.OrderingKeys = append(params.OrderingKeys, msg.OrderingKey)
+			params.TraceContexts = append(params.TraceContexts, cmp.Or(msg.trace, callerTrace))
 			results[c.index] = Result{MessageID: c.proposed, ReceivedAt: now, JobID: jobID}
 		}
 	}

@@ -64,6 +64,8 @@ type Message struct {
 	// OrderingKey is the message's place in a sequence (see
 	// Source.OrderingFields); empty when it has none.
 	OrderingKey string
+
+	trace string // the receiving span's stored trace context
 }
 
 // Handler applies a message's effect. It runs inside tx, the transaction
@@ -198,7 +200,9 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 			return fmt.Errorf("inbox: mark processed: %w", err)
 		}
 		started := time.Now()
-		err = runHandler(ctx, h, tx, msg)
+		spanCtx, span := ib.startProcess(ctx, msg)
+		err = runHandler(spanCtx, h, tx, msg)
+		endProcess(span, err)
 		handlerTook = time.Since(started)
 		if err != nil {
 			return err
@@ -332,6 +336,7 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 		ProcessedAt: row.ProcessedAt,
 		ScrubbedAt:  row.ScrubbedAt,
 		OrderingKey: row.OrderingKey,
+		trace:       row.TraceContext,
 	}
 	if row.LastError != nil {
 		m.LastError = *row.LastError

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/google/uuid"
 
@@ -196,6 +197,15 @@ type Config struct {
 	//
 	// Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// TracerProvider receives the outbox's spans: wharf.outbox.publish in
+	// the publishing transaction's context, and wharf.outbox.deliver for
+	// each attempt, a child of the publishing span (whose trace context is
+	// stored with the event when sampled), which the request carries to the
+	// endpoint as a traceparent header.
+	//
+	// Defaults to the global TracerProvider.
+	TracerProvider trace.TracerProvider
 
 	// OnDead is called once for each delivery a worker made dead (attempts
 	// exhausted, 410 Gone, its endpoint disabled or deleted, its event

@@ -14,8 +14,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
 // DeliveryKind is the River job kind of delivery jobs.
@@ -164,13 +168,25 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	}
 
 	attemptedAt := o.config.now()
-	out := o.send(ctx, &delivery{
+	sendCtx, span := o.tracer.Start(telemetry.Parent(ctx, row.TraceContext), "wharf.outbox.deliver",
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("wharf.endpoint_id", row.EndpointID.String()),
+			attribute.String("wharf.delivery_id", row.ID.String()),
+			attribute.Int("wharf.attempt", job.Attempt),
+		))
+	out := o.send(sendCtx, &delivery{
 		url:     row.Url,
 		eventID: formatEventID(row.EventID),
 		secrets: signingSecrets(&row, attemptedAt),
 		body:    row.Payload,
 		timeout: timeout,
 	})
+	span.SetAttributes(attribute.String("wharf.outcome", out.outcome()), attribute.Int("http.response.status_code", out.statusCode))
+	if !out.succeeded() {
+		span.SetStatus(codes.Error, out.outcome())
+	}
+	span.End()
 	if ctx.Err() != nil && !out.succeeded() {
 		switch {
 		case errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):

@@ -11,10 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/shared"
+	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
 // Partitioned tables the outbox inserts into.
@@ -64,6 +66,7 @@ type Outbox struct {
 	http       *http.Client
 	retries    *retryPlan
 	metrics    *metrics
+	tracer     trace.Tracer
 }
 
 // New returns an Outbox storing its state through pool. cfg may be nil for
@@ -98,6 +101,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		http:       newHTTPClient(config),
 		retries:    newRetryPlan(config),
 		metrics:    m,
+		tracer:     telemetry.Tracer(config.TracerProvider, "outbox"),
 	}, nil
 }
 

@@ -12,8 +12,11 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
 // EventIDPrefix starts every event id. The rest is a UUIDv7, so ids sort by
@@ -147,6 +150,9 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 	if err := o.partitions.Ensure(ctx, tx, eventsTable, now); err != nil {
 		return nil, err
 	}
+	ctx, span := o.tracer.Start(ctx, "wharf.outbox.publish", trace.WithAttributes(attribute.Int("wharf.events", len(events))))
+	defer span.End()
+	params.TraceContext = telemetry.StoredContext(ctx)
 	rows, err := o.queries.WithTx(tx).OutboxPublish(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: publish: %w", err)

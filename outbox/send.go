@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/wharfhq/wharf/internal/telemetry"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -119,6 +120,7 @@ func (o *Outbox) send(ctx context.Context, d *delivery) *sendOutcome {
 	req.Header = header
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", UserAgent)
+	telemetry.Inject(ctx, req.Header) // traceparent: the attempt's span
 
 	start := time.Now()
 	resp, err := o.http.Do(req)

@@ -128,12 +128,13 @@ RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash;
 -- partition holds them all.
 INSERT INTO wharf_inbox_messages (
     id, received_at, source, event_id, event_type, headers, body, payload_hash,
-    status, job_id, updated_at, ordering_key
+    status, job_id, updated_at, ordering_key, trace_context
 )
 SELECT unnest(@ids::text[])::uuid, @received_at::timestamptz, unnest(@sources::text[]),
        unnest(@event_ids::text[]), unnest(@event_types::text[]), unnest(@headers::jsonb[]),
        unnest(@bodies::bytea[]), unnest(@payload_hashes::bytea[]), 'received',
-       unnest(@job_ids::bigint[]), @received_at::timestamptz, unnest(@ordering_keys::text[]);
+       unnest(@job_ids::bigint[]), @received_at::timestamptz, unnest(@ordering_keys::text[]),
+       unnest(@trace_contexts::text[]);
 
 -- name: InboxMessagesGetForUpdate :many
 -- Loads and locks the messages of one processing batch, in id order.

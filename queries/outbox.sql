@@ -84,8 +84,9 @@ WITH input AS (
     FROM generate_subscripts(@ids::text[], 1) AS i
 ),
 events AS (
-    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant)
-    SELECT input.id, @created_at::timestamptz, input.type, input.payload, input.ordering_key, input.tenant
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
+    SELECT input.id, @created_at::timestamptz, input.type, input.payload, input.ordering_key, input.tenant,
+           @trace_context::text
     FROM input
     RETURNING wharf_outbox_events.id
 )
@@ -115,7 +116,8 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        d.status, d.attempts, d.generation,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
-       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload
+       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
+       COALESCE(ev.trace_context, '')::text AS trace_context
 FROM wharf_outbox_deliveries d
 JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id

@@ -295,7 +295,7 @@ func (q *Queries) InboxMessageForget(ctx context.Context, arg InboxMessageForget
 }
 
 const inboxMessageGet = `-- name: InboxMessageGet :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages WHERE id = $1
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages WHERE id = $1
 `
 
 func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
@@ -318,12 +318,13 @@ func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInbox
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
 		&i.OrderingKey,
+		&i.TraceContext,
 	)
 	return i, err
 }
 
 const inboxMessageGetByIDForUpdate = `-- name: InboxMessageGetByIDForUpdate :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) InboxMessageGetByIDForUpdate(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
@@ -346,12 +347,13 @@ func (q *Queries) InboxMessageGetByIDForUpdate(ctx context.Context, id uuid.UUID
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
 		&i.OrderingKey,
+		&i.TraceContext,
 	)
 	return i, err
 }
 
 const inboxMessageGetForUpdate = `-- name: InboxMessageGetForUpdate :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = $2
 FOR UPDATE
 `
@@ -381,6 +383,7 @@ func (q *Queries) InboxMessageGetForUpdate(ctx context.Context, arg InboxMessage
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
 		&i.OrderingKey,
+		&i.TraceContext,
 	)
 	return i, err
 }
@@ -425,12 +428,13 @@ func (q *Queries) InboxMessageInsert(ctx context.Context, arg InboxMessageInsert
 const inboxMessageInsertMany = `-- name: InboxMessageInsertMany :exec
 INSERT INTO wharf_inbox_messages (
     id, received_at, source, event_id, event_type, headers, body, payload_hash,
-    status, job_id, updated_at, ordering_key
+    status, job_id, updated_at, ordering_key, trace_context
 )
 SELECT unnest($1::text[])::uuid, $2::timestamptz, unnest($3::text[]),
        unnest($4::text[]), unnest($5::text[]), unnest($6::jsonb[]),
        unnest($7::bytea[]), unnest($8::bytea[]), 'received',
-       unnest($9::bigint[]), $2::timestamptz, unnest($10::text[])
+       unnest($9::bigint[]), $2::timestamptz, unnest($10::text[]),
+       unnest($11::text[])
 `
 
 type InboxMessageInsertManyParams struct {
@@ -444,6 +448,7 @@ type InboxMessageInsertManyParams struct {
 	PayloadHashes [][]byte
 	JobIds        []int64
 	OrderingKeys  []string
+	TraceContexts []string
 }
 
 // Stores the messages of one receive batch; they share received_at, so one
@@ -460,12 +465,13 @@ func (q *Queries) InboxMessageInsertMany(ctx context.Context, arg InboxMessageIn
 		arg.PayloadHashes,
 		arg.JobIds,
 		arg.OrderingKeys,
+		arg.TraceContexts,
 	)
 	return err
 }
 
 const inboxMessageList = `-- name: InboxMessageList :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
 WHERE ($1::text IS NULL OR source = $1::text)
   AND ($2::text IS NULL OR status = $2::text)
   AND ($3::timestamptz IS NULL
@@ -517,6 +523,7 @@ func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListPara
 			&i.UpdatedAt,
 			&i.ScrubbedAt,
 			&i.OrderingKey,
+			&i.TraceContext,
 		); err != nil {
 			return nil, err
 		}
@@ -636,7 +643,7 @@ const inboxMessageRequeue = `-- name: InboxMessageRequeue :one
 UPDATE wharf_inbox_messages
 SET status = 'received', job_id = $1::bigint, updated_at = $2::timestamptz
 WHERE received_at = $3 AND id = $4 AND status <> 'processed'
-RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key
+RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context
 `
 
 type InboxMessageRequeueParams struct {
@@ -673,6 +680,7 @@ func (q *Queries) InboxMessageRequeue(ctx context.Context, arg InboxMessageReque
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
 		&i.OrderingKey,
+		&i.TraceContext,
 	)
 	return i, err
 }
@@ -681,7 +689,7 @@ const inboxMessageSkip = `-- name: InboxMessageSkip :one
 UPDATE wharf_inbox_messages
 SET status = 'dead', last_error = $1::text, updated_at = $2::timestamptz
 WHERE received_at = $3 AND id = $4 AND status IN ('received', 'failed')
-RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key
+RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context
 `
 
 type InboxMessageSkipParams struct {
@@ -718,12 +726,13 @@ func (q *Queries) InboxMessageSkip(ctx context.Context, arg InboxMessageSkipPara
 		&i.UpdatedAt,
 		&i.ScrubbedAt,
 		&i.OrderingKey,
+		&i.TraceContext,
 	)
 	return i, err
 }
 
 const inboxMessagesGet = `-- name: InboxMessagesGet :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
 `
 
@@ -759,6 +768,7 @@ func (q *Queries) InboxMessagesGet(ctx context.Context, arg InboxMessagesGetPara
 			&i.UpdatedAt,
 			&i.ScrubbedAt,
 			&i.OrderingKey,
+			&i.TraceContext,
 		); err != nil {
 			return nil, err
 		}
@@ -771,7 +781,7 @@ func (q *Queries) InboxMessagesGet(ctx context.Context, arg InboxMessagesGetPara
 }
 
 const inboxMessagesGetForUpdate = `-- name: InboxMessagesGetForUpdate :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
 ORDER BY id
 FOR UPDATE
@@ -809,6 +819,7 @@ func (q *Queries) InboxMessagesGetForUpdate(ctx context.Context, arg InboxMessag
 			&i.UpdatedAt,
 			&i.ScrubbedAt,
 			&i.OrderingKey,
+			&i.TraceContext,
 		); err != nil {
 			return nil, err
 		}

@@ -40,22 +40,23 @@ type WharfInboxKey struct {
 }
 
 type WharfInboxMessage struct {
-	ID          uuid.UUID
-	ReceivedAt  time.Time
-	Source      string
-	EventID     string
-	EventType   string
-	Headers     json.RawMessage
-	Body        []byte
-	PayloadHash []byte
-	Status      string
-	Attempts    int32
-	LastError   *string
-	JobID       *int64
-	ProcessedAt *time.Time
-	UpdatedAt   time.Time
-	ScrubbedAt  *time.Time
-	OrderingKey string
+	ID           uuid.UUID
+	ReceivedAt   time.Time
+	Source       string
+	EventID      string
+	EventType    string
+	Headers      json.RawMessage
+	Body         []byte
+	PayloadHash  []byte
+	Status       string
+	Attempts     int32
+	LastError    *string
+	JobID        *int64
+	ProcessedAt  *time.Time
+	UpdatedAt    time.Time
+	ScrubbedAt   *time.Time
+	OrderingKey  string
+	TraceContext string
 }
 
 type WharfLease struct {
@@ -121,13 +122,14 @@ type WharfOutboxEndpoint struct {
 }
 
 type WharfOutboxEvent struct {
-	ID          uuid.UUID
-	CreatedAt   time.Time
-	Type        string
-	Payload     []byte
-	OrderingKey string
-	Tenant      string
-	ScrubbedAt  *time.Time
+	ID           uuid.UUID
+	CreatedAt    time.Time
+	Type         string
+	Payload      []byte
+	OrderingKey  string
+	Tenant       string
+	ScrubbedAt   *time.Time
+	TraceContext string
 }
 
 type WharfOutboxLease struct {

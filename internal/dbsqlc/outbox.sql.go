@@ -290,7 +290,8 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        d.status, d.attempts, d.generation,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
-       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload
+       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
+       COALESCE(ev.trace_context, '')::text AS trace_context
 FROM wharf_outbox_deliveries d
 JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
@@ -316,6 +317,7 @@ type OutboxDeliveryGetForWorkRow struct {
 	Ordered                 bool
 	Enabled                 bool
 	Payload                 []byte
+	TraceContext            string
 }
 
 // Everything a delivery attempt needs; payload is NULL when the event row is
@@ -342,6 +344,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.Ordered,
 		&i.Enabled,
 		&i.Payload,
+		&i.TraceContext,
 	)
 	return i, err
 }
@@ -1277,8 +1280,9 @@ WITH input AS (
     FROM generate_subscripts($3::text[], 1) AS i
 ),
 events AS (
-    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant)
-    SELECT input.id, $1::timestamptz, input.type, input.payload, input.ordering_key, input.tenant
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
+    SELECT input.id, $1::timestamptz, input.type, input.payload, input.ordering_key, input.tenant,
+           $8::text
     FROM input
     RETURNING wharf_outbox_events.id
 )
@@ -1310,6 +1314,7 @@ type OutboxPublishParams struct {
 	Payloads       [][]byte
 	OrderingKeys   []string
 	Tenants        []string
+	TraceContext   string
 }
 
 type OutboxPublishRow struct {
@@ -1329,6 +1334,7 @@ func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([
 		arg.Payloads,
 		arg.OrderingKeys,
 		arg.Tenants,
+		arg.TraceContext,
 	)
 	if err != nil {
 		return nil, err

@@ -6,11 +6,15 @@
 package telemetry
 
 import (
+	"context"
+	"net/http"
 	"sync"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ScopeName is the instrumentation scope of Wharf's meters; each package
@@ -66,4 +70,62 @@ func (a *Attrs) Of(values ...string) metric.MeasurementOption {
 	opt := metric.WithAttributeSet(attribute.NewSet(kvs...))
 	a.m.Store(id, opt)
 	return opt
+}
+
+// Tracer returns the tracer of package pkg from tp, or from the global
+// TracerProvider when tp is nil.
+func Tracer(tp trace.TracerProvider, pkg string) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(ScopeName + "/" + pkg)
+}
+
+// traceContext is the W3C propagator Wharf stores and sends trace context
+// with, whatever the application's global propagator.
+var traceContext = propagation.TraceContext{}
+
+// StoredContext returns the traceparent of ctx's span when that span is
+// sampled (so that a trace nobody records costs no storage), else "".
+func StoredContext(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() || !sc.IsSampled() {
+		return ""
+	}
+	carrier := propagation.MapCarrier{}
+	traceContext.Inject(ctx, carrier)
+	return carrier.Get("traceparent")
+}
+
+// Link returns a link to the span whose traceparent was stored (none when
+// stored is empty or malformed).
+func Link(stored string) []trace.Link {
+	if stored == "" {
+		return nil
+	}
+	sc := trace.SpanContextFromContext(traceContext.Extract(context.Background(), propagation.MapCarrier{"traceparent": stored}))
+	if !sc.IsValid() {
+		return nil
+	}
+	return []trace.Link{{SpanContext: sc}}
+}
+
+// Parent returns ctx with the stored traceparent as its remote parent
+// span context (ctx unchanged when stored is empty or malformed).
+func Parent(ctx context.Context, stored string) context.Context {
+	if stored == "" {
+		return ctx
+	}
+	return traceContext.Extract(ctx, propagation.MapCarrier{"traceparent": stored})
+}
+
+// Extract returns ctx continuing the trace context an incoming request
+// carries in its traceparent header, if any.
+func Extract(ctx context.Context, h http.Header) context.Context {
+	return traceContext.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// Inject writes ctx's trace context into h as a traceparent header.
+func Inject(ctx context.Context, h http.Header) {
+	traceContext.Inject(ctx, propagation.HeaderCarrier(h))
 }
