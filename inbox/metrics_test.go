@@ -15,56 +15,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/telemetrytest"
 	"github.com/wharfhq/wharf/signature"
 )
-
-// collect reads every metric of reader into name -> data.
-func collect(t *testing.T, reader *sdkmetric.ManualReader) map[string]metricdata.Aggregation {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	out := map[string]metricdata.Aggregation{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			out[m.Name] = m.Data
-		}
-	}
-	return out
-}
-
-// sumBy returns an Int64 sum's values by the given attributes, joined by "/".
-func sumBy(t *testing.T, data metricdata.Aggregation, keys ...string) map[string]int64 {
-	t.Helper()
-	sum, ok := data.(metricdata.Sum[int64])
-	require.True(t, ok, "not an int64 sum: %T", data)
-	out := map[string]int64{}
-	for _, dp := range sum.DataPoints {
-		var parts []string
-		for _, k := range keys {
-			v, _ := dp.Attributes.Value(attributeKey(k))
-			parts = append(parts, v.AsString())
-		}
-		out[strings.Join(parts, "/")] += dp.Value
-	}
-	return out
-}
 
 // The request counter matches the HTTP answers exactly, by source and
 // result, under a concurrent storm of duplicates, bad signatures, unknown
 // sources, oversized and malformed bodies and wrong methods.
 func TestRequestMetricsMatchTheAnswers(t *testing.T) {
 	t.Parallel()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	metrics := telemetrytest.NewMetrics(t)
 	verifier := signature.NewStandardWebhooks(signature.Secrets{testSecret}, nil)
 	b := setup(t, &setupOpts{cfg: &inbox.Config{
-		MeterProvider: mp,
+		MeterProvider: metrics.Provider,
 		Sources: []inbox.Source{
 			{Name: "payments", Verifier: verifier, MaxBodyBytes: 2048},
 			{Name: "strict", Verifier: verifier, OnMismatch: inbox.MismatchConflict},
@@ -98,7 +64,7 @@ func TestRequestMetricsMatchTheAnswers(t *testing.T) {
 		"_unknown/unknown_source", "payments/too_large", "payments/malformed", "payments/method"} {
 		require.Positive(t, answers[want], "the storm produced no %s answer: %v", want, answers)
 	}
-	got := sumBy(t, collect(t, reader)["wharf_inbox_requests"], "source", "result")
+	got := telemetrytest.SumBy(t, metrics.Collect(t)["wharf_inbox_requests"], "source", "result")
 	require.Equal(t, answers, got)
 }
 
@@ -171,12 +137,10 @@ func sendKind(b *testBundle, kind string, n int) (string, error) {
 // wharf_inbox_dead_messages, outcomes are counted by status.
 func TestProcessingMetrics(t *testing.T) {
 	t.Parallel()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	metrics := telemetrytest.NewMetrics(t)
 	var deadMu sync.Mutex
 	var deadIDs []string
-	b := setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: mp, OnDead: func(_ context.Context, msg *inbox.Message, cause error) {
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: metrics.Provider, OnDead: func(_ context.Context, msg *inbox.Message, cause error) {
 		deadMu.Lock()
 		defer deadMu.Unlock()
 		deadIDs = append(deadIDs, msg.EventID+": "+cause.Error())
@@ -194,13 +158,10 @@ func TestProcessingMetrics(t *testing.T) {
 	b.startWorkers(t)
 	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
 
-	data := collect(t, reader)
+	data := metrics.Collect(t)
 	require.Equal(t, map[string]int64{"payments/processed": 2, "payments/dead": 1},
-		sumBy(t, data["wharf_inbox_messages_handled"], "source", "status"))
-	dead, ok := data["wharf_inbox_dead_messages"].(metricdata.Gauge[int64])
-	require.True(t, ok, "%T", data["wharf_inbox_dead_messages"])
-	require.Len(t, dead.DataPoints, 1)
-	require.EqualValues(t, 1, dead.DataPoints[0].Value)
+		telemetrytest.SumBy(t, data["wharf_inbox_messages_handled"], "source", "status"))
+	require.Equal(t, map[string]int64{"payments": 1}, telemetrytest.GaugeBy(t, data["wharf_inbox_dead_messages"], "source"))
 	lag, ok := data["wharf_inbox_processing_lag"].(metricdata.Histogram[float64])
 	require.True(t, ok)
 	require.EqualValues(t, 2, lag.DataPoints[0].Count)
@@ -208,5 +169,3 @@ func TestProcessingMetrics(t *testing.T) {
 	defer deadMu.Unlock()
 	require.Equal(t, []string{"evt_bad: permanent: bad"}, deadIDs, "OnDead once per dead message")
 }
-
-func attributeKey(k string) attribute.Key { return attribute.Key(k) }

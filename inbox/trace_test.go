@@ -9,18 +9,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/telemetrytest"
 )
 
 // A receive continues the trace of the traceparent the sender sent, and
 // the processing span links back to it through the stored message.
 func TestTracesFollowTheMessage(t *testing.T) {
 	t.Parallel()
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	tp, recorder := telemetrytest.NewTracer(t)
 	b := setup(t, &setupOpts{cfg: &inbox.Config{TracerProvider: tp}})
 	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error { return nil })
 

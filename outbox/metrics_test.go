@@ -8,10 +8,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/wharfhq/wharf/internal/telemetrytest"
 	"github.com/wharfhq/wharf/outbox"
 )
 
@@ -20,11 +19,9 @@ import (
 func TestDeliveryMetrics(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
+	metrics := telemetrytest.NewMetrics(t)
 	cfg := testConfig()
-	cfg.MeterProvider = mp
+	cfg.MeterProvider = metrics.Provider
 	var hookMu sync.Mutex
 	var deadHooks []outbox.DeadDelivery
 	var disabledHooks []outbox.DisabledEndpoint
@@ -56,29 +53,12 @@ func TestDeliveryMetrics(t *testing.T) {
 		return len(list) == 1 && list[0].Status == outbox.StatusDead
 	}, 20*time.Second, 10*time.Millisecond)
 
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(ctx, &rm))
-	data := map[string]metricdata.Aggregation{}
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			data[m.Name] = m.Data
-		}
-	}
-	published := data["wharf_outbox_published"].(metricdata.Sum[int64])
-	require.EqualValues(t, 4, published.DataPoints[0].Value)
-	attempts := map[string]int64{}
-	for _, dp := range data["wharf_outbox_attempts"].(metricdata.Sum[int64]).DataPoints {
-		v, _ := dp.Attributes.Value(attribute.Key("outcome"))
-		attempts[v.AsString()] += dp.Value
-	}
-	require.Equal(t, map[string]int64{"2xx": 3, "5xx": 4}, attempts)
-	require.EqualValues(t, 1, data["wharf_outbox_deliveries_dead"].(metricdata.Sum[int64]).DataPoints[0].Value)
-	dead := map[string]int64{}
-	for _, dp := range data["wharf_outbox_dead_deliveries"].(metricdata.Gauge[int64]).DataPoints {
-		v, _ := dp.Attributes.Value(attribute.Key("endpoint_id"))
-		dead[v.AsString()] = dp.Value
-	}
-	require.Equal(t, map[string]int64{bad.ID.String(): 1, good.ID.String(): 0}, dead, "every endpoint has a series")
+	data := metrics.Collect(t)
+	require.Equal(t, map[string]int64{"": 4}, telemetrytest.SumBy(t, data["wharf_outbox_published"]))
+	require.Equal(t, map[string]int64{"2xx": 3, "5xx": 4}, telemetrytest.SumBy(t, data["wharf_outbox_attempts"], "outcome"))
+	require.Equal(t, map[string]int64{"": 1}, telemetrytest.SumBy(t, data["wharf_outbox_deliveries_dead"]))
+	require.Equal(t, map[string]int64{bad.ID.String(): 1, good.ID.String(): 0},
+		telemetrytest.GaugeBy(t, data["wharf_outbox_dead_deliveries"], "endpoint_id"), "every endpoint has a series")
 	require.EqualValues(t, 3, data["wharf_outbox_delivery_latency"].(metricdata.Histogram[float64]).DataPoints[0].Count)
 
 	// The hooks: one dead delivery so far; an endpoint answering 410 is

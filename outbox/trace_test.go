@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/wharfhq/wharf/internal/telemetrytest"
 	"github.com/wharfhq/wharf/outbox"
 )
 
@@ -20,9 +20,7 @@ import (
 func TestDeliveryCarriesTheTrace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	recorder := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
-	t.Cleanup(func() { _ = tp.Shutdown(ctx) })
+	tp, recorder := telemetrytest.NewTracer(t)
 	cfg := testConfig()
 	cfg.TracerProvider = tp
 	b := setup(t, cfg)

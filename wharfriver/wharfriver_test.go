@@ -14,10 +14,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/telemetrytest"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
@@ -157,10 +156,8 @@ func TestUnworkedQueueIsReported(t *testing.T) {
 	var logs testdb.LockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
 	cfg := &river.Config{Logger: quiet, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
-	reader := sdkmetric.NewManualReader()
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	t.Cleanup(func() { _ = mp.Shutdown(ctx) })
-	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Logger: logger, MeterProvider: mp}))
+	metrics := telemetrytest.NewMetrics(t)
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Logger: logger, MeterProvider: metrics.Provider}))
 	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
 	require.NoError(t, err)
 	require.NoError(t, client.Start(ctx))
@@ -171,22 +168,5 @@ func TestUnworkedQueueIsReported(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "queue=forgotten"))
 
 	// And the metric: one job waits in the unworked queue.
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(ctx, &rm))
-	var found bool
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name != "wharf_unworked_queue_jobs" {
-				continue
-			}
-			g, ok := m.Data.(metricdata.Gauge[int64])
-			require.True(t, ok, "%T", m.Data)
-			require.Len(t, g.DataPoints, 1)
-			q, _ := g.DataPoints[0].Attributes.Value("queue")
-			require.Equal(t, "forgotten", q.AsString())
-			require.EqualValues(t, 1, g.DataPoints[0].Value)
-			found = true
-		}
-	}
-	require.True(t, found, "no wharf_unworked_queue_jobs metric")
+	require.Equal(t, map[string]int64{"forgotten": 1}, telemetrytest.GaugeBy(t, metrics.Collect(t)["wharf_unworked_queue_jobs"], "queue"))
 }
