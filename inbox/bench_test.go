@@ -342,7 +342,7 @@ func BenchmarkProcess(b *testing.B) {
 		orderedRate := float64(n) / orderedTime.Seconds()
 		b.ReportMetric(orderedRate, "inbox_ordered_msg/s")
 		b.Logf("ordered by %d keys: %.0f/s, %.2f of unordered", orderedKeys, orderedRate, orderedRate/inboxRate)
-		loadtest.Bench("process_ordered_100_keys_vs_unordered_per_s", orderedRate, inboxRate)
+		loadtest.Bench("process_ordered_1000_keys_vs_unordered_per_s", orderedRate, inboxRate)
 	}
 }
 
