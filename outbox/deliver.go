@@ -211,7 +211,9 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 	defer cancel()
 
 	rec := &attemptRecord{row: row, slot: slot, attemptedAt: attemptedAt, out: out, status: StatusSucceeded}
-	final := job.Attempt >= o.retries.attemptLimit(job) || out.gone() || out.cancelled
+	// The SSRF guard's refusal is no transient failure: the address is
+	// refused on every try, so the delivery is dead at once.
+	final := job.Attempt >= o.retries.attemptLimit(job) || out.gone() || out.cancelled || errors.Is(out.err, ErrBlockedAddress)
 	var wait time.Duration
 	if !out.succeeded() {
 		rec.status = StatusRetrying

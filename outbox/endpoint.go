@@ -294,6 +294,9 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		if err := checkURL(*params.URL); err != nil {
 			return nil, err
 		}
+		if err := o.guard.checkLiteral(*params.URL); err != nil {
+			return nil, err
+		}
 	}
 	if params.Description != nil {
 		if err := checkDescription(*params.Description); err != nil {

@@ -138,6 +138,9 @@ func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings,
 	if err := checkURL(params.URL); err != nil {
 		return nil, err
 	}
+	if err := o.guard.checkLiteral(params.URL); err != nil {
+		return nil, err
+	}
 	if err := checkDescription(params.Description); err != nil {
 		return nil, err
 	}

@@ -67,6 +67,7 @@ type Outbox struct {
 	retries    *retryPlan
 	metrics    *metrics
 	tracer     trace.Tracer
+	guard      *ssrfGuard
 }
 
 // New returns an Outbox storing its state through pool. cfg may be nil for
@@ -102,6 +103,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		retries:    newRetryPlan(config),
 		metrics:    m,
 		tracer:     telemetry.Tracer(config.TracerProvider, "outbox"),
+		guard:      newSSRFGuard(config),
 	}, nil
 }
 

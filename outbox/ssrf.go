@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
+	"strings"
 	"syscall"
 )
 
@@ -206,4 +208,27 @@ func guardDialer(d *net.Dialer, g *ssrfGuard) *net.Dialer {
 		return nil
 	}
 	return &guarded
+}
+
+// checkLiteral refuses, at registration, an endpoint URL whose host the
+// guard would refuse at every dial whatever DNS says: an IP address in a
+// refused range, or localhost (and names under .localhost, which resolve to
+// loopback). A hostname is judged only when a delivery dials it.
+func (g *ssrfGuard) checkLiteral(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil // checkURL reports it
+	}
+	host := strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		if host != "localhost" && !strings.HasSuffix(host, ".localhost") {
+			return nil
+		}
+		addr = netip.MustParseAddr("127.0.0.1")
+	}
+	if err := g.check(addr); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
+	}
+	return nil
 }

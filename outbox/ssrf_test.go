@@ -136,9 +136,9 @@ func TestSSRF(t *testing.T) {
 		receiver := okSink(t)
 		loopback := bundle.endpoint(t, receiver.URL(), nil)
 		metadata := []*outbox.EndpointWithSecret{
-			bundle.endpoint(t, "http://169.254.169.254/latest/meta-data/", nil),
-			bundle.endpoint(t, "http://169.254.169.1/", nil),                       // anywhere in 169.254.169.0/24
-			bundle.endpoint(t, "http://168.63.129.16/machine?comp=goalstate", nil), // Azure WireServer
+			registerAnyway(t, bundle, "http://169.254.169.254/latest/meta-data/"),
+			registerAnyway(t, bundle, "http://169.254.169.1/"),                       // anywhere in 169.254.169.0/24
+			registerAnyway(t, bundle, "http://168.63.129.16/machine?comp=goalstate"), // Azure WireServer
 		}
 		startRiver(t, bundle.pool, bundle.outbox)
 
@@ -162,7 +162,7 @@ func ssrfSetup(t *testing.T, cfg *outbox.Config, hook *dialHook) (*testBundle, m
 	targets, sinks := ssrfTargets(t)
 	endpoints := map[string]*outbox.EndpointWithSecret{}
 	for name, url := range targets {
-		endpoints[name] = bundle.endpoint(t, url, nil)
+		endpoints[name] = registerAnyway(t, bundle, url)
 	}
 	startRiver(t, bundle.pool, bundle.outbox)
 	return bundle, endpoints, sinks, bundle.publish(t, &outbox.Event{Type: "x"})
@@ -174,4 +174,66 @@ func deliveryError(t *testing.T, b *testBundle, ep *outbox.EndpointWithSecret) s
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	return list[0].LastError
+}
+
+// registerAnyway registers url through an Outbox whose guard allows every
+// address, as if the endpoint were registered before the deployment's
+// guard tightened: b's own guard refuses such a literal address at
+// registration (TestSSRFRefusedAtRegistration), so only the dial-time
+// guard can be tested this way.
+func registerAnyway(t *testing.T, b *testBundle, url string) *outbox.EndpointWithSecret {
+	t.Helper()
+	open, err := outbox.New(b.pool, &outbox.Config{
+		AllowedNetworks: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
+		Logger:          quietLogger(),
+	})
+	require.NoError(t, err)
+	ep, err := open.EndpointCreate(context.Background(), &outbox.EndpointParams{URL: url})
+	require.NoError(t, err)
+	return ep
+}
+
+// An endpoint whose literal address the guard refuses is refused at
+// registration, with the switch that allows it; a hostname is judged when
+// a delivery dials it; a refusal at dial time is dead after one attempt.
+func TestSSRFRefusedAtRegistration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := testConfig()
+	cfg.AllowPrivateNetworks = false
+	b := setup(t, cfg)
+	for url, want := range map[string]string{
+		"http://127.0.0.1:8080/hook":                  "set Config.AllowPrivateNetworks",
+		"http://localhost:8080/hook":                  "set Config.AllowPrivateNetworks",
+		"http://api.localhost/hook":                   "(loopback)",
+		"http://[::1]/hook":                           "(loopback)",
+		"http://10.1.2.3/hook":                        "(private)",
+		"http://169.254.169.254/latest/meta-data/":    "only listing it in Config.AllowedNetworks",
+		"http://[::ffff:169.254.169.254]/meta-data/":  "cloud metadata",
+		"https://192.168.0.1:8443/hooks?token=secret": "(private)",
+	} {
+		_, err := b.outbox.EndpointCreate(ctx, &outbox.EndpointParams{URL: url})
+		require.ErrorIs(t, err, outbox.ErrInvalidEndpoint, url)
+		require.ErrorIs(t, err, outbox.ErrBlockedAddress, url)
+		require.ErrorContains(t, err, want, url)
+		require.NotContains(t, err.Error(), "token=secret", "the URL is not echoed")
+		_, err = b.outbox.EndpointEnsure(ctx, &outbox.EndpointParams{URL: url})
+		require.ErrorIs(t, err, outbox.ErrBlockedAddress, url)
+	}
+	list, err := b.outbox.EndpointList(ctx, nil)
+	require.NoError(t, err)
+	require.Empty(t, list, "nothing was registered")
+
+	public := b.endpoint(t, "https://hooks.example.com/wharf", nil) // a hostname: judged at dial time
+	_, err = b.outbox.EndpointUpdate(ctx, public.ID, &outbox.EndpointUpdateParams{URL: ptr("http://127.0.0.2/")})
+	require.ErrorIs(t, err, outbox.ErrBlockedAddress)
+
+	// Registered before the guard tightened: refused at dial time, dead
+	// after one attempt instead of the whole retry schedule.
+	old := registerAnyway(t, b, "http://127.0.0.1:9/hook")
+	res := b.publish(t, &outbox.Event{Type: "x"})
+	startRiver(t, b.pool, b.outbox)
+	d := b.awaitDelivery(t, old.ID, res[0].EventID, outbox.StatusDead)
+	require.Equal(t, 1, d.Attempts, "a refusal is not retried")
+	require.Contains(t, d.LastError, "refused to connect")
 }
