@@ -2,6 +2,7 @@
 //
 //	wharf migrate up|down|status   manage River's and Wharf's schema
 //	wharf inbox list|show|replay|forget   inspect, replay and erase inbox messages
+//	wharf outbox endpoints|deliveries|replay   operate the outbox
 //	wharf partitions               list partitions, rows, sizes, oldest unfinished row
 //	wharf prune [-dry-run]         run retention now (or show what it would do)
 //	wharf send -url URL BODY       sign a webhook (Standard Webhooks, Stripe, GitHub) and POST it
@@ -36,6 +37,7 @@ type command struct {
 var commands = map[string]command{
 	"migrate":    {"migrate up|down|status: manage River's and Wharf's schema", runMigrate},
 	"inbox":      {"inbox list|show|replay|forget: inspect, replay and erase inbox messages", runInbox},
+	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret, deliveries list|show, replay: operate the outbox", runOutbox},
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
 	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},
 	"send":       {"send -url URL [-secret S] [-id ID] [-scheme standard|stripe|github] BODY: sign and POST a webhook", runSend},
