@@ -59,12 +59,21 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		fs := flag.NewFlagSet("inbox "+sub, flag.ContinueOnError)
 		fs.SetOutput(e.errOut)
 		queue := fs.String("queue", inbox.DefaultQueue, "replay: the River queue for the new job when the old job is gone (else the old job's queue is used)")
-		if err := fs.Parse(args); err != nil {
-			return usageError{err.Error()}
+		status := fs.String("status", "", "replay every message in this status (dead or failed) instead of one id")
+		source := fs.String("source", "", "with -status: only this source")
+		since := fs.Duration("since", 24*time.Hour, "with -status: only messages received within this past window")
+		args, err := parseInterleaved(fs, args)
+		if err != nil {
+			return err
 		}
-		args = fs.Args()
+		if sub == "replay" && *status != "" {
+			if len(args) != 0 {
+				return usageError{"inbox replay -status takes no message id"}
+			}
+			return replayMatching(ctx, e, *queue, inbox.Status(*status), *source, *since)
+		}
 		if len(args) != 1 {
-			return usageError{fmt.Sprintf("inbox %s takes one message id", sub)}
+			return usageError{fmt.Sprintf("inbox %s takes one message id, or (replay) -status", sub)}
 		}
 		id, err := uuid.Parse(args[0])
 		if err != nil {
@@ -135,4 +144,50 @@ func oneLine(s string, n int) string {
 		return string(r[:n-1]) + "…"
 	}
 	return string(r)
+}
+
+// replayMatching replays every message in status (dead or failed) of
+// source received within since, newest first, reporting progress on
+// stderr. A message that cannot be replayed any more (processed meanwhile,
+// erased) is counted and skipped.
+func replayMatching(ctx context.Context, e *env, queue string, status inbox.Status, source string, since time.Duration) error {
+	if status != inbox.StatusDead && status != inbox.StatusFailed {
+		return usageError{fmt.Sprintf("-status %q: replay by filter takes dead or failed", status)}
+	}
+	ib, err := e.inbox(ctx, queue)
+	if err != nil {
+		return err
+	}
+	cutoff := time.Now().Add(-since)
+	params := &inbox.ListParams{Status: status, Source: source, Limit: 500}
+	var replayed, skipped int
+	for {
+		page, err := ib.List(ctx, params)
+		if err != nil {
+			return err
+		}
+		for _, m := range page {
+			if m.ReceivedAt.Before(cutoff) {
+				page = nil // newest first: the rest are older
+				break
+			}
+			switch err := ib.Replay(ctx, m.ID); {
+			case errors.Is(err, inbox.ErrNotReplayable) || errors.Is(err, inbox.ErrNotFound):
+				skipped++
+			case err != nil:
+				return fmt.Errorf("replay %s after %d replayed: %w", m.ID, replayed, err)
+			default:
+				replayed++
+			}
+			if (replayed+skipped)%100 == 0 {
+				fmt.Fprintf(e.errOut, "replayed %d, skipped %d…\n", replayed, skipped)
+			}
+		}
+		if len(page) < params.Limit {
+			break
+		}
+		params.After = inbox.Cursor(page[len(page)-1])
+	}
+	fmt.Fprintf(e.out, "replayed %d %s message(s); skipped %d no longer replayable\n", replayed, status, skipped)
+	return nil
 }

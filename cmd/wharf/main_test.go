@@ -142,6 +142,19 @@ func TestInboxCommands(t *testing.T) {
 	code, _, errOut = cli(t, "-database-url", url, "inbox", "list", "-after", "garbage")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "not a cursor")
+
+	// Replay by filter: the dead messages of a source, newest first.
+	_, err = pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'dead' WHERE event_id LIKE 'evt_p%'")
+	require.NoError(t, err)
+	code, _, errOut = cli(t, "-database-url", url, "inbox", "replay", "-status", "processed")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "takes dead or failed")
+	code, out, _ = cli(t, "-database-url", url, "inbox", "replay", "-status", "dead", "-source", "s", "-since", "1h")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "replayed 2 dead message(s)")
+	var dead int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM wharf_inbox_messages WHERE status = 'dead' AND event_id LIKE 'evt_p%'").Scan(&dead))
+	require.Zero(t, dead)
 }
 
 func TestPartitionsAndPrune(t *testing.T) {
