@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,8 +27,9 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		status := fs.String("status", "", "only this status: received, processed, failed or dead")
 		limit := fs.Int("limit", 50, "at most this many messages per page, newest first")
 		after := fs.String("after", "", "the page after this cursor (printed after a full page)")
-		if err := fs.Parse(args); err != nil {
-			return usageError{err.Error()}
+		asJSON := fs.Bool("json", false, "print JSON, one message per line (without body and headers)")
+		if _, err := parseInterleaved(fs, args); err != nil {
+			return err
 		}
 		switch inbox.Status(*status) {
 		case "", inbox.StatusReceived, inbox.StatusProcessed, inbox.StatusFailed, inbox.StatusDead:
@@ -47,6 +49,20 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		}
 		if len(msgs) > 0 && len(msgs) == *limit {
 			defer fmt.Fprintf(e.errOut, "more: wharf inbox list -after %s\n", inbox.Cursor(msgs[len(msgs)-1]))
+		}
+		if *asJSON {
+			enc := json.NewEncoder(e.out)
+			for _, m := range msgs {
+				row := map[string]any{
+					"id": m.ID, "received_at": m.ReceivedAt, "source": m.Source, "event_id": m.EventID,
+					"event_type": m.EventType, "status": m.Status, "attempts": m.Attempts, "last_error": m.LastError,
+					"processed_at": m.ProcessedAt, "ordering_key": m.OrderingKey,
+				}
+				if err := enc.Encode(row); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
 		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tRECEIVED\tSOURCE\tEVENT ID\tTYPE\tSTATUS\tATTEMPTS\tLAST ERROR")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,13 @@ func TestInboxCommands(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, res.MessageID.String())
 	require.Contains(t, out, "evt_cli")
+	code, out, _ = cli(t, "-database-url", url, "inbox", "list", "-json")
+	require.Equal(t, 0, code)
+	var row map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &row))
+	require.Equal(t, "evt_cli", row["event_id"])
+	require.Equal(t, "received", row["status"])
+	require.NotContains(t, out, `"k":"v"`, "no body in a listing")
 
 	code, out, _ = cli(t, "-database-url", url, "inbox", "show", res.MessageID.String())
 	require.Equal(t, 0, code)
