@@ -40,6 +40,7 @@ var commands = map[string]command{
 	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret, deliveries list|show, replay: operate the outbox", runOutbox},
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
 	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},
+	"stats":      {"stats [-days N] [-top N] [-json]: per source and day received, duplicates blocked, success; per endpoint attempts", runStats},
 	"send":       {"send -url URL [-secret S] [-id ID] [-scheme standard|stripe|github] BODY: sign and POST a webhook", runSend},
 }
 

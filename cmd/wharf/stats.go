@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+)
+
+// sourceDay is one row of `wharf stats`' inbox table.
+type sourceDay struct {
+	Source         string  `json:"source"`
+	Day            string  `json:"day"`
+	Received       int64   `json:"received"`
+	Duplicates     int64   `json:"duplicates_blocked"`
+	DuplicateRatio float64 `json:"duplicate_ratio"`
+	Processed      int64   `json:"processed"`
+	Dead           int64   `json:"dead"`
+	SuccessRate    float64 `json:"processing_success_rate"`
+}
+
+type statsReport struct {
+	Since      time.Time       `json:"since"`
+	Inbox      []*sourceDay    `json:"inbox"`
+	Duplicated []duplicated    `json:"most_duplicated"`
+	Endpoints  []endpointStats `json:"endpoints"`
+}
+
+type duplicated struct {
+	Source     string `json:"source"`
+	EventID    string `json:"event_id"`
+	Duplicates int64  `json:"duplicates_blocked"`
+}
+
+type endpointStats struct {
+	EndpointID  string  `json:"endpoint_id"`
+	Attempts    int64   `json:"attempts"`
+	Succeeded   int64   `json:"succeeded"`
+	SuccessRate float64 `json:"success_rate"`
+}
+
+func ratio(part, whole int64) float64 {
+	if whole == 0 {
+		return 0
+	}
+	return float64(part) / float64(whole)
+}
+
+// runStats prints, for the last -days days: per source and day, webhooks
+// received, duplicates blocked and their ratio to all deliveries,
+// processing success and dead messages; the most duplicated event ids;
+// per endpoint, attempts and their success rate.
+func runStats(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	fs.SetOutput(e.errOut)
+	days := fs.Int("days", 7, "how many days back, today included")
+	top := fs.Int("top", 5, "how many of the most duplicated event ids")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if _, err := parseInterleaved(fs, args); err != nil {
+		return err
+	}
+	if *days < 1 || *days > 366 || *top < 0 || *top > 1000 {
+		return usageError{"-days must be 1 to 366 and -top 0 to 1000"}
+	}
+	pool, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	q := dbsqlc.New(pool)
+	since := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-*days)
+	report := statsReport{Since: since, Inbox: []*sourceDay{}, Duplicated: []duplicated{}, Endpoints: []endpointStats{}}
+
+	rows, err := q.StatsInboxByDay(ctx, since)
+	if err != nil {
+		return err
+	}
+	byKey := map[[2]string]*sourceDay{}
+	for _, r := range rows {
+		sd := &sourceDay{Source: r.Source, Day: r.Day, Received: r.Received, Processed: r.Processed, Dead: r.Dead}
+		byKey[[2]string{r.Source, r.Day}] = sd
+		report.Inbox = append(report.Inbox, sd)
+	}
+	dups, err := q.StatsDuplicatesByDay(ctx, since)
+	if err != nil {
+		return err
+	}
+	for _, d := range dups {
+		if sd := byKey[[2]string{d.Source, d.Day}]; sd != nil {
+			sd.Duplicates = d.Duplicates
+		}
+	}
+	for _, sd := range report.Inbox {
+		sd.DuplicateRatio = ratio(sd.Duplicates, sd.Received+sd.Duplicates)
+		sd.SuccessRate = ratio(sd.Processed, sd.Processed+sd.Dead)
+	}
+	if *top > 0 {
+		rows, err := q.StatsTopDuplicated(ctx, dbsqlc.StatsTopDuplicatedParams{Since: since, MaxRows: int32(*top)})
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			report.Duplicated = append(report.Duplicated, duplicated{Source: r.Source, EventID: r.EventID, Duplicates: r.Duplicates})
+		}
+	}
+	attempts, err := q.StatsEndpointAttempts(ctx, since)
+	if err != nil {
+		return err
+	}
+	for _, a := range attempts {
+		report.Endpoints = append(report.Endpoints, endpointStats{
+			EndpointID: a.EndpointID.String(), Attempts: a.Attempts, Succeeded: a.Succeeded, SuccessRate: ratio(a.Succeeded, a.Attempts),
+		})
+	}
+
+	if *asJSON {
+		return json.NewEncoder(e.out).Encode(report)
+	}
+	fmt.Fprintf(e.out, "since %s (UTC days)\n\n", since.Format("2006-01-02"))
+	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tDAY\tRECEIVED\tDUPLICATES BLOCKED\tDUPLICATE RATIO\tPROCESSED\tDEAD\tSUCCESS RATE")
+	for _, sd := range report.Inbox {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f%%\t%d\t%d\t%.1f%%\n", sd.Source, sd.Day, sd.Received, sd.Duplicates,
+			100*sd.DuplicateRatio, sd.Processed, sd.Dead, 100*sd.SuccessRate)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(report.Duplicated) > 0 {
+		fmt.Fprintln(e.out, "\nmost duplicated:")
+		tw = tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+		for _, d := range report.Duplicated {
+			fmt.Fprintf(tw, "  %s\t%s\t%d duplicates\n", d.Source, oneLine(d.EventID, 60), d.Duplicates)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(e.out)
+	tw = tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ENDPOINT\tATTEMPTS\tSUCCEEDED\tSUCCESS RATE")
+	for _, ep := range report.Endpoints {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\n", ep.EndpointID, ep.Attempts, ep.Succeeded, 100*ep.SuccessRate)
+	}
+	return tw.Flush()
+}

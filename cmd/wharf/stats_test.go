@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testdb"
+)
+
+// wharf stats counts received webhooks, duplicates blocked (and their
+// ratio), processing outcomes and the most duplicated ids, per source and
+// day.
+func TestStats(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	ib, err := inbox.New(pool, nil)
+	require.NoError(t, err)
+	receive := func(ids ...string) {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, id := range ids {
+				if _, err := ib.ReceiveTx(ctx, tx, inbox.Incoming{Source: "stripe", EventID: id, Body: []byte(`{}`)}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+	receive("evt_1", "evt_2", "evt_3")
+	receive("evt_1", "evt_1", "evt_2") // three duplicates blocked
+	_, err = pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed' WHERE event_id IN ('evt_1', 'evt_2')")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'dead' WHERE event_id = 'evt_3'")
+	require.NoError(t, err)
+
+	code, out, _ := cli(t, "-database-url", url, "stats", "-json", "-days", "2")
+	require.Equal(t, 0, code)
+	var report struct {
+		Inbox []struct {
+			Source         string  `json:"source"`
+			Received       int64   `json:"received"`
+			Duplicates     int64   `json:"duplicates_blocked"`
+			DuplicateRatio float64 `json:"duplicate_ratio"`
+			Processed      int64   `json:"processed"`
+			Dead           int64   `json:"dead"`
+			SuccessRate    float64 `json:"processing_success_rate"`
+		} `json:"inbox"`
+		Duplicated []struct {
+			EventID    string `json:"event_id"`
+			Duplicates int64  `json:"duplicates_blocked"`
+		} `json:"most_duplicated"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &report))
+	require.Len(t, report.Inbox, 1)
+	day := report.Inbox[0]
+	require.Equal(t, "stripe", day.Source)
+	require.EqualValues(t, 3, day.Received)
+	require.EqualValues(t, 3, day.Duplicates)
+	require.InDelta(t, 0.5, day.DuplicateRatio, 1e-9, "3 duplicates of 6 deliveries")
+	require.EqualValues(t, 2, day.Processed)
+	require.EqualValues(t, 1, day.Dead)
+	require.InDelta(t, 2.0/3, day.SuccessRate, 1e-9)
+	require.Equal(t, "evt_1", report.Duplicated[0].EventID)
+	require.EqualValues(t, 2, report.Duplicated[0].Duplicates)
+
+	code, out, _ = cli(t, "-database-url", url, "stats")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "DUPLICATES BLOCKED")
+	require.Contains(t, out, "50.0%")
+	code, _, errOut := cli(t, "-database-url", url, "stats", "-days", "0")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "-days must be")
+}
