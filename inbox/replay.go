@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -244,6 +245,14 @@ type ListParams struct {
 	Source string
 	// Status keeps only messages in this status. Defaults to all.
 	Status Status
+	// EventType keeps only messages of this event type. Defaults to all.
+	EventType string
+	// EventID keeps only the message with this event id (one per source).
+	// Defaults to all.
+	EventID string
+	// Since keeps only messages received at or after it; older partitions
+	// are not read. Defaults to all (the zero time).
+	Since time.Time
 	// Limit caps the number of messages of one page. Defaults to 100; at
 	// most 10000.
 	Limit int
@@ -295,6 +304,24 @@ func (ib *Inbox) list(ctx context.Context, db dbsqlc.DBTX, params *ListParams) (
 		status = &s
 	}
 	query := dbsqlc.InboxMessageListParams{Source: source, Status: status, MaxRows: int32(limit)}
+	if params.EventType != "" {
+		query.EventType = &params.EventType
+	}
+	if !params.Since.IsZero() {
+		query.Since = &params.Since
+	}
+	if params.EventID != "" {
+		query.EventID = &params.EventID
+		if params.Source != "" {
+			query.Sources = []string{params.Source}
+		} else {
+			sources, err := dbsqlc.New(db).InboxMessageSources(ctx)
+			if err != nil {
+				return nil, err
+			}
+			query.Sources = sources
+		}
+	}
 	if params.After != "" {
 		at, id, err := shared.DecodeTimeCursor(params.After)
 		if err != nil {
@@ -311,4 +338,44 @@ func (ib *Inbox) list(ctx context.Context, db dbsqlc.DBTX, params *ListParams) (
 		out[i] = messageFromRow(&rows[i])
 	}
 	return out, nil
+}
+
+// ReplayMatching replays every message matching params, newest first, each
+// in its own transaction (see Replay), and returns how many it replayed and
+// how many it skipped because they could no longer be replayed (processed
+// or erased meanwhile). params.Status must be StatusDead or StatusFailed;
+// params.Limit is the page size read at a time (defaults to 500), and
+// params.After where to start. progress, when not nil, is called after each
+// page with the counts so far. On an error the counts say what was done.
+func (ib *Inbox) ReplayMatching(ctx context.Context, params *ListParams, progress func(replayed, skipped int)) (replayed, skipped int, err error) {
+	if params == nil || (params.Status != StatusDead && params.Status != StatusFailed) {
+		return 0, 0, errors.New("inbox: replay matching: status must be dead or failed")
+	}
+	page := *params
+	if page.Limit <= 0 {
+		page.Limit = 500
+	}
+	for {
+		msgs, err := ib.List(ctx, &page)
+		if err != nil {
+			return replayed, skipped, err
+		}
+		for _, m := range msgs {
+			switch err := ib.Replay(ctx, m.ID); {
+			case errors.Is(err, ErrNotReplayable) || errors.Is(err, ErrNotFound):
+				skipped++
+			case err != nil:
+				return replayed, skipped, fmt.Errorf("inbox: replay %s: %w", m.ID, err)
+			default:
+				replayed++
+			}
+		}
+		if progress != nil {
+			progress(replayed, skipped)
+		}
+		if len(msgs) < page.Limit {
+			return replayed, skipped, nil
+		}
+		page.After = Cursor(msgs[len(msgs)-1])
+	}
 }

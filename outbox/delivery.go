@@ -79,6 +79,11 @@ type DeliveryListParams struct {
 	EventID string
 	// Status lists deliveries in that status when not empty.
 	Status DeliveryStatus
+	// EventType lists deliveries of events of this type when not empty.
+	EventType string
+	// Since lists deliveries of events published at or after it when not
+	// zero (older partitions are not read). Defaults to all.
+	Since time.Time
 	// Limit is the most deliveries of one page. Defaults to 100, at most
 	// 10000.
 	Limit int
@@ -145,6 +150,15 @@ func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) (
 		}
 		status := string(params.Status)
 		query.Status = &status
+	}
+	if params.EventType != "" {
+		if err := checkText("event type", params.EventType); err != nil {
+			return nil, fmt.Errorf("outbox: list deliveries: %w", err)
+		}
+		query.EventType = &params.EventType
+	}
+	if !params.Since.IsZero() {
+		query.Since = &params.Since
 	}
 	rows, err := o.queries.OutboxDeliveryList(ctx, query)
 	if err != nil {

@@ -60,13 +60,34 @@ RETURNING *;
 -- Newest first; filters are optional. A page after a cursor holds the rows
 -- before (after_received_at, after_id) in that order: a keyset, so deep
 -- pages cost what the first does.
+--
+-- An event id without a source is looked up under each of sources (the
+-- caller's InboxMessageSources): the (source, event_id) index answers that,
+-- where a bare event_id would scan every partition.
 SELECT * FROM wharf_inbox_messages
 WHERE (sqlc.narg('source')::text IS NULL OR source = sqlc.narg('source')::text)
   AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
+  AND (sqlc.narg('event_type')::text IS NULL OR event_type = sqlc.narg('event_type')::text)
+  AND (sqlc.narg('event_id')::text IS NULL
+       OR (event_id = sqlc.narg('event_id')::text AND source = ANY(@sources::text[])))
+  AND (sqlc.narg('since')::timestamptz IS NULL OR received_at >= sqlc.narg('since')::timestamptz)
   AND (sqlc.narg('after_received_at')::timestamptz IS NULL
        OR (received_at, id) < (sqlc.narg('after_received_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY received_at DESC, id DESC
 LIMIT @max_rows::int;
+
+-- name: InboxMessageSources :many
+-- The sources with stored messages, in order: a loose index scan (one
+-- probe of the (source, event_id) index per source), not a scan of the
+-- rows.
+WITH RECURSIVE sources AS (
+    (SELECT m.source FROM wharf_inbox_messages m ORDER BY m.source LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.source FROM wharf_inbox_messages m WHERE m.source > s.source ORDER BY m.source LIMIT 1)
+    FROM sources s
+    WHERE s.source IS NOT NULL
+)
+SELECT sources.source::text AS source FROM sources WHERE sources.source IS NOT NULL;
 
 -- name: InboxMessageForget :many
 -- Erases the body and headers of every stored delivery of an event, on an

@@ -372,13 +372,19 @@ WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending',
 SELECT * FROM wharf_outbox_deliveries WHERE id = @id::uuid;
 
 -- name: OutboxDeliveryList :many
--- Newest first; filters are optional.
-SELECT * FROM wharf_outbox_deliveries
-WHERE (sqlc.narg('endpoint_id')::uuid IS NULL OR endpoint_id = sqlc.narg('endpoint_id')::uuid)
-  AND (sqlc.narg('event_id')::uuid IS NULL OR event_id = sqlc.narg('event_id')::uuid)
-  AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
-  AND (sqlc.narg('after_seq')::bigint IS NULL OR seq < sqlc.narg('after_seq')::bigint)
-ORDER BY seq DESC
+-- Newest first; filters are optional. The event type is the event's, read
+-- through its primary key.
+SELECT d.* FROM wharf_outbox_deliveries d
+WHERE (sqlc.narg('endpoint_id')::uuid IS NULL OR d.endpoint_id = sqlc.narg('endpoint_id')::uuid)
+  AND (sqlc.narg('event_id')::uuid IS NULL OR d.event_id = sqlc.narg('event_id')::uuid)
+  AND (sqlc.narg('status')::text IS NULL OR d.status = sqlc.narg('status')::text)
+  AND (sqlc.narg('since')::timestamptz IS NULL OR d.event_created_at >= sqlc.narg('since')::timestamptz)
+  AND (sqlc.narg('event_type')::text IS NULL
+       OR EXISTS (SELECT 1 FROM wharf_outbox_events ev
+                  WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id
+                    AND ev.type = sqlc.narg('event_type')::text))
+  AND (sqlc.narg('after_seq')::bigint IS NULL OR d.seq < sqlc.narg('after_seq')::bigint)
+ORDER BY d.seq DESC
 LIMIT @max_rows::int;
 
 -- name: OutboxDeliveryRequeue :one

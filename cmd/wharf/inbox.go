@@ -174,35 +174,12 @@ func replayMatching(ctx context.Context, e *env, queue string, status inbox.Stat
 	if err != nil {
 		return err
 	}
-	cutoff := time.Now().Add(-since)
-	params := &inbox.ListParams{Status: status, Source: source, Limit: 500}
-	var replayed, skipped int
-	for {
-		page, err := ib.List(ctx, params)
-		if err != nil {
-			return err
-		}
-		for _, m := range page {
-			if m.ReceivedAt.Before(cutoff) {
-				page = nil // newest first: the rest are older
-				break
-			}
-			switch err := ib.Replay(ctx, m.ID); {
-			case errors.Is(err, inbox.ErrNotReplayable) || errors.Is(err, inbox.ErrNotFound):
-				skipped++
-			case err != nil:
-				return fmt.Errorf("replay %s after %d replayed: %w", m.ID, replayed, err)
-			default:
-				replayed++
-			}
-			if (replayed+skipped)%100 == 0 {
-				fmt.Fprintf(e.errOut, "replayed %d, skipped %d…\n", replayed, skipped)
-			}
-		}
-		if len(page) < params.Limit {
-			break
-		}
-		params.After = inbox.Cursor(page[len(page)-1])
+	params := &inbox.ListParams{Status: status, Source: source, Since: time.Now().Add(-since)}
+	replayed, skipped, err := ib.ReplayMatching(ctx, params, func(replayed, skipped int) {
+		fmt.Fprintf(e.errOut, "replayed %d, skipped %d…\n", replayed, skipped)
+	})
+	if err != nil {
+		return fmt.Errorf("after %d replayed: %w", replayed, err)
 	}
 	fmt.Fprintf(e.out, "replayed %d %s message(s); skipped %d no longer replayable\n", replayed, status, skipped)
 	return nil

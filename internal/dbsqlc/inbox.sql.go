@@ -474,15 +474,23 @@ const inboxMessageList = `-- name: InboxMessageList :many
 SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
 WHERE ($1::text IS NULL OR source = $1::text)
   AND ($2::text IS NULL OR status = $2::text)
-  AND ($3::timestamptz IS NULL
-       OR (received_at, id) < ($3::timestamptz, $4::uuid))
+  AND ($3::text IS NULL OR event_type = $3::text)
+  AND ($4::text IS NULL
+       OR (event_id = $4::text AND source = ANY($5::text[])))
+  AND ($6::timestamptz IS NULL OR received_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL
+       OR (received_at, id) < ($7::timestamptz, $8::uuid))
 ORDER BY received_at DESC, id DESC
-LIMIT $5::int
+LIMIT $9::int
 `
 
 type InboxMessageListParams struct {
 	Source          *string
 	Status          *string
+	EventType       *string
+	EventID         *string
+	Sources         []string
+	Since           *time.Time
 	AfterReceivedAt *time.Time
 	AfterID         *uuid.UUID
 	MaxRows         int32
@@ -491,10 +499,18 @@ type InboxMessageListParams struct {
 // Newest first; filters are optional. A page after a cursor holds the rows
 // before (after_received_at, after_id) in that order: a keyset, so deep
 // pages cost what the first does.
+//
+// An event id without a source is looked up under each of sources (the
+// caller's InboxMessageSources): the (source, event_id) index answers that,
+// where a bare event_id would scan every partition.
 func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListParams) ([]WharfInboxMessage, error) {
 	rows, err := q.db.Query(ctx, inboxMessageList,
 		arg.Source,
 		arg.Status,
+		arg.EventType,
+		arg.EventID,
+		arg.Sources,
+		arg.Since,
 		arg.AfterReceivedAt,
 		arg.AfterID,
 		arg.MaxRows,
@@ -729,6 +745,40 @@ func (q *Queries) InboxMessageSkip(ctx context.Context, arg InboxMessageSkipPara
 		&i.TraceContext,
 	)
 	return i, err
+}
+
+const inboxMessageSources = `-- name: InboxMessageSources :many
+WITH RECURSIVE sources AS (
+    (SELECT m.source FROM wharf_inbox_messages m ORDER BY m.source LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.source FROM wharf_inbox_messages m WHERE m.source > s.source ORDER BY m.source LIMIT 1)
+    FROM sources s
+    WHERE s.source IS NOT NULL
+)
+SELECT sources.source::text AS source FROM sources WHERE sources.source IS NOT NULL
+`
+
+// The sources with stored messages, in order: a loose index scan (one
+// probe of the (source, event_id) index per source), not a scan of the
+// rows.
+func (q *Queries) InboxMessageSources(ctx context.Context) ([]string, error) {
+	rows, err := q.db.Query(ctx, inboxMessageSources)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []string
+	for rows.Next() {
+		var source string
+		if err := rows.Scan(&source); err != nil {
+			return nil, err
+		}
+		items = append(items, source)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const inboxMessagesGet = `-- name: InboxMessagesGet :many

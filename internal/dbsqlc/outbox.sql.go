@@ -350,29 +350,39 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 }
 
 const outboxDeliveryList = `-- name: OutboxDeliveryList :many
-SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at, generation FROM wharf_outbox_deliveries
-WHERE ($1::uuid IS NULL OR endpoint_id = $1::uuid)
-  AND ($2::uuid IS NULL OR event_id = $2::uuid)
-  AND ($3::text IS NULL OR status = $3::text)
-  AND ($4::bigint IS NULL OR seq < $4::bigint)
-ORDER BY seq DESC
-LIMIT $5::int
+SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation FROM wharf_outbox_deliveries d
+WHERE ($1::uuid IS NULL OR d.endpoint_id = $1::uuid)
+  AND ($2::uuid IS NULL OR d.event_id = $2::uuid)
+  AND ($3::text IS NULL OR d.status = $3::text)
+  AND ($4::timestamptz IS NULL OR d.event_created_at >= $4::timestamptz)
+  AND ($5::text IS NULL
+       OR EXISTS (SELECT 1 FROM wharf_outbox_events ev
+                  WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id
+                    AND ev.type = $5::text))
+  AND ($6::bigint IS NULL OR d.seq < $6::bigint)
+ORDER BY d.seq DESC
+LIMIT $7::int
 `
 
 type OutboxDeliveryListParams struct {
 	EndpointID *uuid.UUID
 	EventID    *uuid.UUID
 	Status     *string
+	Since      *time.Time
+	EventType  *string
 	AfterSeq   *int64
 	MaxRows    int32
 }
 
-// Newest first; filters are optional.
+// Newest first; filters are optional. The event type is the event's, read
+// through its primary key.
 func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryListParams) ([]WharfOutboxDelivery, error) {
 	rows, err := q.db.Query(ctx, outboxDeliveryList,
 		arg.EndpointID,
 		arg.EventID,
 		arg.Status,
+		arg.Since,
+		arg.EventType,
 		arg.AfterSeq,
 		arg.MaxRows,
 	)

@@ -1,0 +1,352 @@
+package dashboard_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/dashboard"
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/dashtest"
+	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/outbox"
+)
+
+// queryCounter counts the statements a pool sends.
+type queryCounter struct{ n atomic.Int64 }
+
+func (q *queryCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	q.n.Add(1)
+	return ctx
+}
+
+func (q *queryCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+type fixture struct {
+	pool    *pgxpool.Pool
+	seed    *dashtest.Seeded
+	server  *httptest.Server
+	queries *queryCounter
+	inbox   *inbox.Inbox
+	outbox  *outbox.Outbox
+}
+
+// setup seeds a fresh database and serves the dashboard over it (cfg may
+// be nil) through a pool that counts its queries.
+func setup(t *testing.T, cfg *dashboard.Config) *fixture {
+	t.Helper()
+	dbURL := testdb.NewURL(t)
+	seedPool, err := pgxpool.New(context.Background(), dbURL)
+	require.NoError(t, err)
+	t.Cleanup(seedPool.Close)
+	f := &fixture{pool: seedPool, seed: dashtest.Seed(t, seedPool), queries: &queryCounter{}}
+	pcfg, err := pgxpool.ParseConfig(dbURL)
+	require.NoError(t, err)
+	pcfg.ConnConfig.Tracer = f.queries
+	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	if cfg == nil {
+		cfg = &dashboard.Config{}
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	f.inbox, err = inbox.New(seedPool, nil)
+	require.NoError(t, err)
+	f.outbox, err = outbox.New(seedPool, nil)
+	require.NoError(t, err)
+	h, err := dashboard.New(pool, cfg)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	if cfg.Prefix != "" {
+		mux.Handle(cfg.Prefix+"/", h)
+	} else {
+		mux.Handle("/", h)
+	}
+	f.server = httptest.NewServer(mux)
+	t.Cleanup(f.server.Close)
+	return f
+}
+
+// get fetches a page and returns its status and body.
+func (f *fixture) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := f.server.Client().Get(f.server.URL + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// post submits a form as the dashboard's own page would (same origin),
+// without following the redirect; it returns the status and Location.
+func (f *fixture) post(t *testing.T, path string, form url.Values, site string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, f.server.URL+path, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", site)
+	client := *f.server.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("Location")
+}
+
+// rows counts the table rows of a page's body (every list page has one
+// table).
+func rows(body string) int { return strings.Count(body, "<tr>") - strings.Count(body, "<thead><tr>") }
+
+func TestPagesShowTheSeededState(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+
+	code, body := f.get(t, "/")
+	require.Equal(t, http.StatusOK, code, body)
+	for _, want := range []string{"billing", "shipping", "<svg", "Messages per hour from billing",
+		"Delivery attempts by outcome per endpoint", "Dead-letter depth per source", "orders service"} {
+		if want == "orders service" {
+			continue // descriptions are on the endpoints page
+		}
+		require.Contains(t, body, want)
+	}
+	require.Contains(t, body, `href="/inbox?source=billing&amp;status=dead">3</a>`, "billing's dead messages link to the filtered list")
+	require.Contains(t, body, `<td class="num">4</td>`, "four duplicates blocked (billing 3, shipping 1: one of them)")
+	require.NotContains(t, body, f.seed.EndpointPassword)
+
+	code, body = f.get(t, "/inbox/"+f.seed.DeadMessage.String())
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, f.seed.DeadEventID)
+	require.Contains(t, body, "no account for customer cus_42")
+	require.Contains(t, body, "[redacted]")
+	require.NotContains(t, body, f.seed.SignatureValue, "signature headers are redacted")
+	require.Contains(t, body, "&#34;customer&#34;: &#34;cus_42&#34;", "the JSON body is indented")
+	require.Contains(t, body, `id="replay"`)
+
+	code, body = f.get(t, "/outbox/endpoints")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "orders service")
+	require.Contains(t, body, "ops:xxxxx@", "the URL's password is masked")
+	require.NotContains(t, body, f.seed.EndpointPassword)
+	require.NotContains(t, body, "whsec_", "secrets are never rendered")
+	require.Contains(t, body, "Replay 2 dead")
+
+	code, body = f.get(t, "/outbox/deliveries/"+f.seed.DeadDelivery.String())
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "order.refunded")
+	require.Contains(t, body, `<td class="num">502</td>`, "the attempt log shows each answer")
+	require.Equal(t, 2, strings.Count(body, `<td class="num">502</td>`), "two attempts, the retry schedule's length")
+
+	code, body = f.get(t, "/partitions")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "wharf_inbox_messages")
+	require.Contains(t, body, "wharf_outbox_events")
+
+	code, body = f.get(t, "/outbox?status=succeeded")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, f.seed.Succeeded, rows(body))
+
+	code, _ = f.get(t, "/inbox/"+"00000000-0000-0000-0000-000000000000")
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = f.get(t, "/inbox/not-a-uuid")
+	require.Equal(t, http.StatusNotFound, code)
+	code, _ = f.get(t, "/outbox/deliveries/not-a-uuid")
+	require.Equal(t, http.StatusNotFound, code)
+}
+
+// The /inbox and /outbox query strings are a contract: each filter keeps
+// exactly what it names, alone and together, and bad values are a 400 that
+// says why.
+func TestFilters(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &dashboard.Config{PageSize: 5})
+	count := func(path string) int {
+		t.Helper()
+		n := 0
+		for path != "" {
+			code, body := f.get(t, path)
+			require.Equal(t, http.StatusOK, code, path)
+			n += rows(body)
+			next := regexp.MustCompile(`rel="next" href="([^"]+)"`).FindStringSubmatch(body)
+			path = ""
+			if next != nil {
+				path = strings.ReplaceAll(next[1], "&amp;", "&")
+			}
+		}
+		return n
+	}
+	require.Equal(t, 17, count("/inbox"), "every message once across pages")
+	require.Equal(t, 3, count("/inbox?status=dead"))
+	require.Equal(t, 3, count("/inbox?status=dead&source=billing"))
+	require.Equal(t, 0, count("/inbox?status=dead&source=shipping"))
+	require.Equal(t, 5, count("/inbox?type=parcel.sent"))
+	require.Equal(t, 1, count("/inbox?q=evt_ship_03"), "an event id without its source")
+	require.Equal(t, 1, count("/inbox?q=evt_ship_03&source=shipping&since=1h"))
+	require.Equal(t, 0, count("/inbox?q=evt_ship_03&source=billing"))
+	require.Equal(t, 0, count("/inbox?since="+url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339))))
+	require.Equal(t, 17, count("/inbox?since=7d"))
+	require.Equal(t, 7, count("/outbox"))
+	require.Equal(t, 2, count("/outbox?status=dead"))
+	require.Equal(t, 4, count("/outbox?type=order.refunded"))
+	require.Equal(t, 2, count("/outbox?endpoint="+f.seed.Endpoint.String()+"&type=order.refunded"))
+
+	for path, why := range map[string]string{
+		"/inbox?since=yesterday":   "since &#34;yesterday&#34; is neither",
+		"/inbox?status=exploded":   "status &#34;exploded&#34; is not one of",
+		"/inbox?after=garbage":     "The page link is broken",
+		"/outbox?status=nope":      "status &#34;nope&#34; is not one of",
+		"/outbox?endpoint=x":       "endpoint is not an endpoint id",
+		"/outbox?q=12":             "is not an event id",
+		"/outbox?since=-5h":        "is neither",
+		"/inbox?since=99999999999": "is neither",
+	} {
+		code, body := f.get(t, path)
+		require.Equal(t, http.StatusBadRequest, code, path)
+		require.Contains(t, body, why, path)
+	}
+}
+
+func TestActions(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	status := func() inbox.Status {
+		m, err := f.inbox.Get(ctx, f.seed.DeadMessage)
+		require.NoError(t, err)
+		return m.Status
+	}
+	path := "/inbox/" + f.seed.DeadMessage.String() + "/replay"
+
+	code, _ := f.post(t, path, nil, "cross-site")
+	require.Equal(t, http.StatusForbidden, code, "a form posted from another site is refused")
+	require.Equal(t, inbox.StatusDead, status(), "and changes nothing")
+
+	code, loc := f.post(t, path, nil, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Equal(t, "/inbox/"+f.seed.DeadMessage.String()+"?done=replayed", loc)
+	require.Equal(t, inbox.StatusReceived, status())
+	_, body := f.get(t, loc)
+	require.Contains(t, body, "Replayed: a job will process the message again.")
+
+	code, _ = f.post(t, path, nil, "same-origin")
+	require.Equal(t, http.StatusBadRequest, code, "its job is queued: not replayable twice")
+
+	// Replay every dead billing message: the other two.
+	code, loc = f.post(t, "/inbox/replay", url.Values{"status": {"dead"}, "source": {"billing"}, "since": {"1h"}}, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Contains(t, loc, "n=2")
+	msgs, err := f.inbox.List(ctx, &inbox.ListParams{Status: inbox.StatusDead})
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	code, _ = f.post(t, "/inbox/replay", url.Values{"status": {"processed"}}, "same-origin")
+	require.Equal(t, http.StatusBadRequest, code, "replay all takes dead or failed")
+
+	// Endpoints: disable, enable, rotate the secret (never shown), replay dead.
+	ep := f.seed.Endpoint.String()
+	before, err := f.outbox.EndpointSecret(ctx, f.seed.Endpoint)
+	require.NoError(t, err)
+	code, _ = f.post(t, "/outbox/endpoints/"+ep+"/disable", url.Values{"reason": {"customer asked"}}, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	e, err := f.outbox.EndpointGet(ctx, f.seed.Endpoint)
+	require.NoError(t, err)
+	require.False(t, e.Enabled)
+	require.Equal(t, "customer asked", e.DisabledReason)
+	code, _ = f.post(t, "/outbox/endpoints/"+ep+"/enable", nil, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	code, loc = f.post(t, "/outbox/endpoints/"+ep+"/rotate-secret", nil, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	after, err := f.outbox.EndpointSecret(ctx, f.seed.Endpoint)
+	require.NoError(t, err)
+	require.NotEqual(t, before, after)
+	_, body = f.get(t, loc)
+	require.Contains(t, body, "Secret rotated")
+	require.NotContains(t, body, after)
+	code, _ = f.post(t, "/outbox/endpoints/"+ep+"/explode", nil, "same-origin")
+	require.Equal(t, http.StatusBadRequest, code)
+
+	d, err := f.outbox.DeliveryGet(ctx, f.seed.DeadDelivery)
+	require.NoError(t, err)
+	code, loc = f.post(t, "/outbox/endpoints/"+d.EndpointID.String()+"/replay-dead", nil, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	require.Contains(t, loc, "n=2")
+	d, err = f.outbox.DeliveryGet(ctx, f.seed.DeadDelivery)
+	require.NoError(t, err)
+	require.Equal(t, outbox.StatusPending, d.Status)
+}
+
+func TestReadOnlyRefusesActions(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &dashboard.Config{ReadOnly: true})
+	_, body := f.get(t, "/inbox/"+f.seed.DeadMessage.String())
+	require.NotContains(t, body, "<form method=\"post\"")
+	code, _ := f.post(t, "/inbox/"+f.seed.DeadMessage.String()+"/replay", nil, "same-origin")
+	require.Equal(t, http.StatusForbidden, code)
+	m, err := f.inbox.Get(context.Background(), f.seed.DeadMessage)
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusDead, m.Status)
+}
+
+func TestMountedUnderAPrefix(t *testing.T) {
+	t.Parallel()
+	f := setup(t, &dashboard.Config{Prefix: "/ops/wharf"})
+	code, body := f.get(t, "/ops/wharf/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `href="/ops/wharf/inbox?source=billing&amp;status=dead"`)
+	require.Contains(t, body, `href="/ops/wharf/static/style.css"`)
+	code, _ = f.get(t, "/ops/wharf/static/style.css")
+	require.Equal(t, http.StatusOK, code)
+	code, loc := f.post(t, "/ops/wharf/inbox/"+f.seed.DeadMessage.String()+"/replay", nil, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	require.True(t, strings.HasPrefix(loc, "/ops/wharf/inbox/"), loc)
+}
+
+// Each page costs a fixed number of queries, however many rows it shows:
+// no query per row.
+func TestQueriesPerPage(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	for path, most := range map[string]int64{
+		"/":                                     6,
+		"/inbox":                                2,
+		"/inbox?q=evt_ship_03":                  3,
+		"/inbox/" + f.seed.DeadMessage.String(): 1,
+		"/outbox":                               1,
+		"/outbox/deliveries/" + f.seed.DeadDelivery.String(): 4,
+		"/outbox/endpoints": 3,
+		"/partitions":       12,
+	} {
+		before := f.queries.n.Load()
+		code, _ := f.get(t, path)
+		require.Equal(t, http.StatusOK, code, path)
+		n := f.queries.n.Load() - before
+		t.Logf("%s: %d queries", path, n)
+		require.LessOrEqual(t, n, most, path)
+	}
+}
+
+func TestConfigProblemsAreAllReported(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	_, err := dashboard.New(pool, &dashboard.Config{Prefix: "wharf/", ChartWindow: time.Minute, PageSize: -1})
+	require.ErrorIs(t, err, dashboard.ErrInvalidConfig)
+	for _, want := range []string{"Prefix", "ChartWindow", "PageSize"} {
+		require.Contains(t, err.Error(), want)
+	}
+	_, err = dashboard.New(nil, nil)
+	require.True(t, errors.Is(err, dashboard.ErrInvalidConfig))
+}

@@ -1,0 +1,234 @@
+package dashboard
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/wharfhq/wharf/outbox"
+)
+
+// maxEndpointsListed caps the endpoints page.
+const maxEndpointsListed = 1000
+
+// deliveryFilter is the query string of /outbox, a stable URL shape.
+type deliveryFilter struct {
+	Status, Endpoint, Type, Since, Q, After string
+}
+
+func deliveryFilterOf(v url.Values) deliveryFilter {
+	return deliveryFilter{Status: v.Get("status"), Endpoint: v.Get("endpoint"), Type: v.Get("type"),
+		Since: v.Get("since"), Q: strings.TrimSpace(v.Get("q")), After: v.Get("after")}
+}
+
+func (h *Handler) deliveryParams(f deliveryFilter) (*outbox.DeliveryListParams, error) {
+	switch outbox.DeliveryStatus(f.Status) {
+	case "", outbox.StatusPending, outbox.StatusRetrying, outbox.StatusSucceeded, outbox.StatusDead:
+	default:
+		return nil, badRequest{fmt.Sprintf("status %q is not one of pending, retrying, succeeded or dead", ellipsis(f.Status, 40))}
+	}
+	since, err := parseSince(f.Since, h.now())
+	if err != nil {
+		return nil, err
+	}
+	p := &outbox.DeliveryListParams{Status: outbox.DeliveryStatus(f.Status), EventType: f.Type, Since: since,
+		After: f.After, Limit: h.cfg.PageSize}
+	if f.Endpoint != "" {
+		id, err := uuid.Parse(f.Endpoint)
+		if err != nil {
+			return nil, badRequest{"endpoint is not an endpoint id (a UUID)"}
+		}
+		p.EndpointID = &id
+	}
+	if f.Q != "" {
+		if _, err := outbox.ParseEventID(f.Q); err != nil {
+			return nil, badRequest{fmt.Sprintf("q %q is not an event id (evt_… or a UUID)", ellipsis(f.Q, 60))}
+		}
+		p.EventID = f.Q
+	}
+	return p, nil
+}
+
+func (h *Handler) deliveryList(w http.ResponseWriter, r *http.Request) {
+	f := deliveryFilterOf(r.URL.Query())
+	data := map[string]any{"Title": "Outbox", "Filter": f}
+	params, err := h.deliveryParams(f)
+	var bad badRequest
+	if errors.As(err, &bad) {
+		data["Error"] = bad.msg
+		h.render(w, r, http.StatusBadRequest, "outbox", data)
+		return
+	}
+	ds, err := h.outbox.DeliveryList(r.Context(), params)
+	switch {
+	case errors.Is(err, outbox.ErrInvalidCursor):
+		data["Error"] = "The page link is broken: start from the first page."
+		h.render(w, r, http.StatusBadRequest, "outbox", data)
+		return
+	case err != nil:
+		h.fail(w, r, http.StatusInternalServerError, "The deliveries could not be read.", err)
+		return
+	}
+	data["Deliveries"] = ds
+	if len(ds) == params.Limit {
+		next := f
+		next.After = outbox.DeliveryCursor(ds[len(ds)-1])
+		data["Next"] = next
+	}
+	h.render(w, r, http.StatusOK, "outbox", data)
+}
+
+func (h *Handler) deliveryShow(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, http.StatusNotFound, "No such delivery: the id is not a UUID.", nil)
+		return
+	}
+	d, err := h.outbox.DeliveryGet(ctx, id)
+	switch {
+	case errors.Is(err, outbox.ErrNotFound):
+		h.fail(w, r, http.StatusNotFound, "No such delivery: it may have been dropped by retention.", nil)
+		return
+	case err != nil:
+		h.fail(w, r, http.StatusInternalServerError, "The delivery could not be read.", err)
+		return
+	}
+	attempts, err := h.outbox.AttemptList(ctx, id)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, "The delivery's attempts could not be read.", err)
+		return
+	}
+	data := map[string]any{"Title": "Delivery " + d.EventID, "D": d, "Attempts": attempts,
+		"Replayable": d.Status == outbox.StatusDead || d.Status == outbox.StatusSucceeded,
+		"Done":       doneMessage(r.URL.Query())}
+	if ep, err := h.outbox.EndpointGet(ctx, d.EndpointID); err == nil {
+		data["EndpointURL"] = redactURL(ep.URL)
+	}
+	eventID, _ := outbox.ParseEventID(d.EventID)
+	ev, err := h.queries.DashboardEventGet(ctx, eventID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		h.fail(w, r, http.StatusInternalServerError, "The delivery's event could not be read.", err)
+		return
+	default:
+		body, kind := showBody(ev.Payload)
+		data["EventType"], data["Payload"], data["PayloadKind"], data["EventScrubbed"] = ev.Type, body, kind, ev.ScrubbedAt != nil
+	}
+	h.render(w, r, http.StatusOK, "delivery", data)
+}
+
+func (h *Handler) deliveryReplay(r *http.Request) (string, error) {
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return "", outbox.ErrNotFound
+	}
+	switch err := h.outbox.DeliveryReplay(r.Context(), id); {
+	case errors.Is(err, outbox.ErrEndpointDisabled):
+		return "", badRequest{"This delivery cannot be replayed: its endpoint is disabled. Enable it first."}
+	case errors.Is(err, outbox.ErrDeliveryInProgress):
+		return "", badRequest{"This delivery is still being delivered: there is nothing to replay yet."}
+	case errors.Is(err, outbox.ErrEventGone):
+		return "", badRequest{"This delivery cannot be replayed: its event is no longer stored (retention)."}
+	case err != nil:
+		return "", err
+	}
+	return "/outbox/deliveries/" + id.String() + "?done=replayed", nil
+}
+
+// endpointRow is one endpoint on the endpoints page.
+type endpointRow struct {
+	*outbox.Endpoint
+	URL               string
+	Attempts, Success int64
+	Pending, Dead     int64
+}
+
+func (h *Handler) endpointList(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	eps, err := h.outbox.EndpointList(ctx, &outbox.EndpointListParams{Limit: maxEndpointsListed})
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, "The endpoints could not be read.", err)
+		return
+	}
+	since := h.now().Add(-h.cfg.ChartWindow)
+	outcomes, err := h.queries.DashboardAttemptOutcomes(ctx, since)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, "The endpoints could not be read.", err)
+		return
+	}
+	gauges, err := h.queries.OutboxGaugeByEndpoint(ctx)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, "The endpoints could not be read.", err)
+		return
+	}
+	rows := make([]*endpointRow, len(eps))
+	byID := make(map[uuid.UUID]*endpointRow, len(eps))
+	for i, e := range eps {
+		rows[i] = &endpointRow{Endpoint: e, URL: redactURL(e.URL)}
+		byID[e.ID] = rows[i]
+	}
+	for _, o := range outcomes {
+		if row := byID[o.EndpointID]; row != nil {
+			row.Attempts += o.Attempts
+			if o.Outcome == "2xx" {
+				row.Success += o.Attempts
+			}
+		}
+	}
+	for _, g := range gauges {
+		if row := byID[g.EndpointID]; row != nil {
+			row.Pending, row.Dead = g.Pending, g.Dead
+		}
+	}
+	h.render(w, r, http.StatusOK, "endpoints", map[string]any{"Title": "Endpoints", "Endpoints": rows,
+		"Window": h.cfg.ChartWindow, "Truncated": len(eps) == maxEndpointsListed, "Done": doneMessage(r.URL.Query())})
+}
+
+// endpointAction enables, disables, rotates the secret of or replays the
+// dead deliveries of one endpoint.
+func (h *Handler) endpointAction(r *http.Request) (string, error) {
+	ctx := r.Context()
+	id, err := uuid.Parse(r.PathValue("id"))
+	if err != nil {
+		return "", outbox.ErrNotFound
+	}
+	done := url.Values{}
+	switch op := r.PathValue("op"); op {
+	case "enable":
+		_, err = h.outbox.EndpointEnable(ctx, id)
+		done.Set("done", "enabled")
+	case "disable":
+		reason := strings.TrimSpace(r.PostForm.Get("reason"))
+		if reason == "" {
+			reason = "disabled from the dashboard"
+		}
+		_, err = h.outbox.EndpointDisable(ctx, id, ellipsis(reason, 500))
+		done.Set("done", "disabled")
+	case "rotate-secret":
+		_, err = h.outbox.EndpointRotateSecret(ctx, id, nil)
+		done.Set("done", "rotated")
+	case "replay-dead":
+		var since time.Time
+		if since, err = parseSince(r.PostForm.Get("since"), h.now()); err != nil {
+			return "", err
+		}
+		var n int
+		n, err = h.outbox.DeliveryReplayDead(ctx, id, since)
+		done.Set("done", "replayed-dead")
+		done.Set("n", fmt.Sprint(n))
+	default:
+		return "", badRequest{"Unknown endpoint action."}
+	}
+	if err != nil {
+		return "", err
+	}
+	return "/outbox/endpoints?" + done.Encode() + "#ep-" + id.String(), nil
+}
