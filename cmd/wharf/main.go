@@ -6,6 +6,8 @@
 //	wharf partitions               list partitions, rows, sizes, oldest unfinished row
 //	wharf prune [-dry-run]         run retention now (or show what it would do)
 //	wharf send -url URL BODY       sign a webhook (Standard Webhooks, Stripe, GitHub) and POST it
+//	wharf serve [-addr ADDR]       the dashboard, Prometheus metrics and a health check
+//	wharf stats                    per source and day: received, duplicates, dead; per endpoint: attempts
 //
 // Every command reads the database URL from DATABASE_URL, or from
 // -database-url.
@@ -41,6 +43,7 @@ var commands = map[string]command{
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
 	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},
 	"stats":      {"stats [-days N] [-top N] [-json]: per source and day received, duplicates blocked, success; per endpoint attempts", runStats},
+	"serve":      {"serve [-addr 127.0.0.1:8081] [-read-only]: the dashboard, /metrics and /healthz", runServe},
 	"send":       {"send -url URL [-secret S] [-id ID] [-scheme standard|stripe|github] BODY: sign and POST a webhook", runSend},
 }
 

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/wharfhq/wharf/dashboard"
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/jobs"
+	"github.com/wharfhq/wharf/outbox"
+)
+
+// The environment variables that turn on the dashboard's authentication.
+const (
+	envServeToken = "WHARF_SERVE_TOKEN"      // Authorization: Bearer <token>
+	envServeBasic = "WHARF_SERVE_BASIC_AUTH" // user:password, for a browser's basic auth prompt
+)
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(e.errOut)
+	addr := fs.String("addr", "127.0.0.1:8081", "listen address; binding beyond loopback needs $"+envServeToken+" or $"+envServeBasic)
+	readOnly := fs.Bool("read-only", false, "serve the pages without any action (replay, skip, enable, disable, rotate)")
+	noAuth := fs.Bool("insecure-no-auth", false, "allow a non-loopback address without authentication (behind an authenticating proxy)")
+	fs.Usage = func() {
+		fmt.Fprintf(e.errOut, "usage: wharf serve [-addr 127.0.0.1:8081] [-read-only]\n\n"+
+			"Serves the dashboard at /, Prometheus metrics at /metrics and a health check at /healthz.\n"+
+			"Authentication: $%s (bearer token) and/or $%s (user:password); /healthz needs none.\n\n", envServeToken, envServeBasic)
+		fs.PrintDefaults()
+	}
+	if rest, err := parseInterleaved(fs, args); err != nil {
+		return err
+	} else if len(rest) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q", rest[0])}
+	}
+	auth, err := serveAuth(os.Getenv(envServeToken), os.Getenv(envServeBasic))
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	if auth == nil && !*noAuth && !loopback(*addr) {
+		return usageError{fmt.Sprintf("-addr %s is not a loopback address: set $%s or $%s, or pass -insecure-no-auth behind a proxy that authenticates", *addr, envServeToken, envServeBasic)}
+	}
+	pool, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer func() { _ = mp.Shutdown(context.Background()) }()
+	logger := slog.New(slog.NewTextHandler(e.errOut, nil))
+	// The components report the database's gauges (dead messages, lag,
+	// pending and dead deliveries, oldest unfinished row) when scraped.
+	ib, err := inbox.New(pool, &inbox.Config{MeterProvider: mp, Logger: logger})
+	if err != nil {
+		return err
+	}
+	ob, err := outbox.New(pool, &outbox.Config{MeterProvider: mp, Logger: logger})
+	if err != nil {
+		return err
+	}
+	maint, err := jobs.NewMaintainer(pool, &jobs.Config{MeterProvider: mp, Logger: logger})
+	if err != nil {
+		return err
+	}
+	dash, err := dashboard.New(pool, &dashboard.Config{Inbox: ib, Outbox: ob, Maintainer: maint, ReadOnly: *readOnly, Logger: logger})
+	if err != nil {
+		return err
+	}
+
+	mux := http.NewServeMux()
+	mux.Handle("/", auth.wrap(dash))
+	mux.Handle("GET /metrics", auth.wrap(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := pool.Ping(ctx); err != nil {
+			http.Error(w, "database unreachable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	fmt.Fprintf(e.out, "serving the dashboard on http://%s/ (metrics at /metrics, health at /healthz)\n", ln.Addr())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil {
+		return err
+	}
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// loopback reports whether a listen address binds only loopback.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// serveAuthn holds the accepted credentials, hashed so that comparing
+// them takes the same time whatever their length. Nil accepts everyone.
+type serveAuthn struct {
+	token       *[32]byte
+	user, basic *[32]byte
+}
+
+func serveAuth(token, basic string) (*serveAuthn, error) {
+	if token == "" && basic == "" {
+		return nil, nil
+	}
+	a := &serveAuthn{}
+	if token != "" {
+		h := sha256.Sum256([]byte(token))
+		a.token = &h
+	}
+	if basic != "" {
+		user, pass, ok := strings.Cut(basic, ":")
+		if !ok || user == "" || pass == "" {
+			return nil, fmt.Errorf("$%s must be user:password", envServeBasic)
+		}
+		u, p := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(pass))
+		a.user, a.basic = &u, &p
+	}
+	return a, nil
+}
+
+func (a *serveAuthn) wrap(next http.Handler) http.Handler {
+	if a == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.allows(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if a.basic != nil {
+			w.Header().Set("WWW-Authenticate", `Basic realm="wharf", charset="UTF-8"`)
+		} else {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="wharf"`)
+		}
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	})
+}
+
+func (a *serveAuthn) allows(r *http.Request) bool {
+	if a.token != nil {
+		if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			h := sha256.Sum256([]byte(tok))
+			if subtle.ConstantTimeCompare(h[:], a.token[:]) == 1 {
+				return true
+			}
+		}
+	}
+	if a.basic != nil {
+		if user, pass, ok := r.BasicAuth(); ok {
+			u, p := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(pass))
+			return subtle.ConstantTimeCompare(u[:], a.user[:])&subtle.ConstantTimeCompare(p[:], a.basic[:]) == 1
+		}
+	}
+	return false
+}
