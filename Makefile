@@ -24,20 +24,27 @@ verify: ## Fail when generated code does not match queries/ and schema/
 	$(SQLC) compile
 
 .PHONY: lint
-lint: ## gofmt and go vet (the library and the interop module)
+lint: ## gofmt and go vet (the library, the interop and the browser-test modules)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd interop && $(GO) vet ./...
+	cd e2e && $(GO) vet ./...
 
 .PHONY: db
 db: ## Print a DATABASE_URL, starting a local Postgres when none answers
 	@$(ENSURE_DB)
 
 .PHONY: test
-test: ## Run all tests with -race against a real Postgres (started when needed), the interop module's too
+test: ## Run all tests with -race against a real Postgres (started when needed), the interop and browser (chromium) modules' too
 	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && status=0 && \
 	  { $(GO) test $(TESTFLAGS) ./... || status=1; } && \
-	  { (cd interop && $(GO) test $(TESTFLAGS) ./...) || status=1; } && exit $$status
+	  { (cd interop && $(GO) test $(TESTFLAGS) ./...) || status=1; } && \
+	  { (cd e2e && $(GO) test $(TESTFLAGS) ./...) || status=1; } && exit $$status
+
+.PHONY: screenshot
+screenshot: ## Refresh docs/dashboard.png: the browser test's picture of the dashboard's overview
+	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && \
+	  cd e2e && WHARF_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run TestDashboardInABrowser ./...
 
 .PHONY: chaos
 chaos: ## Long chaos run (bigger storm, kills, cuts, a Postgres restart); WHARF_CHAOS_SOAK=10m adds a soak
@@ -75,7 +82,8 @@ example: ## Run the example app in the foreground (Ctrl-C stops it cleanly, exit
 # make itself, interrupted, would exit 130 whatever the app did.
 
 .PHONY: tidy
-tidy: ## go mod tidy for the library, the tools and the interop modules
+tidy: ## go mod tidy for the library, the tools, the interop and the browser-test modules
 	$(GO) mod tidy
 	cd tools && $(GO) mod tidy
 	cd interop && $(GO) mod tidy
+	cd e2e && $(GO) mod tidy

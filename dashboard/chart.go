@@ -47,9 +47,9 @@ func hourlyChart(title string, hours []time.Time, ss []series) template.HTML {
 				s.Class, x0+float64(j)*bar, height-bottom-bh, bar, bh,
 				h.UTC().Format("Jan 2 15:00"), html.EscapeString(s.Name), v)
 		}
-		if len(hours) <= 24 && i%3 == 0 || len(hours) > 24 && h.UTC().Hour() == 0 {
+		if len(hours) <= 25 && i%3 == 0 || len(hours) > 25 && h.UTC().Hour() == 0 {
 			label := h.UTC().Format("15h")
-			if len(hours) > 24 {
+			if len(hours) > 25 {
 				label = h.UTC().Format("Jan 2")
 			}
 			fmt.Fprintf(&b, `<text class="tick" x="%.1f" y="%.1f">%s</text>`, x0, height-6, label)

@@ -267,7 +267,8 @@ func parseTemplates(prefix string) (map[string]*template.Template, error) {
 			}
 			return strconv.FormatFloat(100*float64(n)/float64(d), 'f', 1, 64) + "%"
 		},
-		"dur": func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+		"dur":    func(d time.Duration) string { return d.Round(time.Millisecond).String() },
+		"window": window,
 		"query": func(kv ...string) string {
 			v := url.Values{}
 			for i := 0; i+1 < len(kv); i += 2 {
@@ -372,4 +373,15 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64) + " " + string("kMG"[exp]) + "B"
+}
+
+// window names a duration of whole hours as a person would: "24h", "7d".
+func window(d time.Duration) string {
+	switch {
+	case d >= 72*time.Hour && d%(24*time.Hour) == 0:
+		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	case d%time.Hour == 0:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	}
+	return d.String()
 }
