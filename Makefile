@@ -56,7 +56,7 @@ chaos: ## Long chaos run (bigger storm, kills, cuts, a Postgres restart); WHARF_
 bench: ## Run the benchmarks; ends with one "BENCH <name> <ratio> <wharf> <baseline>" line per figure
 	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && log=$$(mktemp) && \
 	  { $(GO) test -run '^$$' -bench . -benchtime 1s ./signature/ ./idempotency/ && \
-	    $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./inbox/ ./outbox/ ./jobs/ ./example/ ./internal/chaos/; } 2>&1 | tee "$$log"; \
+	    $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./inbox/ ./outbox/ ./jobs/ ./example/ ./internal/chaos/ ./dashboard/; } 2>&1 | tee "$$log"; \
 	  status=$${PIPESTATUS[0]}; echo; echo "== summary (ratio = wharf / baseline, same run)"; \
 	  grep -h '^BENCH ' "$$log"; rm -f "$$log"; exit $$status
 

@@ -1,0 +1,125 @@
+package dashboard_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wharfhq/wharf/dashboard"
+	"github.com/wharfhq/wharf/internal/loadtest"
+	"github.com/wharfhq/wharf/internal/testdb"
+)
+
+// BenchmarkPages renders each page over 1M messages received today
+// (WHARF_BENCH_DASHBOARD_MESSAGES overrides), all inside the overview's
+// 24-hour window, with as many dedupe keys and a tenth as many delivery
+// attempts, and reports the median time of five renders per page against
+// the 100 ms target.
+func BenchmarkPages(b *testing.B) {
+	n := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("WHARF_BENCH_DASHBOARD_MESSAGES")); err == nil && v > 0 {
+		n = v
+	}
+	pool := testdb.New(b)
+	ctx := context.Background()
+	start := time.Now()
+	growForDashboard(b, pool, n)
+	b.Logf("seeded %d messages in %s", n, time.Since(start).Round(time.Second))
+	h, err := dashboard.New(pool, &dashboard.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	server := httptest.NewServer(h)
+	defer server.Close()
+	var deadID string
+	if err := pool.QueryRow(ctx, "SELECT id::text FROM wharf_inbox_messages WHERE status = 'dead' LIMIT 1").Scan(&deadID); err != nil {
+		b.Fatal(err)
+	}
+	pages := []struct{ name, path string }{
+		{"overview", "/"},
+		{"inbox", "/inbox"},
+		{"inbox_dead", "/inbox?status=dead"},
+		{"inbox_source_type_since", "/inbox?source=s3&type=t.2&since=1h"},
+		{"inbox_event_id", "/inbox?q=evt_500000"},
+		{"message", "/inbox/" + deadID},
+		{"outbox", "/outbox"},
+		{"endpoints", "/outbox/endpoints"},
+		{"partitions", "/partitions"},
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, p := range pages {
+			var times []time.Duration
+			for range 5 {
+				t0 := time.Now()
+				resp, err := http.Get(server.URL + p.path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatalf("%s: %d", p.path, resp.StatusCode)
+				}
+				times = append(times, time.Since(t0))
+			}
+			sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+			loadtest.Bench(fmt.Sprintf("dashboard_%s_ms_%dk_messages_vs_100ms_target_lower_is_better", p.name, n/1000),
+				loadtest.Ms(times[len(times)/2]), 100)
+		}
+	}
+}
+
+// growForDashboard writes n messages received today over 4 sources and 5
+// types (1% dead, 1% failed, the rest processed), n keys with a duplicate
+// for every 20th, and n/10 delivery attempts to one endpoint (90%
+// answered 2xx), then analyses the tables as autovacuum would have.
+func growForDashboard(b *testing.B, pool *pgxpool.Pool, n int) {
+	b.Helper()
+	ctx := context.Background()
+	for _, sql := range []string{
+		`INSERT INTO wharf_inbox_messages (id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, processed_at, updated_at)
+		 SELECT gen_random_uuid(),
+		        lo.t + (now() - lo.t) * (g::float8 / $1::int),
+		        's' || (g % 4), 'evt_' || g, 't.' || (g % 5), '{"Content-Type":["application/json"]}',
+		        convert_to('{"id":"evt_' || g || '","amount":1999,"customer":"cus_' || (g % 1000) || '"}', 'UTF8'),
+		        sha256(g::text::bytea),
+		        CASE WHEN g % 100 = 0 THEN 'dead' WHEN g % 100 = 1 THEN 'failed' ELSE 'processed' END,
+		        1, CASE WHEN g % 100 IN (0, 1) THEN 'handler: no account' END, now(), now()
+		 FROM generate_series(1, $1::int) g,
+		      (SELECT greatest(date_trunc('day', now(), 'UTC'), now() - interval '23 hours') AS t) lo`,
+		`INSERT INTO wharf_inbox_keys (source, event_id, payload_hash, message_id, received_at, duplicate_count)
+		 SELECT source, event_id, payload_hash, id, received_at, CASE WHEN event_id LIKE '%0' AND length(event_id) % 2 = 0 THEN 1 ELSE 0 END
+		 FROM wharf_inbox_messages`,
+		`INSERT INTO wharf_outbox_endpoints (id, url, secret, max_in_flight, timeout_ms, created_at, updated_at)
+		 VALUES ('00000000-0000-0000-0000-0000000000e1', 'https://hooks.example.com/wharf', 'whsec_x', 16, 15000, now(), now())`,
+		`INSERT INTO wharf_outbox_attempts (id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status, status_code, duration_us)
+		 SELECT gen_random_uuid(), now() - (g % 3600) * interval '1 second', gen_random_uuid(), '00000000-0000-0000-0000-0000000000e1', gen_random_uuid(), 1,
+		        CASE WHEN g % 10 = 0 THEN 'failed' ELSE 'succeeded' END, CASE WHEN g % 10 = 0 THEN 503 ELSE 200 END, 1000
+		 FROM generate_series(1, $1::int / 10) g`,
+		`VACUUM (ANALYZE) wharf_inbox_messages`,
+		`VACUUM (ANALYZE) wharf_inbox_keys`,
+		`VACUUM (ANALYZE) wharf_outbox_attempts`,
+	} {
+		var err error
+		if strings.Contains(sql, "$1") {
+			_, err = pool.Exec(ctx, sql, n)
+		} else {
+			_, err = pool.Exec(ctx, sql)
+		}
+		if err != nil {
+			b.Fatalf("%v: %s", err, sql)
+		}
+	}
+}
