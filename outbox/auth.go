@@ -69,9 +69,11 @@ type BasicAuth struct {
 // fetches a new one; a token without expires_in is reused for an hour, and
 // one the endpoint answers 401 to is not reused. Each process fetches its
 // own tokens. The token request goes through the same SSRF guard, proxy
-// and transport as deliveries, within the delivery's timeout; when it
-// fails, the attempt fails (and is retried like any other) with an error
-// that names the token endpoint's answer but never a credential.
+// and transport as deliveries, within the delivery's timeout. When it
+// fails, the attempt fails, and is retried like any other (unless the
+// guard refused the token URL: that is final), with an error where
+// errors.Is(err, ErrTokenFetch) is true that names the token endpoint's
+// answer but never a credential or the response body.
 type OAuth2ClientCredentials struct {
 	// TokenURL is the authorization server's token endpoint: an absolute
 	// http or https URL, checked by the SSRF guard as endpoint URLs are.
