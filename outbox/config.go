@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"slices"
 	"time"
 
@@ -193,6 +195,46 @@ type Config struct {
 	// Defaults to a net.Dialer with a 10 second connect timeout.
 	Dialer *net.Dialer
 
+	// Transport is the template of the transport deliveries and OAuth 2.0
+	// token requests are sent with: its TLS settings (TLSClientConfig with
+	// client certificates for mutual TLS, or a private root CA), HTTP/2
+	// switch, connection pool and timeouts are kept. The outbox sends with
+	// a clone of it whose connections are dialed by Dialer through the SSRF
+	// guard (its own DialContext and Dial are replaced: tune dialing with
+	// Dialer), whose Proxy is Config.Proxy (the clone never reads
+	// HTTP_PROXY, HTTPS_PROXY or NO_PROXY, even when the template's Proxy
+	// is http.ProxyFromEnvironment, as http.DefaultTransport's is), and
+	// whose MaxResponseHeaderBytes is ResponseHeaderLimit. A template with
+	// DialTLSContext or DialTLS set is refused (ErrInvalidConfig): those
+	// would connect where the guard cannot see; use TLSClientConfig.
+	//
+	// Defaults to a transport with HTTP/2, up to 512 idle connections (64
+	// per host) kept for 90 seconds and a 10 second TLS handshake timeout.
+	Transport *http.Transport
+
+	// WrapTransport wraps the transport (after Transport's clone is made):
+	// a hook for client middleware such as tracing or metrics
+	// (otelhttp.NewTransport, for one). The wrapper must send every request
+	// through the RoundTripper it is given, which is where the SSRF guard
+	// works; requests carry the endpoint's credentials (Authorization), so
+	// it must not log their headers. It is called once, by New.
+	//
+	// Defaults to none.
+	WrapTransport func(http.RoundTripper) http.RoundTripper
+
+	// Proxy is an egress proxy (http, https or socks5 URL, credentials in
+	// its user info) every delivery and OAuth 2.0 token request goes
+	// through. The outbox then connects to the proxy only (its address is
+	// not judged by the SSRF guard: you chose it), and refuses requests to
+	// endpoint URLs whose host is an IP address or localhost name the guard
+	// refuses; but the proxy, not the outbox, resolves host names, so the
+	// proxy must refuse internal destinations itself. The environment's
+	// HTTP_PROXY and HTTPS_PROXY are never used.
+	//
+	// Defaults to none: deliveries connect directly, every address checked
+	// by the SSRF guard.
+	Proxy *url.URL
+
 	// Logger receives the outbox's logs. Secrets and bodies are never logged.
 	//
 	// Defaults to slog.Default().
@@ -264,6 +306,10 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
 	out.AllowedNetworks = slices.Clone(out.AllowedNetworks)
+	if out.Proxy != nil {
+		proxy := *out.Proxy
+		out.Proxy = &proxy
+	}
 	if out.Dialer == nil {
 		out.Dialer = &net.Dialer{Timeout: 10 * time.Second}
 	}
@@ -332,6 +378,17 @@ func (c *Config) validate() error {
 	for i, p := range c.AllowedNetworks {
 		if !p.IsValid() {
 			bad("AllowedNetworks[%d] is not a valid prefix", i)
+		}
+	}
+	if t := c.Transport; t != nil && (t.DialTLSContext != nil || t.DialTLS != nil) { //nolint:staticcheck // DialTLS is deprecated, not gone
+		bad("Transport must not set DialTLSContext or DialTLS: they would bypass the SSRF guard; set TLSClientConfig instead")
+	}
+	if c.Proxy != nil {
+		switch {
+		case c.Proxy.Scheme != "http" && c.Proxy.Scheme != "https" && c.Proxy.Scheme != "socks5" && c.Proxy.Scheme != "socks5h":
+			bad("Proxy scheme must be http, https or socks5")
+		case c.Proxy.Hostname() == "":
+			bad("Proxy has no host")
 		}
 	}
 	return p.Err()

@@ -141,6 +141,10 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return o.deadWithoutAttempt(ctx, log, &row, "attempts exhausted; the outcome of the last one is unknown")
 	}
 
+	auth, err := decodeAuth(row.Auth)
+	if err != nil {
+		return fmt.Errorf("outbox: delivery %s: %w", row.ID, err)
+	}
 	if row.Ordered && row.OrderingKey != "" {
 		wait, blocked, err := o.orderingWait(ctx, &row)
 		if err != nil {
@@ -176,11 +180,14 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			attribute.Int("wharf.attempt", job.Attempt),
 		))
 	out := o.send(sendCtx, &delivery{
-		url:     row.Url,
-		eventID: formatEventID(row.EventID),
-		secrets: signingSecrets(&row, attemptedAt),
-		body:    row.Payload,
-		timeout: timeout,
+		endpointID: row.EndpointID,
+		url:        row.Url,
+		eventID:    formatEventID(row.EventID),
+		secrets:    signingSecrets(&row, attemptedAt),
+		headers:    decodeHeaders(row.Headers),
+		auth:       auth,
+		body:       row.Payload,
+		timeout:    timeout,
 	})
 	span.SetAttributes(attribute.String("wharf.outcome", out.outcome()), attribute.Int("http.response.status_code", out.statusCode))
 	if !out.succeeded() {

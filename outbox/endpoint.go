@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -66,6 +67,11 @@ type Endpoint struct {
 	LastSuccessAt *time.Time
 	// LastFailureAt is the last failed attempt.
 	LastFailureAt *time.Time
+	// Headers are the custom headers sent with every attempt.
+	Headers http.Header
+	// Auth describes how deliveries authenticate to the endpoint, without
+	// its credentials; nil when they do not.
+	Auth *EndpointAuthInfo
 	// PreviousSecretExpiresAt is when the secret replaced by the last
 	// rotation stops signing: until then both signatures are sent. Nil when
 	// the secret was never rotated.
@@ -111,6 +117,22 @@ type EndpointParams struct {
 	// one with the same key (earlier in PublishTx order: see
 	// Event.OrderingKey). Defaults to false.
 	Ordered bool
+	// Headers are sent with every attempt, such as a routing or API
+	// version header a receiver's gateway wants. Names are HTTP tokens
+	// (stored canonical: "x-team" becomes "X-Team"); values are UTF-8
+	// without control characters other than tab; at most 32 values and 8
+	// KiB in all. Headers Wharf sets (webhook-id, webhook-timestamp,
+	// webhook-signature, Content-Type, Content-Length, User-Agent,
+	// traceparent, tracestate), hop-by-hop headers (Connection,
+	// Transfer-Encoding…), Host, Expect, Content-Encoding and
+	// Authorization (set Auth instead, which keeps it secret) are refused.
+	// Headers are returned by reads (Endpoint.Headers): keep credentials in
+	// Auth. Defaults to none.
+	Headers http.Header
+	// Auth is how deliveries authenticate to the endpoint besides the
+	// signature: a bearer token, basic authentication or OAuth 2.0 client
+	// credentials. Defaults to none.
+	Auth *EndpointAuth
 }
 
 // EndpointUpdateParams changes an endpoint; nil fields stay as they are.
@@ -130,6 +152,13 @@ type EndpointUpdateParams struct {
 	Timeout *time.Duration
 	// Ordered replaces the ordering switch.
 	Ordered *bool
+	// Headers replaces the custom headers when not nil (checked as
+	// EndpointParams.Headers); an empty, non-nil Header removes them.
+	Headers http.Header
+	// Auth replaces the authentication when not nil; a pointer to the zero
+	// EndpointAuth removes it. A changed OAuth 2.0 client's cached token is
+	// not used again.
+	Auth *EndpointAuth
 }
 
 // EndpointListParams filters EndpointList. A nil *EndpointListParams lists
@@ -171,6 +200,14 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 	if err != nil {
 		return nil, err
 	}
+	headers, err := encodeHeaders(want.headers)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := want.auth.encode()
+	if err != nil {
+		return nil, err
+	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: endpoint id: %w", err)
@@ -185,6 +222,8 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 		MaxInFlight: want.storedCap,
 		TimeoutMs:   int32(want.timeout / time.Millisecond),
 		Ordered:     params.Ordered,
+		Headers:     headers,
+		Auth:        auth,
 		Now:         o.config.now(),
 	})
 	if err != nil {
@@ -291,7 +330,7 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 	}
 	update := dbsqlc.OutboxEndpointUpdateParams{ID: id, Now: o.config.now(), Url: params.URL, Description: params.Description, Ordered: params.Ordered}
 	if params.URL != nil {
-		if err := checkURL(*params.URL); err != nil {
+		if err := checkURL("URL", *params.URL); err != nil {
 			return nil, err
 		}
 		if err := o.guard.checkLiteral(*params.URL); err != nil {
@@ -326,6 +365,24 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		}
 		ms := int32(*params.Timeout / time.Millisecond)
 		update.TimeoutMs = &ms
+	}
+	if params.Headers != nil {
+		headers, err := checkHeaders(params.Headers)
+		if err != nil {
+			return nil, err
+		}
+		if update.Headers, err = encodeHeaders(headers); err != nil {
+			return nil, err
+		}
+	}
+	if params.Auth != nil {
+		auth, err := o.guard.checkAuth(params.Auth)
+		if err != nil {
+			return nil, err
+		}
+		if update.Auth, err = auth.encode(); err != nil {
+			return nil, err
+		}
 	}
 	row, err := dbsqlc.New(db).OutboxEndpointUpdate(ctx, update)
 	if err != nil {
@@ -473,12 +530,16 @@ func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
 		FailingSince:            row.FailingSince,
 		LastSuccessAt:           row.LastSuccessAt,
 		LastFailureAt:           row.LastFailureAt,
+		Headers:                 decodeHeaders(row.Headers),
 		PreviousSecretExpiresAt: row.PreviousSecretExpiresAt,
 		CreatedAt:               row.CreatedAt,
 		UpdatedAt:               row.UpdatedAt,
 	}
 	if ep.EventTypes == nil {
 		ep.EventTypes = []string{}
+	}
+	if auth, err := decodeAuth(row.Auth); err == nil {
+		ep.Auth = auth.info()
 	}
 	return ep
 }
@@ -516,25 +577,26 @@ func (o *Outbox) timeout(d time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-func checkURL(raw string) error {
+// checkURL accepts an absolute http or https URL; its errors call it field.
+func checkURL(field, raw string) error {
 	if raw == "" || len(raw) > maxURLLen {
-		return fmt.Errorf("%w: URL must be 1 to %d bytes", ErrInvalidEndpoint, maxURLLen)
+		return fmt.Errorf("%w: %s must be 1 to %d bytes", ErrInvalidEndpoint, field, maxURLLen)
 	}
-	if err := checkText("URL", raw); err != nil {
+	if err := checkText(field, raw); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%w: URL does not parse", ErrInvalidEndpoint)
+		return fmt.Errorf("%w: %s does not parse", ErrInvalidEndpoint, field)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%w: URL scheme must be http or https", ErrInvalidEndpoint)
+		return fmt.Errorf("%w: %s scheme must be http or https", ErrInvalidEndpoint, field)
 	}
 	if u.Hostname() == "" {
-		return fmt.Errorf("%w: URL has no host", ErrInvalidEndpoint)
+		return fmt.Errorf("%w: %s has no host", ErrInvalidEndpoint, field)
 	}
 	if u.Fragment != "" || strings.ContainsAny(raw, " \t\r\n") {
-		return fmt.Errorf("%w: URL has a fragment or white space", ErrInvalidEndpoint)
+		return fmt.Errorf("%w: %s has a fragment or white space", ErrInvalidEndpoint, field)
 	}
 	return nil
 }

@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"slices"
 	"time"
 
@@ -31,12 +33,13 @@ type EndpointEnsureResult struct {
 //
 // An endpoint is identified by its tenant and URL. Without one,
 // EndpointEnsure creates it, as EndpointCreate would. With one, it updates
-// whatever of Description, EventTypes, MaxInFlight, Timeout and Ordered
-// differs from params (zero values mean the defaults, as for
-// EndpointCreate), and leaves its secret, its health and whether it is
-// enabled alone: a disabled endpoint stays disabled until EndpointEnable. A
-// params.Secret other than the endpoint's is an error where errors.Is(err,
-// ErrInvalidEndpoint) is true: change secrets with EndpointRotateSecret.
+// whatever of Description, EventTypes, MaxInFlight, Timeout, Ordered,
+// Headers and Auth differs from params (zero values mean the defaults, as
+// for EndpointCreate: nil Headers and Auth mean none), and leaves its
+// secret, its health and whether it is enabled alone: a disabled endpoint
+// stays disabled until EndpointEnable. A params.Secret other than the
+// endpoint's is an error where errors.Is(err, ErrInvalidEndpoint) is true:
+// change secrets with EndpointRotateSecret.
 // Several endpoints with the URL (created before by EndpointCreate) are an
 // error where errors.Is(err, ErrAmbiguousEndpoint) is true; delete all but
 // one. Concurrent calls for one URL, from several processes starting at
@@ -113,6 +116,15 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 	if current.Ordered != params.Ordered {
 		update.Ordered, changed = &params.Ordered, true
 	}
+	if !headersEqual(current.Headers, want.headers) {
+		update.Headers, changed = want.headers, true
+	}
+	if stored, err := decodeAuth(row.Auth); err != nil || !stored.equal(want.auth) {
+		update.Auth, changed = params.Auth, true
+		if update.Auth == nil {
+			update.Auth = &EndpointAuth{}
+		}
+	}
 	if changed {
 		if current, err = o.endpointUpdate(ctx, tx, current.ID, &update); err != nil {
 			return nil, err
@@ -127,6 +139,8 @@ type endpointSettings struct {
 	maxInFlight int   // as Endpoint.MaxInFlight says it
 	storedCap   int32 // as stored: 0 is no cap
 	timeout     time.Duration
+	headers     http.Header
+	auth        *storedAuth
 }
 
 // checkEndpointParams checks params as EndpointCreate does, before any
@@ -135,7 +149,7 @@ func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings,
 	if params == nil {
 		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
 	}
-	if err := checkURL(params.URL); err != nil {
+	if err := checkURL("URL", params.URL); err != nil {
 		return nil, err
 	}
 	if err := o.guard.checkLiteral(params.URL); err != nil {
@@ -164,7 +178,21 @@ func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings,
 			return nil, err
 		}
 	}
+	headers, err := checkHeaders(params.Headers)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := o.guard.checkAuth(params.Auth)
+	if err != nil {
+		return nil, err
+	}
 	return &endpointSettings{
 		eventTypes: eventTypes, maxInFlight: maxInFlightFromRow(maxInFlight), storedCap: maxInFlight, timeout: timeout,
+		headers: headers, auth: auth,
 	}, nil
+}
+
+// headersEqual reports whether two canonical header sets are the same.
+func headersEqual(a, b http.Header) bool {
+	return maps.EqualFunc(a, b, slices.Equal)
 }

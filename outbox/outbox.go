@@ -64,6 +64,7 @@ type Outbox struct {
 	inserter   *river.Client[pgx.Tx]
 	partitions *partition.Cache
 	http       *http.Client
+	tokens     *tokenCache
 	retries    *retryPlan
 	metrics    *metrics
 	tracer     trace.Tracer
@@ -93,13 +94,15 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
+	client := newHTTPClient(config)
 	return &Outbox{
 		pool:       pool,
 		queries:    dbsqlc.New(pool),
 		config:     config,
 		inserter:   inserter,
 		partitions: partition.NewCache(pool),
-		http:       newHTTPClient(config),
+		http:       client,
+		tokens:     newTokenCache(client, config.Now),
 		retries:    newRetryPlan(config),
 		metrics:    m,
 		tracer:     telemetry.Tracer(config.TracerProvider, "outbox"),

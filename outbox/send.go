@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/wharfhq/wharf/internal/telemetry"
 	"github.com/wharfhq/wharf/signature"
@@ -18,30 +21,86 @@ import (
 // UserAgent is sent with every delivery.
 const UserAgent = "Wharf-Webhooks/1"
 
-// newHTTPClient returns the client deliveries are sent with: every
-// connection passes the SSRF guard, no proxy is used (a proxy would connect
-// where the guard cannot see), redirects are returned, not followed, and
-// response headers are bounded (HTTP/2's header list limit follows
-// MaxResponseHeaderBytes) as the recorded body is.
+// newHTTPClient returns the client deliveries and OAuth 2.0 token requests
+// are sent with: every connection passes the SSRF guard (or, with
+// Config.Proxy, goes to the proxy alone), no proxy from the environment is
+// ever used (a proxy would connect where the guard cannot see), redirects
+// are returned, not followed, and response headers are bounded (HTTP/2's
+// header list limit follows MaxResponseHeaderBytes) as the recorded body
+// is. Config.Transport, when set, is the template of the transport;
+// Config.WrapTransport wraps it.
 func newHTTPClient(c *Config) *http.Client {
-	dialer := guardDialer(c.Dialer, newSSRFGuard(c))
-	transport := &http.Transport{
-		Proxy:                  nil,
-		DialContext:            dialer.DialContext,
-		ForceAttemptHTTP2:      true,
-		MaxIdleConns:           512,
-		MaxIdleConnsPerHost:    64,
-		IdleConnTimeout:        90 * time.Second,
-		TLSHandshakeTimeout:    10 * time.Second,
-		ExpectContinueTimeout:  time.Second,
-		MaxResponseHeaderBytes: int64(c.ResponseHeaderLimit),
+	guard := newSSRFGuard(c)
+	var transport *http.Transport
+	if c.Transport != nil {
+		transport = c.Transport.Clone()
+	} else {
+		transport = &http.Transport{
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          512,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ExpectContinueTimeout: time.Second,
+		}
+	}
+	transport.MaxResponseHeaderBytes = int64(c.ResponseHeaderLimit)
+	transport.Proxy = nil
+	transport.DialContext = guardDialer(c.Dialer, guard).DialContext
+	var rt http.RoundTripper = transport
+	if c.Proxy != nil {
+		transport.Proxy = http.ProxyURL(c.Proxy)
+		transport.DialContext = proxyOnlyDialer(c.Dialer, c.Proxy)
+		rt = &literalGuard{guard: guard, next: transport}
+	}
+	if c.WrapTransport != nil {
+		rt = c.WrapTransport(rt)
 	}
 	return &http.Client{
-		Transport: transport,
+		Transport: rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
 	}
+}
+
+// proxyOnlyDialer dials with d, but only the proxy's address: through a
+// proxy, every connection the transport makes is to the proxy.
+func proxyOnlyDialer(d *net.Dialer, proxy *url.URL) func(ctx context.Context, network, address string) (net.Conn, error) {
+	want := proxyAddress(proxy)
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		if address != want {
+			return nil, &BlockedAddressError{Reason: "not Config.Proxy, through which every connection goes"}
+		}
+		return d.DialContext(ctx, network, address)
+	}
+}
+
+// proxyAddress is the host:port the transport dials for proxy.
+func proxyAddress(proxy *url.URL) string {
+	port := proxy.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443", "socks5": "1080", "socks5h": "1080"}[proxy.Scheme]
+	}
+	return net.JoinHostPort(proxy.Hostname(), port)
+}
+
+// literalGuard refuses, through a proxy, requests to a URL whose host is a
+// refused IP address or localhost: the proxy resolves host names, where
+// the guard cannot see, but a literal address needs no resolving.
+type literalGuard struct {
+	guard *ssrfGuard
+	next  http.RoundTripper
+}
+
+func (l *literalGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	if err := l.guard.literalBlocked(req.URL.String()); err != nil {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, err
+	}
+	return l.next.RoundTrip(req)
 }
 
 // sendOutcome is what one attempt learned.
@@ -94,11 +153,14 @@ func (s *sendOutcome) failure() string {
 
 // delivery is what send needs of one attempt.
 type delivery struct {
-	url     string
-	eventID string
-	secrets []string
-	body    []byte
-	timeout time.Duration
+	endpointID uuid.UUID
+	url        string
+	eventID    string
+	secrets    []string
+	headers    http.Header
+	auth       *storedAuth
+	body       []byte
+	timeout    time.Duration
 }
 
 // send makes one signed attempt. A fresh timestamp and signature are made
@@ -117,13 +179,36 @@ func (o *Outbox) send(ctx context.Context, d *delivery) *sendOutcome {
 		out.err = fmt.Errorf("build request: %w", err)
 		return out
 	}
-	req.Header = header
+	for name, values := range d.headers {
+		req.Header[name] = values // checked: none is one of those set below
+	}
+	maps.Copy(req.Header, header)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", UserAgent)
 	telemetry.Inject(ctx, req.Header) // traceparent: the attempt's span
 
 	start := time.Now()
+	err = o.do(ctx, req, d, out)
+	out.duration = time.Since(start)
+	if err != nil {
+		out.err = err
+		var netErr net.Error
+		out.timedOut = errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
+	}
+	return out
+}
+
+// do authorizes and sends req, and reads the answer into out. A failure to
+// fetch an OAuth 2.0 token fails the attempt like a failure to connect.
+func (o *Outbox) do(ctx context.Context, req *http.Request, d *delivery, out *sendOutcome) error {
+	token, err := o.authorize(ctx, req, d.endpointID, d.auth)
+	if err != nil {
+		return err
+	}
 	resp, err := o.http.Do(req)
+	if err == nil && resp.StatusCode == http.StatusUnauthorized && token != nil {
+		o.tokens.forget(d.endpointID, token) // the next attempt fetches another
+	}
 	if err == nil {
 		out.statusCode = resp.StatusCode
 		out.body, out.truncated, err = readLimited(resp.Body, o.config.ResponseBodyLimit)
@@ -136,13 +221,7 @@ func (o *Outbox) send(ctx context.Context, d *delivery) *sendOutcome {
 			err = nil
 		}
 	}
-	out.duration = time.Since(start)
-	if err != nil {
-		out.err = err
-		var netErr net.Error
-		out.timedOut = errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
-	}
-	return out
+	return err
 }
 
 // readLimited reads up to limit bytes of r (none when limit < 0) and

@@ -215,6 +215,15 @@ func guardDialer(d *net.Dialer, g *ssrfGuard) *net.Dialer {
 // refused range, or localhost (and names under .localhost, which resolve to
 // loopback). A hostname is judged only when a delivery dials it.
 func (g *ssrfGuard) checkLiteral(rawURL string) error {
+	if err := g.literalBlocked(rawURL); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
+	}
+	return nil
+}
+
+// literalBlocked returns the *BlockedAddressError of a URL whose host is a
+// refused IP address or a localhost name, otherwise nil.
+func (g *ssrfGuard) literalBlocked(rawURL string) error {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil // checkURL reports it
@@ -227,8 +236,5 @@ func (g *ssrfGuard) checkLiteral(rawURL string) error {
 		}
 		addr = netip.MustParseAddr("127.0.0.1")
 	}
-	if err := g.check(addr); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
-	}
-	return nil
+	return g.check(addr)
 }

@@ -1,11 +1,11 @@
 -- name: OutboxEndpointInsert :one
 INSERT INTO wharf_outbox_endpoints (
     id, url, description, event_types, tenant, secret, max_in_flight, timeout_ms,
-    ordered, created_at, updated_at
+    ordered, headers, auth, created_at, updated_at
 ) VALUES (
     @id::uuid, @url::text, @description::text, @event_types::text[], @tenant::text,
     @secret::text, @max_in_flight::int, @timeout_ms::int, @ordered::boolean,
-    @now::timestamptz, @now::timestamptz
+    @headers::jsonb, @auth::jsonb, @now::timestamptz, @now::timestamptz
 )
 RETURNING *;
 
@@ -31,6 +31,8 @@ SET url = COALESCE(sqlc.narg('url')::text, url),
     max_in_flight = COALESCE(sqlc.narg('max_in_flight')::int, max_in_flight),
     timeout_ms = COALESCE(sqlc.narg('timeout_ms')::int, timeout_ms),
     ordered = COALESCE(sqlc.narg('ordered')::boolean, ordered),
+    headers = COALESCE(sqlc.narg('headers')::jsonb, headers),
+    auth = COALESCE(sqlc.narg('auth')::jsonb, auth),
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -115,7 +117,7 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
        d.status, d.attempts, d.generation,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
-       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
+       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context
 FROM wharf_outbox_deliveries d

@@ -3,6 +3,8 @@ package snippets
 import (
 	"context"
 	"log"
+	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,4 +84,22 @@ func endpointEnsure(ctx context.Context, ob *outbox.Outbox) error {
 	}
 	// readme:end
 	return nil
+}
+
+// endpointAuth is the README's endpoint with custom headers and OAuth 2.0
+// client credentials.
+func endpointAuth(ctx context.Context, ob *outbox.Outbox) error {
+	// readme:begin endpoint-auth
+	_, err := ob.EndpointEnsure(ctx, &outbox.EndpointParams{
+		URL:     "https://api.partner.example/webhooks",
+		Headers: http.Header{"X-Partner-Account": {"acct_42"}},
+		Auth: &outbox.EndpointAuth{OAuth2: &outbox.OAuth2ClientCredentials{
+			TokenURL:     "https://auth.partner.example/oauth/token",
+			ClientID:     os.Getenv("PARTNER_CLIENT_ID"),
+			ClientSecret: os.Getenv("PARTNER_CLIENT_SECRET"),
+			Scopes:       []string{"webhooks:write"},
+		}},
+	})
+	// readme:end
+	return err
 }

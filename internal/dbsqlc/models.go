@@ -119,6 +119,8 @@ type WharfOutboxEndpoint struct {
 	LastFailureAt           *time.Time
 	CreatedAt               time.Time
 	UpdatedAt               time.Time
+	Headers                 json.RawMessage
+	Auth                    json.RawMessage
 }
 
 type WharfOutboxEvent struct {

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/google/uuid"
@@ -289,7 +290,7 @@ const outboxDeliveryGetForWork = `-- name: OutboxDeliveryGetForWork :one
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
        d.status, d.attempts, d.generation,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
-       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled,
+       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context
 FROM wharf_outbox_deliveries d
@@ -316,6 +317,8 @@ type OutboxDeliveryGetForWorkRow struct {
 	TimeoutMs               int32
 	Ordered                 bool
 	Enabled                 bool
+	Headers                 json.RawMessage
+	Auth                    json.RawMessage
 	Payload                 []byte
 	TraceContext            string
 }
@@ -343,6 +346,8 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.TimeoutMs,
 		&i.Ordered,
 		&i.Enabled,
+		&i.Headers,
+		&i.Auth,
 		&i.Payload,
 		&i.TraceContext,
 	)
@@ -552,7 +557,7 @@ SET disabled_reason = CASE WHEN enabled THEN $1::text ELSE disabled_reason END,
     enabled = false,
     updated_at = $2::timestamptz
 WHERE id = $3::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
 `
 
 type OutboxEndpointDisableParams struct {
@@ -586,6 +591,8 @@ func (q *Queries) OutboxEndpointDisable(ctx context.Context, arg OutboxEndpointD
 		&i.LastFailureAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Headers,
+		&i.Auth,
 	)
 	return i, err
 }
@@ -599,7 +606,7 @@ SET enabled = true,
     failing_since = NULL,
     updated_at = $1::timestamptz
 WHERE id = $2::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
 `
 
 type OutboxEndpointEnableParams struct {
@@ -633,12 +640,14 @@ func (q *Queries) OutboxEndpointEnable(ctx context.Context, arg OutboxEndpointEn
 		&i.LastFailureAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Headers,
+		&i.Auth,
 	)
 	return i, err
 }
 
 const outboxEndpointGet = `-- name: OutboxEndpointGet :one
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at FROM wharf_outbox_endpoints WHERE id = $1::uuid
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth FROM wharf_outbox_endpoints WHERE id = $1::uuid
 `
 
 func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOutboxEndpoint, error) {
@@ -665,6 +674,8 @@ func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOut
 		&i.LastFailureAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Headers,
+		&i.Auth,
 	)
 	return i, err
 }
@@ -672,13 +683,13 @@ func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOut
 const outboxEndpointInsert = `-- name: OutboxEndpointInsert :one
 INSERT INTO wharf_outbox_endpoints (
     id, url, description, event_types, tenant, secret, max_in_flight, timeout_ms,
-    ordered, created_at, updated_at
+    ordered, headers, auth, created_at, updated_at
 ) VALUES (
     $1::uuid, $2::text, $3::text, $4::text[], $5::text,
     $6::text, $7::int, $8::int, $9::boolean,
-    $10::timestamptz, $10::timestamptz
+    $10::jsonb, $11::jsonb, $12::timestamptz, $12::timestamptz
 )
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
 `
 
 type OutboxEndpointInsertParams struct {
@@ -691,6 +702,8 @@ type OutboxEndpointInsertParams struct {
 	MaxInFlight int32
 	TimeoutMs   int32
 	Ordered     bool
+	Headers     json.RawMessage
+	Auth        json.RawMessage
 	Now         time.Time
 }
 
@@ -705,6 +718,8 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 		arg.MaxInFlight,
 		arg.TimeoutMs,
 		arg.Ordered,
+		arg.Headers,
+		arg.Auth,
 		arg.Now,
 	)
 	var i WharfOutboxEndpoint
@@ -729,12 +744,14 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 		&i.LastFailureAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Headers,
+		&i.Auth,
 	)
 	return i, err
 }
 
 const outboxEndpointList = `-- name: OutboxEndpointList :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth FROM wharf_outbox_endpoints
 WHERE ($1::text IS NULL OR tenant = $1::text)
   AND ($2::timestamptz IS NULL
        OR (created_at, id) > ($2::timestamptz, $3::uuid))
@@ -786,6 +803,8 @@ func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointList
 			&i.LastFailureAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Headers,
+			&i.Auth,
 		); err != nil {
 			return nil, err
 		}
@@ -891,7 +910,7 @@ SET previous_secret = secret,
     secret = $2::text,
     updated_at = $3::timestamptz
 WHERE id = $4::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
 `
 
 type OutboxEndpointRotateSecretParams struct {
@@ -930,6 +949,8 @@ func (q *Queries) OutboxEndpointRotateSecret(ctx context.Context, arg OutboxEndp
 		&i.LastFailureAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Headers,
+		&i.Auth,
 	)
 	return i, err
 }
@@ -942,9 +963,11 @@ SET url = COALESCE($1::text, url),
     max_in_flight = COALESCE($4::int, max_in_flight),
     timeout_ms = COALESCE($5::int, timeout_ms),
     ordered = COALESCE($6::boolean, ordered),
-    updated_at = $7::timestamptz
-WHERE id = $8::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at
+    headers = COALESCE($7::jsonb, headers),
+    auth = COALESCE($8::jsonb, auth),
+    updated_at = $9::timestamptz
+WHERE id = $10::uuid
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
 `
 
 type OutboxEndpointUpdateParams struct {
@@ -954,6 +977,8 @@ type OutboxEndpointUpdateParams struct {
 	MaxInFlight *int32
 	TimeoutMs   *int32
 	Ordered     *bool
+	Headers     []byte
+	Auth        []byte
 	Now         time.Time
 	ID          uuid.UUID
 }
@@ -967,6 +992,8 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 		arg.MaxInFlight,
 		arg.TimeoutMs,
 		arg.Ordered,
+		arg.Headers,
+		arg.Auth,
 		arg.Now,
 		arg.ID,
 	)
@@ -992,12 +1019,14 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 		&i.LastFailureAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Headers,
+		&i.Auth,
 	)
 	return i, err
 }
 
 const outboxEndpointsByURL = `-- name: OutboxEndpointsByURL :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth FROM wharf_outbox_endpoints
 WHERE tenant = $1 AND url = $2
 ORDER BY created_at, id
 LIMIT 2
@@ -1040,6 +1069,8 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 			&i.LastFailureAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Headers,
+			&i.Auth,
 		); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,3 @@
+ALTER TABLE wharf_outbox_endpoints
+    DROP COLUMN auth,
+    DROP COLUMN headers;
