@@ -106,8 +106,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Handler, error) {
 	case c.PageSize < 1 || c.PageSize > 1000:
 		problems.Addf("PageSize %d is outside 1 to 1000", c.PageSize)
 	}
-	if c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/")) {
-		problems.Addf("Prefix %q must start with / and not end with one", c.Prefix)
+	if c.Prefix != "" && (!strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") ||
+		strings.HasPrefix(c.Prefix, "//") || strings.ContainsAny(c.Prefix, "\\?#")) {
+		problems.Addf("Prefix %q must be a path: start with one /, not end with one, no \\, ? or #", c.Prefix)
 	}
 	if err := problems.Err(); err != nil {
 		return nil, err

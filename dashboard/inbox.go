@@ -19,6 +19,26 @@ import (
 // maxBodyShown caps the bytes of a body a page shows.
 const maxBodyShown = 64 << 10
 
+// maxJSONDepth is the deepest JSON a page indents: past it, indenting
+// (a line and its indent per level) would multiply the body's size.
+const maxJSONDepth = 32
+
+// maxReplayPerRequest caps the messages one "replay all" request replays,
+// so that it ends within a request's time; the page says when more may
+// match.
+const maxReplayPerRequest = 1000
+
+// checkFilterText refuses filter values that cannot be stored text
+// (invalid UTF-8, NUL): they match nothing, and Postgres would refuse them.
+func checkFilterText(values ...string) error {
+	for _, v := range values {
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 || len(v) > 1024 {
+			return badRequest{"A filter holds bytes that are not text, or is over 1024 bytes long."}
+		}
+	}
+	return nil
+}
+
 // inboxFilter is the query string of /inbox, a stable URL shape.
 type inboxFilter struct {
 	Status, Source, Type, Since, Q, After string
@@ -36,11 +56,14 @@ func (h *Handler) inboxParams(f inboxFilter) (*inbox.ListParams, error) {
 	default:
 		return nil, badRequest{fmt.Sprintf("status %q is not one of received, processed, failed or dead", ellipsis(f.Status, 40))}
 	}
+	if err := checkFilterText(f.Source, f.Type, f.Q); err != nil {
+		return nil, err
+	}
 	since, err := parseSince(f.Since, h.now())
 	if err != nil {
 		return nil, err
 	}
-	return &inbox.ListParams{Status: inbox.Status(f.Status), Source: f.Source, EventType: f.Type,
+	return &inbox.ListParams{OmitBody: true, Status: inbox.Status(f.Status), Source: f.Source, EventType: f.Type,
 		EventID: f.Q, Since: since, After: f.After, Limit: h.cfg.PageSize}, nil
 }
 
@@ -152,13 +175,16 @@ func (h *Handler) inboxReplayMatching(r *http.Request) (string, error) {
 	if params.Status != inbox.StatusDead && params.Status != inbox.StatusFailed {
 		return "", badRequest{"Replay all takes a status filter of dead or failed."}
 	}
-	params.Limit = 500
-	replayed, skipped, err := h.inbox.ReplayMatching(r.Context(), params, nil)
+	params.Limit = 100
+	replayed, skipped, err := h.inbox.ReplayMatching(r.Context(), params, maxReplayPerRequest, nil)
 	if err != nil {
 		return "", fmt.Errorf("after %d replayed: %w", replayed, err)
 	}
 	q := url.Values{"status": {f.Status}, "done": {"replayed-all"},
 		"n": {fmt.Sprint(replayed)}, "skipped": {fmt.Sprint(skipped)}}
+	if replayed+skipped >= maxReplayPerRequest {
+		q.Set("more", "1")
+	}
 	for k, v := range map[string]string{"source": f.Source, "type": f.Type, "since": f.Since, "q": f.Q} {
 		if v != "" {
 			q.Set(k, v)
@@ -179,7 +205,11 @@ func doneMessage(q url.Values) string {
 		var n, skipped int
 		_, _ = fmt.Sscan(q.Get("n"), &n)
 		_, _ = fmt.Sscan(q.Get("skipped"), &skipped)
-		return fmt.Sprintf("Replayed %d message(s); %d could no longer be replayed.", n, skipped)
+		msg := fmt.Sprintf("Replayed %d message(s); %d could no longer be replayed.", n, skipped)
+		if q.Get("more") != "" {
+			msg += fmt.Sprintf(" One request replays at most %d: more may match, replay again.", maxReplayPerRequest)
+		}
+		return msg
 	case "enabled":
 		return "Endpoint enabled."
 	case "disabled":
@@ -202,7 +232,7 @@ type header struct {
 
 // secretHeaderWords mark a header whose value is a credential or a
 // signature (which, with the body, could be replayed to the receiver).
-var secretHeaderWords = []string{"authorization", "cookie", "signature", "hmac", "token", "secret", "password", "api-key", "apikey", "auth"}
+var secretHeaderWords = []string{"authorization", "cookie", "sig", "hmac", "token", "secret", "password", "key", "auth", "verification", "credential"}
 
 // redactHeaders lists h sorted by name, credential and signature values
 // replaced.
@@ -233,7 +263,7 @@ func showBody(b []byte) (string, string) {
 		cut = fmt.Sprintf("\n… (%d more bytes not shown)", len(b)-maxBodyShown)
 	}
 	var pretty bytes.Buffer
-	if len(b) <= maxBodyShown && json.Indent(&pretty, b, "", "  ") == nil {
+	if len(b) <= maxBodyShown && jsonDepth(b) <= maxJSONDepth && json.Indent(&pretty, b, "", "  ") == nil {
 		return pretty.String(), "JSON"
 	}
 	shown := b[:min(len(b), maxBodyShown)]
@@ -241,4 +271,29 @@ func showBody(b []byte) (string, string) {
 		return strings.ToValidUTF8(string(shown), "\uFFFD") + cut, "text"
 	}
 	return fmt.Sprintf("(%d bytes of binary data)", len(b)), "binary"
+}
+
+// jsonDepth is the deepest nesting of arrays and objects in b, outside
+// strings (b need not be valid JSON).
+func jsonDepth(b []byte) int {
+	depth, deepest, inString, escaped := 0, 0, false, false
+	for _, c := range b {
+		switch {
+		case inString && escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case inString && c == '"':
+			inString = false
+		case inString:
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }

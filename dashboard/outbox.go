@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/outbox"
 )
 
@@ -32,6 +33,9 @@ func (h *Handler) deliveryParams(f deliveryFilter) (*outbox.DeliveryListParams, 
 	case "", outbox.StatusPending, outbox.StatusRetrying, outbox.StatusSucceeded, outbox.StatusDead:
 	default:
 		return nil, badRequest{fmt.Sprintf("status %q is not one of pending, retrying, succeeded or dead", ellipsis(f.Status, 40))}
+	}
+	if err := checkFilterText(f.Type, f.Q, f.Endpoint); err != nil {
+		return nil, err
 	}
 	since, err := parseSince(f.Since, h.now())
 	if err != nil {
@@ -112,7 +116,7 @@ func (h *Handler) deliveryShow(w http.ResponseWriter, r *http.Request) {
 		data["EndpointURL"] = redactURL(ep.URL)
 	}
 	eventID, _ := outbox.ParseEventID(d.EventID)
-	ev, err := h.queries.DashboardEventGet(ctx, eventID)
+	ev, err := h.queries.DashboardEventGet(ctx, dbsqlc.DashboardEventGetParams{ID: eventID, CreatedAt: d.EventCreatedAt})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,13 +38,14 @@ type endpointOverview struct {
 }
 
 var outcomeSegments = []segment{
-	{"2xx", "ok"}, {"3xx", "redirect"}, {"4xx", "client"}, {"5xx", "server"}, {"no answer", "noanswer"},
+	{"2xx", "ok"}, {"3xx", "redirect"}, {"4xx", "client"}, {"5xx", "server"}, {"no answer", "noanswer"}, {"other", "other"},
 }
 
 func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	now := h.now().UTC()
-	since := now.Add(-h.cfg.ChartWindow).Truncate(time.Hour)
+	// ChartWindow/hour buckets, the last one the hour now in progress.
+	since := now.Truncate(time.Hour).Add(time.Hour - h.cfg.ChartWindow)
 	var hours []time.Time
 	for t := since; !t.After(now); t = t.Add(time.Hour) {
 		hours = append(hours, t)
@@ -79,11 +81,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		}
 		return s
 	}
+	// A row past the last bucket (the database's clock ahead of this
+	// process's) counts in the totals and the last bucket.
+	bucket := func(t time.Time) int { return min(max(hourIndex(t), 0), len(hours)-1) }
 	for _, row := range received {
-		s, i := get(row.Source), hourIndex(row.Hour)
-		if i < 0 || i >= len(hours) {
-			continue
-		}
+		s, i := get(row.Source), bucket(row.Hour)
 		s.received[i] += row.Received
 		s.failing[i] += row.Failed + row.Dead
 		s.row.Received += row.Received
@@ -91,10 +93,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		s.row.Dead += row.Dead
 	}
 	for _, row := range dups {
-		s, i := get(row.Source), hourIndex(row.Hour)
-		if i < 0 || i >= len(hours) {
-			continue
-		}
+		s, i := get(row.Source), bucket(row.Hour)
 		s.dups[i] += row.Duplicates
 		s.row.Duplicates += row.Duplicates
 	}
@@ -135,6 +134,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	data := map[string]any{
 		"Title":     "Overview",
 		"Window":    h.cfg.ChartWindow,
+		"SinceArg":  window(h.cfg.ChartWindow),
 		"Since":     since,
 		"Sources":   sources,
 		"Endpoints": endpoints,
@@ -180,11 +180,13 @@ func (h *Handler) endpointOverview(r *http.Request, since time.Time) ([]*endpoin
 	for _, o := range outcomes {
 		e := get(o.EndpointID)
 		e.Attempts += o.Attempts
-		for i, s := range outcomeSegments {
+		i := len(outcomeSegments) - 1 // "other": an answer outside 2xx–5xx
+		for j, s := range outcomeSegments {
 			if s.Name == o.Outcome {
-				perOutcome[o.EndpointID][i] += o.Attempts
+				i = j
 			}
 		}
+		perOutcome[o.EndpointID][i] += o.Attempts
 		if o.Outcome == "2xx" {
 			e.Succeeded += o.Attempts
 		}
@@ -233,11 +235,28 @@ func (h *Handler) endpointOverview(r *http.Request, since time.Time) ([]*endpoin
 	return list, rows, nil
 }
 
-// redactURL masks the password of a URL's user info.
+// redactURL shows where a URL points without what may be a credential in
+// it: user info, query and every path segment after the first are masked
+// (a Slack or Discord webhook URL carries its secret in the path).
 func redactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+	if err != nil || u.Host == "" {
+		return "(unparsable URL)"
 	}
-	return u.Redacted()
+	out := u.Scheme + "://"
+	if u.User != nil {
+		out += "xxxxx@"
+	}
+	out += u.Host
+	segments := strings.Split(strings.TrimPrefix(u.EscapedPath(), "/"), "/")
+	if segments[0] != "" {
+		out += "/" + segments[0]
+	}
+	if len(segments) > 1 {
+		out += "/…"
+	}
+	if u.RawQuery != "" {
+		out += "?…"
+	}
+	return out
 }

@@ -60,6 +60,15 @@ func TestShowBodyAndRedaction(t *testing.T) {
 	if body, kind := showBody([]byte(`{"a":1}`)); kind != "JSON" || body != "{\n  \"a\": 1\n}" {
 		t.Errorf("JSON body shown as %q (%s)", body, kind)
 	}
+	// Deep nesting would multiply the size of an indented page: shown as
+	// the raw text instead.
+	deep := []byte(strings.Repeat("[", 20000) + strings.Repeat("]", 20000))
+	if body, kind := showBody(deep); kind != "text" || len(body) != len(deep) {
+		t.Errorf("deeply nested JSON shown as %s, %d bytes", kind, len(body))
+	}
+	if d := jsonDepth([]byte(`{"a":"[[[[","b":[{"c":"\"{"}]}`)); d != 3 {
+		t.Errorf("jsonDepth = %d, want 3 (brackets in strings do not count)", d)
+	}
 	big := make([]byte, maxBodyShown+10)
 	for i := range big {
 		big[i] = 'x'
@@ -68,6 +77,7 @@ func TestShowBodyAndRedaction(t *testing.T) {
 		t.Errorf("a long body is not cut: %d bytes (%s)", len(body), kind)
 	}
 	hs := redactHeaders(map[string][]string{"Stripe-Signature": {"t=1,v1=abc"}, "X-Hub-Signature-256": {"sha256=x"},
+		"Paypal-Transmission-Sig": {"x"}, "Plaid-Verification": {"jwt"}, "Ocp-Apim-Subscription-Key": {"k"},
 		"Authorization": {"Bearer x"}, "X-Api-Key": {"k"}, "Content-Type": {"application/json"}})
 	for _, h := range hs {
 		if (h.Name == "Content-Type") == h.Redacted {
@@ -75,6 +85,20 @@ func TestShowBodyAndRedaction(t *testing.T) {
 		}
 		if h.Redacted && h.Value != "[redacted]" {
 			t.Errorf("%s shown as %q", h.Name, h.Value)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://hooks.slack.com/services/T000/B000/XXXXSECRET": "https://hooks.slack.com/services/…",
+		"https://ops:pw@example.com/hook?token=abc":             "https://xxxxx@example.com/hook?…",
+		"https://example.com":                                   "https://example.com",
+		"https://example.com/wharf":                             "https://example.com/wharf",
+		"::not a url":                                           "(unparsable URL)",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -253,6 +255,9 @@ type ListParams struct {
 	// Since keeps only messages received at or after it; older partitions
 	// are not read. Defaults to all (the zero time).
 	Since time.Time
+	// OmitBody leaves Body and Header nil: a listing that shows neither
+	// reads less. Defaults to false.
+	OmitBody bool
 	// Limit caps the number of messages of one page. Defaults to 100; at
 	// most 10000.
 	Limit int
@@ -295,67 +300,98 @@ func (ib *Inbox) list(ctx context.Context, db dbsqlc.DBTX, params *ListParams) (
 	case limit > 10000:
 		return nil, fmt.Errorf("inbox: list limit %d is over 10000", limit)
 	}
-	var source, status *string
-	if params.Source != "" {
-		source = &params.Source
+	for name, v := range map[string]string{"source": params.Source, "event type": params.EventType, "event id": params.EventID} {
+		if !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return nil, fmt.Errorf("%w: list filter %s is not UTF-8 text", ErrInvalidMessage, name)
+		}
 	}
+	q := dbsqlc.InboxMessageListByEventIDParams{OmitBody: params.OmitBody, MaxRows: int32(limit), Since: listFloor}
 	if params.Status != "" {
 		s := string(params.Status)
-		status = &s
+		q.Status = &s
 	}
-	query := dbsqlc.InboxMessageListParams{Source: source, Status: status, MaxRows: int32(limit)}
 	if params.EventType != "" {
-		query.EventType = &params.EventType
+		q.EventType = &params.EventType
 	}
 	if !params.Since.IsZero() {
-		query.Since = &params.Since
-	}
-	if params.EventID != "" {
-		query.EventID = &params.EventID
-		if params.Source != "" {
-			query.Sources = []string{params.Source}
-		} else {
-			sources, err := dbsqlc.New(db).InboxMessageSources(ctx)
-			if err != nil {
-				return nil, err
-			}
-			query.Sources = sources
-		}
+		q.Since = params.Since
 	}
 	if params.After != "" {
 		at, id, err := shared.DecodeTimeCursor(params.After)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidCursor, err)
 		}
-		query.AfterReceivedAt, query.AfterID = &at, &id
+		q.AfterReceivedAt, q.AfterID = &at, &id
 	}
-	rows, err := dbsqlc.New(db).InboxMessageList(ctx, query)
-	if err != nil {
-		return nil, err
+	queries := dbsqlc.New(db)
+	var rows []dbsqlc.WharfInboxMessage
+	if params.EventID != "" {
+		q.EventID, q.Sources = params.EventID, []string{params.Source}
+		if params.Source == "" {
+			sources, err := queries.InboxMessageSources(ctx)
+			if err != nil {
+				return nil, err
+			}
+			q.Sources = sources
+		}
+		found, err := queries.InboxMessageListByEventID(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range found {
+			rows = append(rows, dbsqlc.WharfInboxMessage(r))
+		}
+	} else {
+		query := dbsqlc.InboxMessageListParams{OmitBody: q.OmitBody, Status: q.Status, EventType: q.EventType,
+			Since: q.Since, AfterReceivedAt: q.AfterReceivedAt, AfterID: q.AfterID, MaxRows: q.MaxRows}
+		if params.Source != "" {
+			query.Source = &params.Source
+		}
+		found, err := queries.InboxMessageList(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range found {
+			rows = append(rows, dbsqlc.WharfInboxMessage(r))
+		}
 	}
 	out := make([]*Message, len(rows))
 	for i := range rows {
 		out[i] = messageFromRow(&rows[i])
+		if params.OmitBody {
+			out[i].Body, out[i].Header = nil, nil
+		}
 	}
 	return out, nil
 }
 
-// ReplayMatching replays every message matching params, newest first, each
+// listFloor is List's lower bound on received_at when none is asked for:
+// before any message, and a value (not NULL), so that a generic plan of
+// the list query still prunes partitions by it.
+var listFloor = time.Date(1970, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// ReplayMatching replays the messages matching params, newest first, each
 // in its own transaction (see Replay), and returns how many it replayed and
 // how many it skipped because they could no longer be replayed (processed
 // or erased meanwhile). params.Status must be StatusDead or StatusFailed;
-// params.Limit is the page size read at a time (defaults to 500), and
-// params.After where to start. progress, when not nil, is called after each
-// page with the counts so far. On an error the counts say what was done.
-func (ib *Inbox) ReplayMatching(ctx context.Context, params *ListParams, progress func(replayed, skipped int)) (replayed, skipped int, err error) {
+// params.Limit is the page size read at a time (defaults to 100), and
+// params.After where to start. It stops after max messages (replayed or
+// skipped) when max > 0: a caller answering a request replays in bounded
+// steps. progress, when not nil, is called after each page with the counts
+// so far. On an error the counts say what was done.
+func (ib *Inbox) ReplayMatching(ctx context.Context, params *ListParams, max int, progress func(replayed, skipped int)) (replayed, skipped int, err error) {
 	if params == nil || (params.Status != StatusDead && params.Status != StatusFailed) {
 		return 0, 0, errors.New("inbox: replay matching: status must be dead or failed")
 	}
 	page := *params
+	page.OmitBody = true
 	if page.Limit <= 0 {
-		page.Limit = 500
+		page.Limit = 100
 	}
 	for {
+		if max > 0 {
+			page.Limit = min(page.Limit, max-replayed-skipped)
+		}
 		msgs, err := ib.List(ctx, &page)
 		if err != nil {
 			return replayed, skipped, err
@@ -373,7 +409,7 @@ func (ib *Inbox) ReplayMatching(ctx context.Context, params *ListParams, progres
 		if progress != nil {
 			progress(replayed, skipped)
 		}
-		if len(msgs) < page.Limit {
+		if len(msgs) < page.Limit || (max > 0 && replayed+skipped >= max) {
 			return replayed, skipped, nil
 		}
 		page.After = Cursor(msgs[len(msgs)-1])

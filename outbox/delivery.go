@@ -36,8 +36,11 @@ type Delivery struct {
 	LastError string
 	// NextAttemptAt is when the next attempt is due, nil when none is.
 	NextAttemptAt *time.Time
-	// CreatedAt is when the event was published.
+	// CreatedAt is when the delivery was created: when the event was
+	// published, or when EndpointRecover created it later.
 	CreatedAt time.Time
+	// EventCreatedAt is when the event was published.
+	EventCreatedAt time.Time
 	// UpdatedAt is when the delivery last changed.
 	UpdatedAt time.Time
 	// SucceededAt is when an attempt succeeded.
@@ -82,7 +85,7 @@ type DeliveryListParams struct {
 	// EventType lists deliveries of events of this type when not empty.
 	EventType string
 	// Since lists deliveries of events published at or after it when not
-	// zero (older partitions are not read). Defaults to all.
+	// zero. Defaults to all.
 	Since time.Time
 	// Limit is the most deliveries of one page. Defaults to 100, at most
 	// 10000.
@@ -366,6 +369,7 @@ func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery) *Delivery {
 		LastError:      row.LastError,
 		NextAttemptAt:  row.NextAttemptAt,
 		CreatedAt:      row.CreatedAt,
+		EventCreatedAt: row.EventCreatedAt,
 		UpdatedAt:      row.UpdatedAt,
 		SucceededAt:    row.SucceededAt,
 	}

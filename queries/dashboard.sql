@@ -39,11 +39,11 @@ GROUP BY 1, 2
 ORDER BY 1, 2;
 
 -- name: DashboardEventGet :one
--- An outbox event by id (the id index of every partition).
+-- An outbox event by its primary key (a delivery's event_id and
+-- event_created_at: one partition).
 SELECT ev.id, ev.created_at, ev.type, ev.payload, ev.ordering_key, ev.tenant, ev.scrubbed_at
 FROM wharf_outbox_events ev
-WHERE ev.id = @id::uuid
-LIMIT 1;
+WHERE ev.created_at = @created_at::timestamptz AND ev.id = @id::uuid;
 
 -- name: DashboardEndpointsByID :many
 -- The URL and state of endpoints by id, for labels.

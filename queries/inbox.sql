@@ -59,18 +59,39 @@ RETURNING *;
 -- name: InboxMessageList :many
 -- Newest first; filters are optional. A page after a cursor holds the rows
 -- before (after_received_at, after_id) in that order: a keyset, so deep
--- pages cost what the first does.
---
--- An event id without a source is looked up under each of sources (the
--- caller's InboxMessageSources): the (source, event_id) index answers that,
--- where a bare event_id would scan every partition.
-SELECT * FROM wharf_inbox_messages
+-- pages cost what the first does. since is never NULL ('-infinity' for no
+-- bound), so that a generic plan still prunes partitions; omit_body leaves
+-- headers and body out (a listing that shows neither).
+SELECT id, received_at, source, event_id, event_type,
+       (CASE WHEN @omit_body::boolean THEN '{}'::jsonb ELSE headers END)::jsonb AS headers,
+       (CASE WHEN @omit_body::boolean THEN ''::bytea ELSE body END)::bytea AS body,
+       payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at,
+       ordering_key, trace_context
+FROM wharf_inbox_messages
 WHERE (sqlc.narg('source')::text IS NULL OR source = sqlc.narg('source')::text)
   AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
   AND (sqlc.narg('event_type')::text IS NULL OR event_type = sqlc.narg('event_type')::text)
-  AND (sqlc.narg('event_id')::text IS NULL
-       OR (event_id = sqlc.narg('event_id')::text AND source = ANY(@sources::text[])))
-  AND (sqlc.narg('since')::timestamptz IS NULL OR received_at >= sqlc.narg('since')::timestamptz)
+  AND received_at >= @since::timestamptz
+  AND (sqlc.narg('after_received_at')::timestamptz IS NULL
+       OR (received_at, id) < (sqlc.narg('after_received_at')::timestamptz, sqlc.narg('after_id')::uuid))
+ORDER BY received_at DESC, id DESC
+LIMIT @max_rows::int;
+
+-- name: InboxMessageListByEventID :many
+-- InboxMessageList for one event id, looked up under each of sources (the
+-- source asked for, or every one: InboxMessageSources), so that the
+-- (source, event_id) index answers it, in a generic plan too; a bare
+-- event_id would scan every partition.
+SELECT id, received_at, source, event_id, event_type,
+       (CASE WHEN @omit_body::boolean THEN '{}'::jsonb ELSE headers END)::jsonb AS headers,
+       (CASE WHEN @omit_body::boolean THEN ''::bytea ELSE body END)::bytea AS body,
+       payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at,
+       ordering_key, trace_context
+FROM wharf_inbox_messages
+WHERE source = ANY(@sources::text[]) AND event_id = @event_id::text
+  AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
+  AND (sqlc.narg('event_type')::text IS NULL OR event_type = sqlc.narg('event_type')::text)
+  AND received_at >= @since::timestamptz
   AND (sqlc.narg('after_received_at')::timestamptz IS NULL
        OR (received_at, id) < (sqlc.narg('after_received_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY received_at DESC, id DESC

@@ -175,7 +175,7 @@ func replayMatching(ctx context.Context, e *env, queue string, status inbox.Stat
 		return err
 	}
 	params := &inbox.ListParams{Status: status, Source: source, Since: time.Now().Add(-since)}
-	replayed, skipped, err := ib.ReplayMatching(ctx, params, func(replayed, skipped int) {
+	replayed, skipped, err := ib.ReplayMatching(ctx, params, 0, func(replayed, skipped int) {
 		fmt.Fprintf(e.errOut, "replayed %d, skipped %d…\n", replayed, skipped)
 	})
 	if err != nil {

@@ -88,8 +88,15 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 
 	mux := http.NewServeMux()
-	mux.Handle("/", auth.wrap(dash))
-	mux.Handle("GET /metrics", auth.wrap(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
+	protect := auth.wrap
+	if auth == nil && loopback(*addr) {
+		// Without credentials, loopback is the only protection: refuse a
+		// Host that is not loopback too, or a page of another site whose
+		// name resolves to 127.0.0.1 (DNS rebinding) would be same-origin.
+		protect = loopbackHostOnly
+	}
+	mux.Handle("/", protect(dash))
+	mux.Handle("GET /metrics", protect(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -104,7 +111,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	fmt.Fprintf(e.out, "serving the dashboard on http://%s/ (metrics at /metrics, health at /healthz)\n", ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -135,6 +142,23 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// loopbackHostOnly answers 421 to a request whose Host header does not
+// name loopback (localhost, 127.0.0.1, [::1], any port).
+func loopbackHostOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.Trim(host, "[]")
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			http.Error(w, "this dashboard answers loopback names only (localhost, 127.0.0.1)", http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // serveAuthn holds the accepted credentials, hashed so that comparing

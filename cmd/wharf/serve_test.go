@@ -113,3 +113,28 @@ func TestServeRefusesAnExposedAddressWithoutAuth(t *testing.T) {
 	require.Contains(t, errOut, "user:password")
 	require.NotContains(t, errOut, "no-colon", "the credential is not echoed")
 }
+
+// Without credentials, loopback binding is the only protection: a request
+// naming another host (a rebinding site resolving to 127.0.0.1) is refused.
+// Not parallel: it sets environment variables.
+func TestServeWithoutAuthAnswersLoopbackNamesOnly(t *testing.T) {
+	t.Setenv(envServeToken, "")
+	t.Setenv(envServeBasic, "")
+	base := startServe(t, testdb.NewURL(t))
+	for host, want := range map[string]int{
+		"":                     http.StatusOK, // the URL's own 127.0.0.1:port
+		"localhost:8081":       http.StatusOK,
+		"[::1]:8081":           http.StatusOK,
+		"evil.example:8081":    http.StatusMisdirectedRequest,
+		"127.0.0.1.nip.io":     http.StatusMisdirectedRequest,
+		"attacker.example.com": http.StatusMisdirectedRequest,
+	} {
+		req, err := http.NewRequest(http.MethodGet, base+"/inbox", nil)
+		require.NoError(t, err)
+		if host != "" {
+			req.Host = host
+		}
+		code, _ := fetch(t, req)
+		require.Equal(t, want, code, host)
+	}
+}

@@ -123,9 +123,13 @@ func (q *Queries) DashboardEndpointsByID(ctx context.Context, ids []uuid.UUID) (
 const dashboardEventGet = `-- name: DashboardEventGet :one
 SELECT ev.id, ev.created_at, ev.type, ev.payload, ev.ordering_key, ev.tenant, ev.scrubbed_at
 FROM wharf_outbox_events ev
-WHERE ev.id = $1::uuid
-LIMIT 1
+WHERE ev.created_at = $1::timestamptz AND ev.id = $2::uuid
 `
+
+type DashboardEventGetParams struct {
+	CreatedAt time.Time
+	ID        uuid.UUID
+}
 
 type DashboardEventGetRow struct {
 	ID          uuid.UUID
@@ -137,9 +141,10 @@ type DashboardEventGetRow struct {
 	ScrubbedAt  *time.Time
 }
 
-// An outbox event by id (the id index of every partition).
-func (q *Queries) DashboardEventGet(ctx context.Context, id uuid.UUID) (DashboardEventGetRow, error) {
-	row := q.db.QueryRow(ctx, dashboardEventGet, id)
+// An outbox event by its primary key (a delivery's event_id and
+// event_created_at: one partition).
+func (q *Queries) DashboardEventGet(ctx context.Context, arg DashboardEventGetParams) (DashboardEventGetRow, error) {
+	row := q.db.QueryRow(ctx, dashboardEventGet, arg.CreatedAt, arg.ID)
 	var i DashboardEventGetRow
 	err := row.Scan(
 		&i.ID,

@@ -471,45 +471,64 @@ func (q *Queries) InboxMessageInsertMany(ctx context.Context, arg InboxMessageIn
 }
 
 const inboxMessageList = `-- name: InboxMessageList :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
-WHERE ($1::text IS NULL OR source = $1::text)
-  AND ($2::text IS NULL OR status = $2::text)
-  AND ($3::text IS NULL OR event_type = $3::text)
-  AND ($4::text IS NULL
-       OR (event_id = $4::text AND source = ANY($5::text[])))
-  AND ($6::timestamptz IS NULL OR received_at >= $6::timestamptz)
-  AND ($7::timestamptz IS NULL
-       OR (received_at, id) < ($7::timestamptz, $8::uuid))
+SELECT id, received_at, source, event_id, event_type,
+       (CASE WHEN $1::boolean THEN '{}'::jsonb ELSE headers END)::jsonb AS headers,
+       (CASE WHEN $1::boolean THEN ''::bytea ELSE body END)::bytea AS body,
+       payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at,
+       ordering_key, trace_context
+FROM wharf_inbox_messages
+WHERE ($2::text IS NULL OR source = $2::text)
+  AND ($3::text IS NULL OR status = $3::text)
+  AND ($4::text IS NULL OR event_type = $4::text)
+  AND received_at >= $5::timestamptz
+  AND ($6::timestamptz IS NULL
+       OR (received_at, id) < ($6::timestamptz, $7::uuid))
 ORDER BY received_at DESC, id DESC
-LIMIT $9::int
+LIMIT $8::int
 `
 
 type InboxMessageListParams struct {
+	OmitBody        bool
 	Source          *string
 	Status          *string
 	EventType       *string
-	EventID         *string
-	Sources         []string
-	Since           *time.Time
+	Since           time.Time
 	AfterReceivedAt *time.Time
 	AfterID         *uuid.UUID
 	MaxRows         int32
 }
 
+type InboxMessageListRow struct {
+	ID           uuid.UUID
+	ReceivedAt   time.Time
+	Source       string
+	EventID      string
+	EventType    string
+	Headers      json.RawMessage
+	Body         []byte
+	PayloadHash  []byte
+	Status       string
+	Attempts     int32
+	LastError    *string
+	JobID        *int64
+	ProcessedAt  *time.Time
+	UpdatedAt    time.Time
+	ScrubbedAt   *time.Time
+	OrderingKey  string
+	TraceContext string
+}
+
 // Newest first; filters are optional. A page after a cursor holds the rows
 // before (after_received_at, after_id) in that order: a keyset, so deep
-// pages cost what the first does.
-//
-// An event id without a source is looked up under each of sources (the
-// caller's InboxMessageSources): the (source, event_id) index answers that,
-// where a bare event_id would scan every partition.
-func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListParams) ([]WharfInboxMessage, error) {
+// pages cost what the first does. since is never NULL ('-infinity' for no
+// bound), so that a generic plan still prunes partitions; omit_body leaves
+// headers and body out (a listing that shows neither).
+func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListParams) ([]InboxMessageListRow, error) {
 	rows, err := q.db.Query(ctx, inboxMessageList,
+		arg.OmitBody,
 		arg.Source,
 		arg.Status,
 		arg.EventType,
-		arg.EventID,
-		arg.Sources,
 		arg.Since,
 		arg.AfterReceivedAt,
 		arg.AfterID,
@@ -519,9 +538,110 @@ func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListPara
 		return nil, err
 	}
 	defer rows.Close()
-	var items []WharfInboxMessage
+	var items []InboxMessageListRow
 	for rows.Next() {
-		var i WharfInboxMessage
+		var i InboxMessageListRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.ReceivedAt,
+			&i.Source,
+			&i.EventID,
+			&i.EventType,
+			&i.Headers,
+			&i.Body,
+			&i.PayloadHash,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.JobID,
+			&i.ProcessedAt,
+			&i.UpdatedAt,
+			&i.ScrubbedAt,
+			&i.OrderingKey,
+			&i.TraceContext,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxMessageListByEventID = `-- name: InboxMessageListByEventID :many
+SELECT id, received_at, source, event_id, event_type,
+       (CASE WHEN $1::boolean THEN '{}'::jsonb ELSE headers END)::jsonb AS headers,
+       (CASE WHEN $1::boolean THEN ''::bytea ELSE body END)::bytea AS body,
+       payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at,
+       ordering_key, trace_context
+FROM wharf_inbox_messages
+WHERE source = ANY($2::text[]) AND event_id = $3::text
+  AND ($4::text IS NULL OR status = $4::text)
+  AND ($5::text IS NULL OR event_type = $5::text)
+  AND received_at >= $6::timestamptz
+  AND ($7::timestamptz IS NULL
+       OR (received_at, id) < ($7::timestamptz, $8::uuid))
+ORDER BY received_at DESC, id DESC
+LIMIT $9::int
+`
+
+type InboxMessageListByEventIDParams struct {
+	OmitBody        bool
+	Sources         []string
+	EventID         string
+	Status          *string
+	EventType       *string
+	Since           time.Time
+	AfterReceivedAt *time.Time
+	AfterID         *uuid.UUID
+	MaxRows         int32
+}
+
+type InboxMessageListByEventIDRow struct {
+	ID           uuid.UUID
+	ReceivedAt   time.Time
+	Source       string
+	EventID      string
+	EventType    string
+	Headers      json.RawMessage
+	Body         []byte
+	PayloadHash  []byte
+	Status       string
+	Attempts     int32
+	LastError    *string
+	JobID        *int64
+	ProcessedAt  *time.Time
+	UpdatedAt    time.Time
+	ScrubbedAt   *time.Time
+	OrderingKey  string
+	TraceContext string
+}
+
+// InboxMessageList for one event id, looked up under each of sources (the
+// source asked for, or every one: InboxMessageSources), so that the
+// (source, event_id) index answers it, in a generic plan too; a bare
+// event_id would scan every partition.
+func (q *Queries) InboxMessageListByEventID(ctx context.Context, arg InboxMessageListByEventIDParams) ([]InboxMessageListByEventIDRow, error) {
+	rows, err := q.db.Query(ctx, inboxMessageListByEventID,
+		arg.OmitBody,
+		arg.Sources,
+		arg.EventID,
+		arg.Status,
+		arg.EventType,
+		arg.Since,
+		arg.AfterReceivedAt,
+		arg.AfterID,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxMessageListByEventIDRow
+	for rows.Next() {
+		var i InboxMessageListByEventIDRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.ReceivedAt,
