@@ -22,6 +22,7 @@ import (
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dashtest"
 	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
 )
 
@@ -63,7 +64,7 @@ func setup(t *testing.T, cfg *dashboard.Config) *fixture {
 		cfg = &dashboard.Config{}
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	f.inbox, err = inbox.New(seedPool, nil)
+	f.inbox, err = inbox.New(seedPool, &inbox.Config{Logger: cfg.Logger})
 	require.NoError(t, err)
 	f.outbox, err = outbox.New(seedPool, nil)
 	require.NoError(t, err)
@@ -330,7 +331,7 @@ func TestQueriesPerPage(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
 	for path, most := range map[string]int64{
-		"/":                                     6,
+		"/":                                     8,
 		"/inbox":                                2,
 		"/inbox?q=evt_ship_03":                  3,
 		"/inbox/" + f.seed.DeadMessage.String(): 1,
@@ -358,4 +359,33 @@ func TestConfigProblemsAreAllReported(t *testing.T) {
 	}
 	_, err = dashboard.New(nil, nil)
 	require.True(t, errors.Is(err, dashboard.ErrInvalidConfig))
+}
+
+// The overview shows the same numbers and charts whether its hours come
+// from the rollup or are counted live.
+func TestOverviewSameWithRollup(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	inboxSection := func() string {
+		code, body := f.get(t, "/")
+		require.Equal(t, http.StatusOK, code)
+		start := strings.Index(body, "<section>")
+		end := strings.Index(body, "</section>")
+		require.True(t, start >= 0 && end > start)
+		return body[start:end]
+	}
+	before := inboxSection()
+	require.Contains(t, before, "Messages per hour from billing")
+
+	// A clock past the end of today: every seeded hour has ended.
+	tomorrow := time.Now().UTC().Truncate(24 * time.Hour).Add(24*time.Hour + 10*time.Minute)
+	m, err := jobs.NewMaintainer(f.pool, &jobs.Config{Now: func() time.Time { return tomorrow }})
+	require.NoError(t, err)
+	_, err = m.Rollup(context.Background())
+	require.NoError(t, err)
+	var rolled int64
+	require.NoError(t, f.pool.QueryRow(context.Background(), "SELECT COALESCE(sum(received), 0) FROM wharf_inbox_hourly").Scan(&rolled))
+	require.EqualValues(t, 17, rolled, "every seeded message is in the rollup")
+
+	require.Equal(t, before, inboxSection())
 }

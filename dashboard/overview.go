@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
 // overviewEndpoints caps the endpoints the overview charts (the busiest).
@@ -52,11 +54,28 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	hourIndex := func(t time.Time) int { return int(t.Sub(since) / time.Hour) }
 
-	received, err := h.queries.DashboardInboxHourly(ctx, since)
+	// Ended hours from the rollup, the rest counted live; failing and dead
+	// from the partial index of unfinished messages.
+	rolled, err := h.queries.DashboardInboxRolledHourly(ctx, since)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, "The overview could not be read.", err)
 		return
 	}
+	live, err := h.queries.DashboardInboxLiveHourly(ctx, since)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, "The overview could not be read.", err)
+		return
+	}
+	failing, err := h.queries.DashboardInboxFailingHourly(ctx, since)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, "The overview could not be read.", err)
+		return
+	}
+	received := make([]dbsqlc.DashboardInboxLiveHourlyRow, 0, len(rolled)+len(live))
+	for _, row := range rolled {
+		received = append(received, dbsqlc.DashboardInboxLiveHourlyRow(row))
+	}
+	received = append(received, live...)
 	dups, err := h.queries.DashboardDuplicatesHourly(ctx, since)
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, "The overview could not be read.", err)
@@ -87,8 +106,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	for _, row := range received {
 		s, i := get(row.Source), bucket(row.Hour)
 		s.received[i] += row.Received
-		s.failing[i] += row.Failed + row.Dead
 		s.row.Received += row.Received
+	}
+	for _, row := range failing {
+		s, i := get(row.Source), bucket(row.Hour)
+		s.failing[i] += row.Failed + row.Dead
 		s.row.Failed += row.Failed
 		s.row.Dead += row.Dead
 	}

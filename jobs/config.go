@@ -79,6 +79,10 @@ type Config struct {
 	// Interval is how often the periodic jobs run (they also run when the
 	// leader starts). Defaults to DefaultInterval (1h).
 	Interval time.Duration
+	// RollupInterval is how often the rollup job counts the inbox messages
+	// of the hours that ended (the dashboard's overview reads the counts).
+	// Defaults to DefaultRollupInterval (5m).
+	RollupInterval time.Duration
 	// BatchSize bounds each DELETE or UPDATE of a pruning pass, keeping
 	// locks and bursts of work short. Defaults to DefaultBatchSize (200).
 	BatchSize int
@@ -115,6 +119,7 @@ func (c *Config) withDefaults() *Config {
 	setDefault(&out.ErasedKeyRetention, DefaultErasedKeyRetention)
 	setDefault(&out.PartitionDaysAhead, DefaultPartitionDaysAhead)
 	setDefault(&out.Interval, DefaultInterval)
+	setDefault(&out.RollupInterval, DefaultRollupInterval)
 	setDefault(&out.BatchSize, DefaultBatchSize)
 	setDefault(&out.Queue, river.QueueDefault)
 	if out.Logger == nil {
@@ -179,6 +184,9 @@ func (c *Config) validate() error {
 	}
 	if c.Interval < time.Minute {
 		errs = append(errs, fmt.Errorf("Interval %s is under a minute", c.Interval))
+	}
+	if c.RollupInterval < time.Minute || c.RollupInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("RollupInterval %s is outside [1m, 1h]", c.RollupInterval))
 	}
 	if c.BatchPause < -1 || c.BatchPause > time.Minute {
 		errs = append(errs, fmt.Errorf("BatchPause %s is outside [-1ns, 1m]", c.BatchPause))

@@ -582,8 +582,8 @@ func TestScrubAndForget(t *testing.T) {
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 }
 
-// TestPeriodicJobsRunOnStart: registered in a River client, both jobs run
-// when the leader starts and record what they did.
+// TestPeriodicJobsRunOnStart: registered in a River client, the three jobs
+// run when the leader starts and record what they did.
 func TestPeriodicJobsRunOnStart(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
@@ -594,11 +594,14 @@ func TestPeriodicJobsRunOnStart(t *testing.T) {
 	var pruned jobs.PruneResult
 	require.NoError(t, json.Unmarshal([]byte(outputs["wharf_prune"]), &pruned))
 	require.Equal(t, jobs.PruneResult{Dropped: []string{}, Deferred: []jobs.DeferredPartition{}}, pruned)
+	var rolled jobs.RollupResult
+	require.NoError(t, json.Unmarshal([]byte(outputs["wharf_rollup"]), &rolled))
+	require.Equal(t, jobs.RollupKept, rolled.Until.Sub(rolled.From), "a first rollup counts RollupKept of hours")
 }
 
 // runPeriodicJobs starts a River client with the periodic jobs of cfg
 // (edit adjusts its config: nil for none) and returns, by kind, the output
-// of both jobs' first runs, which happen when the client becomes leader.
+// of the jobs' first runs, which happen when the client becomes leader.
 func runPeriodicJobs(t *testing.T, pool *pgxpool.Pool, cfg *jobs.Config, edit func(*river.Config)) map[string]string {
 	t.Helper()
 	ctx := context.Background()
@@ -627,7 +630,7 @@ func runPeriodicJobs(t *testing.T, pool *pgxpool.Pool, cfg *jobs.Config, edit fu
 
 	outputs := map[string]string{}
 	timeout := time.After(30 * time.Second)
-	for len(outputs) < 2 {
+	for len(outputs) < len(maintainer.PeriodicJobs()) {
 		select {
 		case ev := <-events:
 			require.Equal(t, river.EventKindJobCompleted, ev.Kind, "job %s failed: %v", ev.Job.Kind, ev.Job.Errors)

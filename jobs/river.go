@@ -23,7 +23,8 @@ func (pruneArgs) Kind() string { return "wharf_prune" }
 
 // PeriodicJobs returns the periodic jobs to add to your River client's
 // Config.PeriodicJobs: partition upkeep and retention, each run when the
-// leader starts and every Config.Interval after, on Queue().
+// leader starts and every Config.Interval after, and the dashboard's
+// hourly rollup every Config.RollupInterval, on Queue().
 func (m *Maintainer) PeriodicJobs() []*river.PeriodicJob {
 	opts := &river.InsertOpts{Queue: m.cfg.Queue}
 	return []*river.PeriodicJob{
@@ -33,6 +34,9 @@ func (m *Maintainer) PeriodicJobs() []*river.PeriodicJob {
 		river.NewPeriodicJob(river.PeriodicInterval(m.cfg.Interval),
 			func() (river.JobArgs, *river.InsertOpts) { return pruneArgs{}, opts },
 			&river.PeriodicJobOpts{ID: pruneArgs{}.Kind(), RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(m.cfg.RollupInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return rollupArgs{}, opts },
+			&river.PeriodicJobOpts{ID: rollupArgs{}.Kind(), RunOnStart: true}),
 	}
 }
 
@@ -48,6 +52,7 @@ func (m *Maintainer) AddWorkers(workers *river.Workers) error {
 	return errors.Join(
 		river.AddWorkerSafely(workers, &upkeepWorker{m: m}),
 		river.AddWorkerSafely(workers, &pruneWorker{m: m}),
+		river.AddWorkerSafely(workers, &rollupWorker{m: m}),
 	)
 }
 

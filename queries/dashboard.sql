@@ -2,22 +2,44 @@
 -- dashboard), each bounded by a time range so that partitions outside it
 -- are pruned.
 
--- name: DashboardInboxHourly :many
--- Messages received per source and hour since a time, and how many of
--- them are failing or dead now.
+-- name: DashboardInboxRolledHourly :many
+-- Messages received per source and hour since a time, from the rollup of
+-- ended hours (before wharf_rollups.until).
+SELECT h.source, h.hour, h.received
+FROM wharf_inbox_hourly h
+JOIN wharf_rollups r ON r.name = 'inbox_hourly'
+WHERE h.hour >= @since::timestamptz AND h.hour < r.until
+ORDER BY h.hour, h.source;
+
+-- name: DashboardInboxLiveHourly :many
+-- Messages received per source and hour since a time, counted from the
+-- messages after what the rollup covers: an hour or two when the rollup
+-- job runs, the whole window when it does not.
 SELECT m.source,
        date_trunc('hour', m.received_at, 'UTC')::timestamptz AS hour,
-       count(*)::bigint AS received,
+       count(*)::bigint AS received
+FROM wharf_inbox_messages m
+WHERE m.received_at >= GREATEST(@since::timestamptz,
+          COALESCE((SELECT r.until FROM wharf_rollups r WHERE r.name = 'inbox_hourly'), @since::timestamptz))
+GROUP BY 1, 2
+ORDER BY 2, 1;
+
+-- name: DashboardInboxFailingHourly :many
+-- Messages failing or dead now per source and hour of receipt since a
+-- time, from the partial index of unfinished messages (never the
+-- processed ones).
+SELECT m.source,
+       date_trunc('hour', m.received_at, 'UTC')::timestamptz AS hour,
        count(*) FILTER (WHERE m.status = 'failed')::bigint AS failed,
        count(*) FILTER (WHERE m.status = 'dead')::bigint AS dead
 FROM wharf_inbox_messages m
-WHERE m.received_at >= @since::timestamptz
+WHERE m.status <> 'processed' AND m.status IN ('failed', 'dead') AND m.received_at >= @since::timestamptz
 GROUP BY 1, 2
 ORDER BY 2, 1;
 
 -- name: DashboardDuplicatesHourly :many
 -- Duplicate deliveries blocked per source and hour of the first receipt,
--- since a time.
+-- since a time, from the partial index of keys that blocked one.
 SELECT k.source,
        date_trunc('hour', k.received_at, 'UTC')::timestamptz AS hour,
        sum(k.duplicate_count)::bigint AS duplicates

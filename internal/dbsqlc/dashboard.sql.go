@@ -68,7 +68,7 @@ type DashboardDuplicatesHourlyRow struct {
 }
 
 // Duplicate deliveries blocked per source and hour of the first receipt,
-// since a time.
+// since a time, from the partial index of keys that blocked one.
 func (q *Queries) DashboardDuplicatesHourly(ctx context.Context, since time.Time) ([]DashboardDuplicatesHourlyRow, error) {
 	rows, err := q.db.Query(ctx, dashboardDuplicatesHourly, since)
 	if err != nil {
@@ -158,48 +158,122 @@ func (q *Queries) DashboardEventGet(ctx context.Context, arg DashboardEventGetPa
 	return i, err
 }
 
-const dashboardInboxHourly = `-- name: DashboardInboxHourly :many
-
+const dashboardInboxFailingHourly = `-- name: DashboardInboxFailingHourly :many
 SELECT m.source,
        date_trunc('hour', m.received_at, 'UTC')::timestamptz AS hour,
-       count(*)::bigint AS received,
        count(*) FILTER (WHERE m.status = 'failed')::bigint AS failed,
        count(*) FILTER (WHERE m.status = 'dead')::bigint AS dead
 FROM wharf_inbox_messages m
-WHERE m.received_at >= $1::timestamptz
+WHERE m.status <> 'processed' AND m.status IN ('failed', 'dead') AND m.received_at >= $1::timestamptz
 GROUP BY 1, 2
 ORDER BY 2, 1
 `
 
-type DashboardInboxHourlyRow struct {
+type DashboardInboxFailingHourlyRow struct {
+	Source string
+	Hour   time.Time
+	Failed int64
+	Dead   int64
+}
+
+// Messages failing or dead now per source and hour of receipt since a
+// time, from the partial index of unfinished messages (never the
+// processed ones).
+func (q *Queries) DashboardInboxFailingHourly(ctx context.Context, since time.Time) ([]DashboardInboxFailingHourlyRow, error) {
+	rows, err := q.db.Query(ctx, dashboardInboxFailingHourly, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DashboardInboxFailingHourlyRow
+	for rows.Next() {
+		var i DashboardInboxFailingHourlyRow
+		if err := rows.Scan(
+			&i.Source,
+			&i.Hour,
+			&i.Failed,
+			&i.Dead,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const dashboardInboxLiveHourly = `-- name: DashboardInboxLiveHourly :many
+SELECT m.source,
+       date_trunc('hour', m.received_at, 'UTC')::timestamptz AS hour,
+       count(*)::bigint AS received
+FROM wharf_inbox_messages m
+WHERE m.received_at >= GREATEST($1::timestamptz,
+          COALESCE((SELECT r.until FROM wharf_rollups r WHERE r.name = 'inbox_hourly'), $1::timestamptz))
+GROUP BY 1, 2
+ORDER BY 2, 1
+`
+
+type DashboardInboxLiveHourlyRow struct {
 	Source   string
 	Hour     time.Time
 	Received int64
-	Failed   int64
-	Dead     int64
+}
+
+// Messages received per source and hour since a time, counted from the
+// messages after what the rollup covers: an hour or two when the rollup
+// job runs, the whole window when it does not.
+func (q *Queries) DashboardInboxLiveHourly(ctx context.Context, since time.Time) ([]DashboardInboxLiveHourlyRow, error) {
+	rows, err := q.db.Query(ctx, dashboardInboxLiveHourly, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DashboardInboxLiveHourlyRow
+	for rows.Next() {
+		var i DashboardInboxLiveHourlyRow
+		if err := rows.Scan(&i.Source, &i.Hour, &i.Received); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const dashboardInboxRolledHourly = `-- name: DashboardInboxRolledHourly :many
+
+SELECT h.source, h.hour, h.received
+FROM wharf_inbox_hourly h
+JOIN wharf_rollups r ON r.name = 'inbox_hourly'
+WHERE h.hour >= $1::timestamptz AND h.hour < r.until
+ORDER BY h.hour, h.source
+`
+
+type DashboardInboxRolledHourlyRow struct {
+	Source   string
+	Hour     time.Time
+	Received int64
 }
 
 // Reads behind the dashboard's overview and detail pages (package
 // dashboard), each bounded by a time range so that partitions outside it
 // are pruned.
-// Messages received per source and hour since a time, and how many of
-// them are failing or dead now.
-func (q *Queries) DashboardInboxHourly(ctx context.Context, since time.Time) ([]DashboardInboxHourlyRow, error) {
-	rows, err := q.db.Query(ctx, dashboardInboxHourly, since)
+// Messages received per source and hour since a time, from the rollup of
+// ended hours (before wharf_rollups.until).
+func (q *Queries) DashboardInboxRolledHourly(ctx context.Context, since time.Time) ([]DashboardInboxRolledHourlyRow, error) {
+	rows, err := q.db.Query(ctx, dashboardInboxRolledHourly, since)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []DashboardInboxHourlyRow
+	var items []DashboardInboxRolledHourlyRow
 	for rows.Next() {
-		var i DashboardInboxHourlyRow
-		if err := rows.Scan(
-			&i.Source,
-			&i.Hour,
-			&i.Received,
-			&i.Failed,
-			&i.Dead,
-		); err != nil {
+		var i DashboardInboxRolledHourlyRow
+		if err := rows.Scan(&i.Source, &i.Hour, &i.Received); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -26,6 +26,12 @@ type WharfIdempotencyKey struct {
 	ResponseBody    []byte
 }
 
+type WharfInboxHourly struct {
+	Hour     time.Time
+	Source   string
+	Received int64
+}
+
 type WharfInboxKey struct {
 	Source          string
 	EventID         string
@@ -145,4 +151,9 @@ type WharfPartitionDrop struct {
 	Parent   string
 	Day      time.Time
 	MarkedAt time.Time
+}
+
+type WharfRollup struct {
+	Name  string
+	Until time.Time
 }

@@ -1,0 +1,26 @@
+-- The rollups behind the dashboard's overview (jobs package, Rollup).
+
+-- name: RollupInboxHours :exec
+-- Counts the messages received per source and hour in [from, until), hours
+-- that have ended, and moves the watermark to until, in one statement: a
+-- concurrent run counts the same and writes the same.
+WITH counted AS (
+    INSERT INTO wharf_inbox_hourly (hour, source, received)
+    SELECT date_trunc('hour', m.received_at, 'UTC'), m.source, count(*)
+    FROM wharf_inbox_messages m
+    WHERE m.received_at >= @from_hour::timestamptz AND m.received_at < @until_hour::timestamptz
+    GROUP BY 1, 2
+    ON CONFLICT (hour, source) DO UPDATE SET received = EXCLUDED.received
+    RETURNING 1
+)
+INSERT INTO wharf_rollups (name, until)
+VALUES ('inbox_hourly', @until_hour::timestamptz)
+ON CONFLICT (name) DO UPDATE SET until = GREATEST(wharf_rollups.until, EXCLUDED.until);
+
+-- name: RollupUntil :one
+-- How far a rollup has counted; no row when it never ran.
+SELECT until FROM wharf_rollups WHERE name = @name::text;
+
+-- name: RollupInboxPrune :execrows
+-- Drops the hours before a time.
+DELETE FROM wharf_inbox_hourly WHERE hour < @before::timestamptz;
