@@ -51,6 +51,10 @@ type Config struct {
 	// slash ("/wharf" for mux.Handle("/wharf/", h)); links and redirects
 	// carry it. Defaults to "" (the root).
 	Prefix string
+	// RiverUIPrefix is where riverui is mounted beside the dashboard (as
+	// `wharf serve` mounts it at /riverui): a message's page links to its
+	// River job there. Defaults to "": no links.
+	RiverUIPrefix string
 	// ReadOnly removes every action (replay, skip, enable, disable,
 	// rotate) and refuses their POSTs with 403. Defaults to false.
 	ReadOnly bool
@@ -233,6 +237,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 // does not leave half a page behind a 200.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, page string, data map[string]any) {
 	data["ReadOnly"] = h.cfg.ReadOnly
+	data["RiverUI"] = h.cfg.RiverUIPrefix
 	data["Path"] = r.URL.Path
 	data["Now"] = h.now().UTC()
 	var buf bytes.Buffer

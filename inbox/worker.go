@@ -64,6 +64,9 @@ type Message struct {
 	// OrderingKey is the message's place in a sequence (see
 	// Source.OrderingFields); empty when it has none.
 	OrderingKey string
+	// JobID is the River job that processes the message (the latest, after
+	// a replay); 0 when it has none.
+	JobID int64
 
 	trace string // the receiving span's stored trace context
 }
@@ -337,6 +340,9 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 		ScrubbedAt:  row.ScrubbedAt,
 		OrderingKey: row.OrderingKey,
 		trace:       row.TraceContext,
+	}
+	if row.JobID != nil {
+		m.JobID = *row.JobID
 	}
 	if row.LastError != nil {
 		m.LastError = *row.LastError

@@ -16,14 +16,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"riverqueue.com/riverui"
 
 	"github.com/wharfhq/wharf/dashboard"
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
 )
+
+// riverUIPrefix is where wharf serve mounts riverui.
+const riverUIPrefix = "/riverui"
 
 // The environment variables that turn on the dashboard's authentication.
 const (
@@ -39,7 +45,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	noAuth := fs.Bool("insecure-no-auth", false, "allow a non-loopback address without authentication (behind an authenticating proxy)")
 	fs.Usage = func() {
 		fmt.Fprintf(e.errOut, "usage: wharf serve [-addr 127.0.0.1:8081] [-read-only]\n\n"+
-			"Serves the dashboard at /, Prometheus metrics at /metrics and a health check at /healthz.\n"+
+			"Serves the dashboard at /, riverui at /riverui (not with -read-only), Prometheus metrics at /metrics\n"+
+			"and a health check at /healthz.\n"+
 			"Authentication: $%s (bearer token) and/or $%s (user:password); /healthz needs none.\n\n", envServeToken, envServeBasic)
 		fs.PrintDefaults()
 	}
@@ -82,7 +89,22 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	dash, err := dashboard.New(pool, &dashboard.Config{Inbox: ib, Outbox: ob, Maintainer: maint, ReadOnly: *readOnly, Logger: logger})
+	// riverui at /riverui, over an insert-only River client (no queues,
+	// no workers): a message's page links to its River job there.
+	riverClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logger})
+	if err != nil {
+		return err
+	}
+	riverUI, err := riverui.NewHandler(&riverui.HandlerOpts{Endpoints: riverui.NewEndpoints(riverClient, nil),
+		Logger: logger, Prefix: riverUIPrefix})
+	if err != nil {
+		return fmt.Errorf("riverui: %w", err)
+	}
+	if err := riverUI.Start(ctx); err != nil {
+		return fmt.Errorf("riverui: %w", err)
+	}
+	dash, err := dashboard.New(pool, &dashboard.Config{Inbox: ib, Outbox: ob, Maintainer: maint, ReadOnly: *readOnly,
+		Logger: logger, RiverUIPrefix: riverUIPrefix})
 	if err != nil {
 		return err
 	}
@@ -96,6 +118,11 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		protect = loopbackHostOnly
 	}
 	mux.Handle("/", protect(dash))
+	// riverui's own API takes POSTs (cancel, retry): refused from other
+	// origins as the dashboard's are; -read-only leaves riverui out.
+	if !*readOnly {
+		mux.Handle(riverUIPrefix+"/", protect(http.NewCrossOriginProtection().Handler(riverUI)))
+	}
 	mux.Handle("GET /metrics", protect(promhttp.HandlerFor(registry, promhttp.HandlerOpts{})))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,18 @@ func TestServe(t *testing.T) {
 	code, body = get("/inbox/"+seed.DeadMessage.String(), func(r *http.Request) { r.Header.Set("Authorization", "Bearer tok-123") })
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, seed.DeadEventID)
+	job := regexp.MustCompile(`href="(/riverui/jobs/\d+)"`).FindStringSubmatch(body)
+	require.NotNil(t, job, "a message links to its River job in riverui")
+
+	// riverui, mounted beside it, behind the same credentials.
+	code, _ = get(job[1], nil)
+	require.Equal(t, http.StatusUnauthorized, code)
+	code, body = get(job[1], func(r *http.Request) { r.SetBasicAuth("ops", "pa55") })
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, "<html")
+	code, body = get(strings.Replace(job[1], "/riverui/", "/riverui/api/", 1), func(r *http.Request) { r.SetBasicAuth("ops", "pa55") })
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `"kind":"wharf_inbox`, "riverui's API reads the message's job")
 }
 
 func TestServeRefusesAnExposedAddressWithoutAuth(t *testing.T) {
