@@ -1,27 +1,46 @@
 -- Reads behind `wharf stats`, bounded by a time range (partitions outside
 -- it are pruned).
 
--- name: StatsInboxByDay :many
--- Messages received per source and UTC day since a time, and where they
--- stand.
+-- name: StatsReceivedByDay :many
+-- Messages received per source and UTC day in [from_at, until_at), counted
+-- from the messages: the hours the rollup does not cover.
 SELECT m.source,
        to_char(m.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')::text AS day,
-       count(*)::bigint AS received,
-       count(*) FILTER (WHERE m.status = 'processed')::bigint AS processed,
+       count(*)::bigint AS received
+FROM wharf_inbox_messages m
+WHERE m.received_at >= @from_at::timestamptz AND m.received_at < @until_at::timestamptz
+GROUP BY 1, 2;
+
+-- name: StatsRolledByDay :many
+-- Messages received per source and UTC day in [from_at, until_at), from
+-- the hourly rollup.
+SELECT h.source,
+       to_char(h.hour AT TIME ZONE 'UTC', 'YYYY-MM-DD')::text AS day,
+       sum(h.received)::bigint AS received
+FROM wharf_inbox_hourly h
+WHERE h.hour >= @from_at::timestamptz AND h.hour < @until_at::timestamptz
+GROUP BY 1, 2;
+
+-- name: StatsUnfinishedByDay :many
+-- Messages not processed now (to process, failing or dead) per source and
+-- UTC day of receipt since a time, from the partial index of unfinished
+-- messages: processed is received minus these.
+SELECT m.source,
+       to_char(m.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')::text AS day,
+       count(*)::bigint AS unfinished,
        count(*) FILTER (WHERE m.status = 'dead')::bigint AS dead
 FROM wharf_inbox_messages m
-WHERE m.received_at >= @since::timestamptz
-GROUP BY 1, 2
-ORDER BY 2, 1;
+WHERE m.status <> 'processed' AND m.received_at >= @since::timestamptz
+GROUP BY 1, 2;
 
 -- name: StatsDuplicatesByDay :many
 -- Duplicate deliveries blocked per source and UTC day of the first
--- receipt, since a time.
+-- receipt, since a time, from the partial index of keys that blocked one.
 SELECT k.source,
        to_char(k.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')::text AS day,
        COALESCE(sum(k.duplicate_count), 0)::bigint AS duplicates
 FROM wharf_inbox_keys k
-WHERE k.received_at >= @since::timestamptz
+WHERE k.received_at >= @since::timestamptz AND k.duplicate_count > 0
 GROUP BY 1, 2;
 
 -- name: StatsTopDuplicated :many

@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"sort"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/jobs"
 )
 
 // sourceDay is one row of `wharf stats`' inbox table.
@@ -74,16 +79,54 @@ func runStats(ctx context.Context, e *env, args []string) error {
 	since := time.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, 1-*days)
 	report := statsReport{Since: since, Inbox: []*sourceDay{}, Duplicated: []duplicated{}, Endpoints: []endpointStats{}}
 
-	rows, err := q.StatsInboxByDay(ctx, since)
+	byKey := map[[2]string]*sourceDay{}
+	day := func(source, d string) *sourceDay {
+		sd := byKey[[2]string{source, d}]
+		if sd == nil {
+			sd = &sourceDay{Source: source, Day: d}
+			byKey[[2]string{source, d}] = sd
+			report.Inbox = append(report.Inbox, sd)
+		}
+		return sd
+	}
+	// Received: the hours the rollup job counted, and the rest live.
+	rolled, live, err := receivedRanges(ctx, q, since)
 	if err != nil {
 		return err
 	}
-	byKey := map[[2]string]*sourceDay{}
-	for _, r := range rows {
-		sd := &sourceDay{Source: r.Source, Day: r.Day, Received: r.Received, Processed: r.Processed, Dead: r.Dead}
-		byKey[[2]string{r.Source, r.Day}] = sd
-		report.Inbox = append(report.Inbox, sd)
+	for _, r := range rolled {
+		rows, err := q.StatsRolledByDay(ctx, dbsqlc.StatsRolledByDayParams{FromAt: r[0], UntilAt: r[1]})
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			day(row.Source, row.Day).Received += row.Received
+		}
 	}
+	for _, r := range live {
+		rows, err := q.StatsReceivedByDay(ctx, dbsqlc.StatsReceivedByDayParams{FromAt: r[0], UntilAt: r[1]})
+		if err != nil {
+			return err
+		}
+		for _, row := range rows {
+			day(row.Source, row.Day).Received += row.Received
+		}
+	}
+	unfinished, err := q.StatsUnfinishedByDay(ctx, since)
+	if err != nil {
+		return err
+	}
+	for _, sd := range report.Inbox {
+		sd.Processed = sd.Received
+	}
+	for _, u := range unfinished {
+		sd := day(u.Source, u.Day)
+		sd.Processed, sd.Dead = max(sd.Processed-u.Unfinished, 0), u.Dead
+	}
+	sort.Slice(report.Inbox, func(i, j int) bool {
+		a, b := report.Inbox[i], report.Inbox[j]
+		return a.Day < b.Day || a.Day == b.Day && a.Source < b.Source
+	})
 	dups, err := q.StatsDuplicatesByDay(ctx, since)
 	if err != nil {
 		return err
@@ -146,4 +189,29 @@ func runStats(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\n", ep.EndpointID, ep.Attempts, ep.Succeeded, 100*ep.SuccessRate)
 	}
 	return tw.Flush()
+}
+
+// receivedRanges splits [since, the future) into the ranges the hourly
+// rollup covers ([its watermark - jobs.RollupKept, its watermark), once the
+// rollup job has run) and the ranges to count from the messages.
+func receivedRanges(ctx context.Context, q *dbsqlc.Queries, since time.Time) (rolled, live [][2]time.Time, err error) {
+	future := time.Now().Add(24 * time.Hour)
+	until, err := q.RollupUntil(ctx, "inbox_hourly")
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, [][2]time.Time{{since, future}}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	from := until.Add(-jobs.RollupKept)
+	if since.After(from) {
+		from = since
+	}
+	if !from.Before(until) {
+		return nil, [][2]time.Time{{since, future}}, nil
+	}
+	if since.Before(from) {
+		live = append(live, [2]time.Time{since, from})
+	}
+	return [][2]time.Time{{from, until}}, append(live, [2]time.Time{until, future}), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/jobs"
 )
 
 // wharf stats counts received webhooks, duplicates blocked (and their
@@ -71,6 +73,16 @@ func TestStats(t *testing.T) {
 	require.InDelta(t, 2.0/3, day.SuccessRate, 1e-9)
 	require.Equal(t, "evt_1", report.Duplicated[0].EventID)
 	require.EqualValues(t, 2, report.Duplicated[0].Duplicates)
+
+	// The same report once the rollup job has counted the day's hours.
+	tomorrow := time.Now().UTC().Truncate(24 * time.Hour).Add(24*time.Hour + 10*time.Minute)
+	m, err := jobs.NewMaintainer(pool, &jobs.Config{Now: func() time.Time { return tomorrow }})
+	require.NoError(t, err)
+	_, err = m.Rollup(ctx)
+	require.NoError(t, err)
+	code, rolledOut, _ := cli(t, "-database-url", url, "stats", "-json", "-days", "2")
+	require.Equal(t, 0, code)
+	require.JSONEq(t, out, rolledOut)
 
 	code, out, _ = cli(t, "-database-url", url, "stats")
 	require.Equal(t, 0, code)

@@ -17,7 +17,7 @@ SELECT k.source,
        to_char(k.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')::text AS day,
        COALESCE(sum(k.duplicate_count), 0)::bigint AS duplicates
 FROM wharf_inbox_keys k
-WHERE k.received_at >= $1::timestamptz
+WHERE k.received_at >= $1::timestamptz AND k.duplicate_count > 0
 GROUP BY 1, 2
 `
 
@@ -28,7 +28,7 @@ type StatsDuplicatesByDayRow struct {
 }
 
 // Duplicate deliveries blocked per source and UTC day of the first
-// receipt, since a time.
+// receipt, since a time, from the partial index of keys that blocked one.
 func (q *Queries) StatsDuplicatesByDay(ctx context.Context, since time.Time) ([]StatsDuplicatesByDayRow, error) {
 	rows, err := q.db.Query(ctx, statsDuplicatesByDay, since)
 	if err != nil {
@@ -86,47 +86,83 @@ func (q *Queries) StatsEndpointAttempts(ctx context.Context, since time.Time) ([
 	return items, nil
 }
 
-const statsInboxByDay = `-- name: StatsInboxByDay :many
+const statsReceivedByDay = `-- name: StatsReceivedByDay :many
 
 SELECT m.source,
        to_char(m.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')::text AS day,
-       count(*)::bigint AS received,
-       count(*) FILTER (WHERE m.status = 'processed')::bigint AS processed,
-       count(*) FILTER (WHERE m.status = 'dead')::bigint AS dead
+       count(*)::bigint AS received
 FROM wharf_inbox_messages m
-WHERE m.received_at >= $1::timestamptz
+WHERE m.received_at >= $1::timestamptz AND m.received_at < $2::timestamptz
 GROUP BY 1, 2
-ORDER BY 2, 1
 `
 
-type StatsInboxByDayRow struct {
-	Source    string
-	Day       string
-	Received  int64
-	Processed int64
-	Dead      int64
+type StatsReceivedByDayParams struct {
+	FromAt  time.Time
+	UntilAt time.Time
+}
+
+type StatsReceivedByDayRow struct {
+	Source   string
+	Day      string
+	Received int64
 }
 
 // Reads behind `wharf stats`, bounded by a time range (partitions outside
 // it are pruned).
-// Messages received per source and UTC day since a time, and where they
-// stand.
-func (q *Queries) StatsInboxByDay(ctx context.Context, since time.Time) ([]StatsInboxByDayRow, error) {
-	rows, err := q.db.Query(ctx, statsInboxByDay, since)
+// Messages received per source and UTC day in [from_at, until_at), counted
+// from the messages: the hours the rollup does not cover.
+func (q *Queries) StatsReceivedByDay(ctx context.Context, arg StatsReceivedByDayParams) ([]StatsReceivedByDayRow, error) {
+	rows, err := q.db.Query(ctx, statsReceivedByDay, arg.FromAt, arg.UntilAt)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []StatsInboxByDayRow
+	var items []StatsReceivedByDayRow
 	for rows.Next() {
-		var i StatsInboxByDayRow
-		if err := rows.Scan(
-			&i.Source,
-			&i.Day,
-			&i.Received,
-			&i.Processed,
-			&i.Dead,
-		); err != nil {
+		var i StatsReceivedByDayRow
+		if err := rows.Scan(&i.Source, &i.Day, &i.Received); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const statsRolledByDay = `-- name: StatsRolledByDay :many
+SELECT h.source,
+       to_char(h.hour AT TIME ZONE 'UTC', 'YYYY-MM-DD')::text AS day,
+       sum(h.received)::bigint AS received
+FROM wharf_inbox_hourly h
+WHERE h.hour >= $1::timestamptz AND h.hour < $2::timestamptz
+GROUP BY 1, 2
+`
+
+type StatsRolledByDayParams struct {
+	FromAt  time.Time
+	UntilAt time.Time
+}
+
+type StatsRolledByDayRow struct {
+	Source   string
+	Day      string
+	Received int64
+}
+
+// Messages received per source and UTC day in [from_at, until_at), from
+// the hourly rollup.
+func (q *Queries) StatsRolledByDay(ctx context.Context, arg StatsRolledByDayParams) ([]StatsRolledByDayRow, error) {
+	rows, err := q.db.Query(ctx, statsRolledByDay, arg.FromAt, arg.UntilAt)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StatsRolledByDayRow
+	for rows.Next() {
+		var i StatsRolledByDayRow
+		if err := rows.Scan(&i.Source, &i.Day, &i.Received); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -167,6 +203,51 @@ func (q *Queries) StatsTopDuplicated(ctx context.Context, arg StatsTopDuplicated
 	for rows.Next() {
 		var i StatsTopDuplicatedRow
 		if err := rows.Scan(&i.Source, &i.EventID, &i.Duplicates); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const statsUnfinishedByDay = `-- name: StatsUnfinishedByDay :many
+SELECT m.source,
+       to_char(m.received_at AT TIME ZONE 'UTC', 'YYYY-MM-DD')::text AS day,
+       count(*)::bigint AS unfinished,
+       count(*) FILTER (WHERE m.status = 'dead')::bigint AS dead
+FROM wharf_inbox_messages m
+WHERE m.status <> 'processed' AND m.received_at >= $1::timestamptz
+GROUP BY 1, 2
+`
+
+type StatsUnfinishedByDayRow struct {
+	Source     string
+	Day        string
+	Unfinished int64
+	Dead       int64
+}
+
+// Messages not processed now (to process, failing or dead) per source and
+// UTC day of receipt since a time, from the partial index of unfinished
+// messages: processed is received minus these.
+func (q *Queries) StatsUnfinishedByDay(ctx context.Context, since time.Time) ([]StatsUnfinishedByDayRow, error) {
+	rows, err := q.db.Query(ctx, statsUnfinishedByDay, since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StatsUnfinishedByDayRow
+	for rows.Next() {
+		var i StatsUnfinishedByDayRow
+		if err := rows.Scan(
+			&i.Source,
+			&i.Day,
+			&i.Unfinished,
+			&i.Dead,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
