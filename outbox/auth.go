@@ -39,8 +39,9 @@ const (
 // Its credentials are secrets: the outbox stores them (in the endpoint's
 // row, as it stores the signing secret: encrypted when Config.SecretKeys
 // is set), sends them with every attempt, and never returns them from a
-// read, logs them or quotes them in an error. Endpoint.Auth describes them without their secrets. Printing an
-// EndpointAuth with fmt or slog shows only its kind.
+// read, logs them or quotes them in an error. Endpoint.Auth describes them
+// without their secrets. Printing an EndpointAuth with fmt or slog shows
+// only its kind.
 type EndpointAuth struct {
 	// BearerToken is sent as "Authorization: Bearer <token>": 1 to 4096
 	// visible ASCII characters.
