@@ -40,7 +40,9 @@ type Config struct {
 	// (a replayed message whose River job is gone gets a new one on
 	// inbox.DefaultQueue).
 	Inbox *inbox.Inbox
-	// Outbox lists deliveries and operates endpoints. Defaults to
+	// Outbox lists deliveries and operates endpoints. Pass the
+	// application's own when it sets outbox.Config.SecretKeys, so that
+	// secrets rotated here are encrypted as its are. Defaults to
 	// outbox.New(pool, &outbox.Config{}).
 	Outbox *outbox.Outbox
 	// Maintainer reports partitions and retention. Pass the application's

@@ -37,10 +37,11 @@ const (
 // their own auth. Set one of its fields.
 //
 // Its credentials are secrets: the outbox stores them (in the endpoint's
-// row, as it stores the signing secret), sends them with every attempt,
-// and never returns them from a read, logs them or quotes them in an
-// error. Endpoint.Auth describes them without their secrets. Printing an
-// EndpointAuth with fmt or slog shows only its kind.
+// row, as it stores the signing secret: encrypted when Config.SecretKeys
+// is set), sends them with every attempt, and never returns them from a
+// read, logs them or quotes them in an error. Endpoint.Auth describes them
+// without their secrets. Printing an EndpointAuth with fmt or slog shows
+// only its kind.
 type EndpointAuth struct {
 	// BearerToken is sent as "Authorization: Bearer <token>": 1 to 4096
 	// visible ASCII characters.
@@ -188,6 +189,9 @@ func (g *ssrfGuard) checkAuth(a *EndpointAuth) (*storedAuth, error) {
 		s, err = g.checkOAuth2(a.OAuth2)
 	default:
 		s = &storedAuth{}
+	}
+	if err == nil && s.sealedCredential() {
+		err = errors.New(`a credential must not begin with "wharfenc:", the prefix of encrypted values`)
 	}
 	if err != nil {
 		if errors.Is(err, ErrInvalidEndpoint) {

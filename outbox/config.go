@@ -168,6 +168,24 @@ type Config struct {
 	// Defaults to DefaultSecretRotationOverlap (24 hours).
 	SecretRotationOverlap time.Duration
 
+	// SecretKeys encrypts endpoint secrets at rest: signing secrets and Auth
+	// credentials are stored sealed with AES-256-GCM under SecretKeys[0],
+	// the current key, and read with whichever key of the ring the stored
+	// value names ("wharfenc:v1:<ID>:…"). A stored value is bound to its
+	// endpoint, so one copied to another row fails to decrypt
+	// (ErrSecretDecrypt). Rows stored in plaintext (before the ring was
+	// configured) are still read; ReencryptSecrets seals them, and moves
+	// rows sealed with an older key to the current one. To rotate without
+	// downtime: add the new key after the current one on every node, then
+	// put it first on every node, run ReencryptSecrets, and drop the old
+	// key. Duplicate IDs, IDs that are not 1 to 64 letters, digits, '.',
+	// '_' or '-', and keys that are not 32 bytes are refused
+	// (ErrInvalidConfig). ParseSecretKeys reads a ring from text.
+	//
+	// Defaults to none: secrets are stored in plaintext, as before (a
+	// sealed value then fails with ErrSecretDecrypt).
+	SecretKeys []SecretKey
+
 	// DisableAfter disables an endpoint whose attempts have all failed for
 	// this long (any success resets the clock).
 	//
@@ -304,6 +322,7 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.MaxEndpointTimeout = cmp.Or(out.MaxEndpointTimeout, DefaultMaxEndpointTimeout)
 	out.MaxInFlight = cmp.Or(out.MaxInFlight, DefaultMaxInFlight)
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
+	out.SecretKeys = cloneSecretKeys(out.SecretKeys)
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
 	out.AllowedNetworks = slices.Clone(out.AllowedNetworks)
 	if out.Proxy != nil {
@@ -372,6 +391,7 @@ func (c *Config) validate() error {
 	if c.SecretRotationOverlap < 0 {
 		bad("SecretRotationOverlap must not be negative")
 	}
+	checkSecretKeys(c.SecretKeys, bad)
 	if c.DisableAfter < -1 {
 		bad("DisableAfter must not be negative (-1 never disables)")
 	}

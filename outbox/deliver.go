@@ -141,9 +141,9 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return o.deadWithoutAttempt(ctx, log, &row, "attempts exhausted; the outcome of the last one is unknown")
 	}
 
-	auth, err := decodeAuth(row.Auth)
-	if err != nil {
-		return fmt.Errorf("outbox: delivery %s: %w", row.ID, err)
+	auth, authErr := o.openStoredAuth(row.EndpointID, row.Auth)
+	if authErr != nil && !errors.Is(authErr, ErrSecretDecrypt) {
+		return fmt.Errorf("outbox: delivery %s: %w", row.ID, authErr)
 	}
 	if row.Ordered && row.OrderingKey != "" {
 		wait, blocked, err := o.orderingWait(ctx, &row)
@@ -153,6 +153,18 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		if blocked {
 			return river.JobSnooze(wait)
 		}
+	}
+
+	// The secrets are decrypted only here, where they are used. A key missing
+	// from Config.SecretKeys, or a value altered, makes an attempt that
+	// sends nothing, whose error says which, retried on the schedule (the
+	// key may be on its way to this node).
+	secrets, err := o.signingSecrets(&row, o.config.now())
+	if err == nil {
+		err = authErr
+	}
+	if err != nil {
+		return o.finishAttempt(context.WithoutCancel(ctx), log, job, &row, noLease, o.config.now(), &sendOutcome{err: err})
 	}
 
 	// An endpoint stored with a longer timeout than MaxEndpointTimeout
@@ -183,7 +195,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		endpointID: row.EndpointID,
 		url:        row.Url,
 		eventID:    formatEventID(row.EventID),
-		secrets:    signingSecrets(&row, attemptedAt),
+		secrets:    secrets,
 		headers:    decodeHeaders(row.Headers),
 		auth:       auth,
 		body:       row.Payload,

@@ -204,13 +204,17 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 	if err != nil {
 		return nil, err
 	}
-	auth, err := want.auth.encode()
-	if err != nil {
-		return nil, err
-	}
 	id, err := uuid.NewV7()
 	if err != nil {
 		return nil, fmt.Errorf("outbox: endpoint id: %w", err)
+	}
+	stored, err := o.keys.seal(id, fieldSecret, secret)
+	if err != nil {
+		return nil, err
+	}
+	auth, err := o.encodeAuth(id, want.auth)
+	if err != nil {
+		return nil, err
 	}
 	row, err := dbsqlc.New(db).OutboxEndpointInsert(ctx, dbsqlc.OutboxEndpointInsertParams{
 		ID:          id,
@@ -218,7 +222,7 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 		Description: params.Description,
 		EventTypes:  want.eventTypes,
 		Tenant:      params.Tenant,
-		Secret:      secret,
+		Secret:      stored,
 		MaxInFlight: want.storedCap,
 		TimeoutMs:   int32(want.timeout / time.Millisecond),
 		Ordered:     params.Ordered,
@@ -251,22 +255,24 @@ func (o *Outbox) EndpointGetTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*E
 	return endpointFromRow(row), nil
 }
 
-// EndpointSecret returns an endpoint's current signing secret.
+// EndpointSecret returns an endpoint's current signing secret, decrypted
+// when Config.SecretKeys sealed it; a secret it cannot decrypt returns an
+// error where errors.Is(err, ErrSecretDecrypt) is true.
 func (o *Outbox) EndpointSecret(ctx context.Context, id uuid.UUID) (string, error) {
-	row, err := o.endpointRow(ctx, o.pool, id)
-	if err != nil {
-		return "", err
-	}
-	return row.Secret, nil
+	return o.endpointSecret(ctx, o.pool, id)
 }
 
 // EndpointSecretTx is EndpointSecret in tx.
 func (o *Outbox) EndpointSecretTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (string, error) {
-	row, err := o.endpointRow(ctx, tx, id)
+	return o.endpointSecret(ctx, tx, id)
+}
+
+func (o *Outbox) endpointSecret(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (string, error) {
+	row, err := o.endpointRow(ctx, db, id)
 	if err != nil {
 		return "", err
 	}
-	return row.Secret, nil
+	return o.keys.open(row.ID, fieldSecret, row.Secret)
 }
 
 func (o *Outbox) endpointRow(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*dbsqlc.WharfOutboxEndpoint, error) {
@@ -380,7 +386,7 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		if err != nil {
 			return nil, err
 		}
-		if update.Auth, err = auth.encode(); err != nil {
+		if update.Auth, err = o.encodeAuth(id, auth); err != nil {
 			return nil, err
 		}
 	}
@@ -503,9 +509,13 @@ func (o *Outbox) endpointRotateSecret(ctx context.Context, db dbsqlc.DBTX, id uu
 	if err != nil {
 		return nil, err
 	}
+	stored, err := o.keys.seal(id, fieldSecret, secret)
+	if err != nil {
+		return nil, err
+	}
 	now := o.config.now()
 	row, err := dbsqlc.New(db).OutboxEndpointRotateSecret(ctx, dbsqlc.OutboxEndpointRotateSecretParams{
-		ID: id, Secret: secret, PreviousExpiresAt: now.Add(overlap), Now: now,
+		ID: id, Secret: stored, PreviousExpiresAt: now.Add(overlap), Now: now,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: rotate secret of endpoint %s: %w", id, translateError(err))

@@ -92,7 +92,11 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 		return nil, fmt.Errorf("%w: the tenant has several endpoints with URL %s; delete all but one (EndpointDelete)", ErrAmbiguousEndpoint, params.URL)
 	}
 	row := rows[0]
-	if params.Secret != "" && params.Secret != row.Secret {
+	secret, err := o.keys.open(row.ID, fieldSecret, row.Secret)
+	if err != nil {
+		return nil, err
+	}
+	if params.Secret != "" && params.Secret != secret {
 		return nil, fmt.Errorf("%w: endpoint %s exists with another secret; change it with EndpointRotateSecret", ErrInvalidEndpoint, row.ID)
 	}
 	current := endpointFromRow(&row)
@@ -119,7 +123,7 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 	if !headersEqual(current.Headers, want.headers) {
 		update.Headers, changed = want.headers, true
 	}
-	if stored, err := decodeAuth(row.Auth); err != nil || !stored.equal(want.auth) {
+	if stored, err := o.openStoredAuth(row.ID, row.Auth); err != nil || !stored.equal(want.auth) {
 		update.Auth, changed = params.Auth, true
 		if update.Auth == nil {
 			update.Auth = &EndpointAuth{}
@@ -130,7 +134,7 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 			return nil, err
 		}
 	}
-	return &EndpointEnsureResult{EndpointWithSecret: &EndpointWithSecret{Endpoint: current, Secret: row.Secret}, Updated: changed}, nil
+	return &EndpointEnsureResult{EndpointWithSecret: &EndpointWithSecret{Endpoint: current, Secret: secret}, Updated: changed}, nil
 }
 
 // endpointSettings are an EndpointParams checked, with defaults applied.

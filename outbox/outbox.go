@@ -65,6 +65,7 @@ type Outbox struct {
 	partitions *partition.Cache
 	http       *http.Client
 	tokens     *tokenCache
+	keys       *keyRing
 	retries    *retryPlan
 	metrics    *metrics
 	tracer     trace.Tracer
@@ -94,6 +95,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
+	keys, err := newKeyRing(config.SecretKeys)
+	if err != nil {
+		return nil, err
+	}
 	client := newHTTPClient(config)
 	return &Outbox{
 		pool:       pool,
@@ -103,6 +108,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		partitions: partition.NewCache(pool),
 		http:       client,
 		tokens:     newTokenCache(client, config.Now),
+		keys:       keys,
 		retries:    newRetryPlan(config),
 		metrics:    m,
 		tracer:     telemetry.Tracer(config.TracerProvider, "outbox"),

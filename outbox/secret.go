@@ -42,12 +42,21 @@ func secretOrNew(secret string) (string, error) {
 	return secret, nil
 }
 
-// signingSecrets returns the secrets a delivery at now is signed with: the
-// current one and, during a rotation's overlap, the previous one.
-func signingSecrets(row *dbsqlc.OutboxDeliveryGetForWorkRow, now time.Time) []string {
-	secrets := []string{row.Secret}
-	if row.PreviousSecret != nil && row.PreviousSecretExpiresAt != nil && now.Before(*row.PreviousSecretExpiresAt) {
-		secrets = append(secrets, *row.PreviousSecret)
+// signingSecrets returns the secrets a delivery at now is signed with,
+// decrypted: the current one and, during a rotation's overlap, the
+// previous one. Its errors match ErrSecretDecrypt.
+func (o *Outbox) signingSecrets(row *dbsqlc.OutboxDeliveryGetForWorkRow, now time.Time) ([]string, error) {
+	secret, err := o.keys.open(row.EndpointID, fieldSecret, row.Secret)
+	if err != nil {
+		return nil, err
 	}
-	return secrets
+	secrets := []string{secret}
+	if row.PreviousSecret != nil && row.PreviousSecretExpiresAt != nil && now.Before(*row.PreviousSecretExpiresAt) {
+		previous, err := o.keys.open(row.EndpointID, fieldSecret, *row.PreviousSecret)
+		if err != nil {
+			return nil, err
+		}
+		secrets = append(secrets, previous)
+	}
+	return secrets, nil
 }

@@ -10,7 +10,8 @@
 //	wharf stats                    per source and day: received, duplicates, dead; per endpoint: attempts
 //
 // Every command reads the database URL from DATABASE_URL, or from
-// -database-url.
+// -database-url; the outbox commands and serve read the outbox's key ring
+// (outbox.Config.SecretKeys) from WHARF_SECRET_KEYS.
 package main
 
 import (
@@ -39,7 +40,7 @@ type command struct {
 var commands = map[string]command{
 	"migrate":    {"migrate up|down|status: manage River's and Wharf's schema", runMigrate},
 	"inbox":      {"inbox list|show|replay|forget: inspect, replay and erase inbox messages", runInbox},
-	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret, deliveries list|show, replay: operate the outbox", runOutbox},
+	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret|reencrypt, deliveries list|show, replay: operate the outbox", runOutbox},
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
 	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},
 	"stats":      {"stats [-days N] [-top N] [-json]: per source and day received, duplicates blocked, success; per endpoint attempts", runStats},

@@ -48,11 +48,15 @@ func runOutbox(ctx context.Context, e *env, args []string) error {
 }
 
 func (e *env) outbox(ctx context.Context, allowPrivate bool) (*outbox.Outbox, error) {
+	keys, err := secretKeys()
+	if err != nil {
+		return nil, err
+	}
 	pool, err := e.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return outbox.New(pool, &outbox.Config{AllowPrivateNetworks: allowPrivate})
+	return outbox.New(pool, &outbox.Config{AllowPrivateNetworks: allowPrivate, SecretKeys: keys})
 }
 
 func parseID(what, s string) (uuid.UUID, error) {
@@ -72,7 +76,7 @@ type endpointJSON struct {
 
 func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError{"want list, add, disable, enable or rotate-secret"}
+		return usageError{"want list, add, disable, enable, rotate-secret or reencrypt"}
 	}
 	sub, args := args[0], args[1:]
 	fs := flag.NewFlagSet("outbox endpoints "+sub, flag.ContinueOnError)
@@ -195,8 +199,10 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.out, "endpoint %s has a new signing secret; both sign during the overlap\nnew secret (shown once): %s\n", id, ep.Secret)
 		}
 		return nil
+	case "reencrypt":
+		return runOutboxReencrypt(ctx, e, fs, args)
 	}
-	return usageError{fmt.Sprintf("unknown outbox endpoints command %q: want list, add, disable, enable or rotate-secret", sub)}
+	return usageError{fmt.Sprintf("unknown outbox endpoints command %q: want list, add, disable, enable, rotate-secret or reencrypt", sub)}
 }
 
 func runOutboxDeliveries(ctx context.Context, e *env, args []string) error {

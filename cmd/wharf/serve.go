@@ -47,7 +47,8 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.errOut, "usage: wharf serve [-addr 127.0.0.1:8081] [-read-only]\n\n"+
 			"Serves the dashboard at /, riverui at /riverui (not with -read-only), Prometheus metrics at /metrics\n"+
 			"and a health check at /healthz.\n"+
-			"Authentication: $%s (bearer token) and/or $%s (user:password); /healthz needs none.\n\n", envServeToken, envServeBasic)
+			"Authentication: $%s (bearer token) and/or $%s (user:password); /healthz needs none.\n"+
+			"Endpoint secrets rotated from the dashboard are sealed with $%s's current key, when set.\n\n", envServeToken, envServeBasic, envSecretKeys)
 		fs.PrintDefaults()
 	}
 	if rest, err := parseInterleaved(fs, args); err != nil {
@@ -61,6 +62,10 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	if auth == nil && !*noAuth && !loopback(*addr) {
 		return usageError{fmt.Sprintf("-addr %s is not a loopback address: set $%s or $%s, or pass -insecure-no-auth behind a proxy that authenticates", *addr, envServeToken, envServeBasic)}
+	}
+	keys, err := secretKeys() // the dashboard rotates secrets
+	if err != nil {
+		return err
 	}
 	pool, err := e.connect(ctx)
 	if err != nil {
@@ -81,7 +86,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	ob, err := outbox.New(pool, &outbox.Config{MeterProvider: mp, Logger: logger})
+	ob, err := outbox.New(pool, &outbox.Config{MeterProvider: mp, Logger: logger, SecretKeys: keys})
 	if err != nil {
 		return err
 	}
