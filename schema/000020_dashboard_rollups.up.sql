@@ -19,8 +19,9 @@ CREATE TABLE wharf_rollups (
 );
 
 -- Keys that blocked a duplicate, by first receipt: the overview's
--- duplicates series reads these only, from the index alone.
-CREATE INDEX wharf_inbox_keys_duplicated_idx ON wharf_inbox_keys (received_at) INCLUDE (source, duplicate_count)
+-- duplicates series and `wharf stats` read these only, from the index
+-- alone.
+CREATE INDEX wharf_inbox_keys_duplicated_idx ON wharf_inbox_keys (received_at) INCLUDE (source, event_id, duplicate_count)
     WHERE duplicate_count > 0;
 
 -- Delivery listings are newest first by seq: a page reads its rows through
