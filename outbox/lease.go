@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
@@ -25,9 +26,12 @@ const noLease = -1
 const acquireTries = 3
 
 // acquireLease takes one of the endpoint's MaxInFlight slots for a
-// delivery, for as long as its attempt may take. It reports false when the
-// endpoint has as many live leases as its cap (or was deleted), and true
-// with noLease when the endpoint's cap was lifted meanwhile.
+// delivery, for as long as its attempt may take, and for a rate-limited
+// endpoint a token of its rate limit with it (unless reserved: the
+// delivery holds one already). It admits with the slot, with noLease when
+// the endpoint's cap was lifted meanwhile, or says how long to wait: the
+// endpoint has as many live leases as its cap (or was deleted), or its
+// token is not due yet.
 //
 // The cap holds across processes because a slot is a row that one worker at
 // a time can take (FOR UPDATE SKIP LOCKED: workers never queue behind one
@@ -42,57 +46,85 @@ const acquireTries = 3
 // slots at or above it: until they end, slots are taken by
 // OutboxLeaseAcquireCounted, which counts every live lease, one worker at
 // a time, so no request starts while the new cap's worth are in flight.
-func (o *Outbox) acquireLease(ctx context.Context, endpointID, deliveryID uuid.UUID, timeout time.Duration) (int32, bool, error) {
+func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow,
+	timeout time.Duration, reserved bool,
+) (admission, error) {
 	leaseSeconds := (timeout + leaseGrace).Seconds()
+	busy := deferred(deferConcurrency, o.retries.capped(snoozeCount(job)))
 	for range acquireTries {
-		slot, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
-			EndpointID: endpointID, DeliveryID: deliveryID, LeaseSeconds: leaseSeconds,
+		res, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
+			Reserved: reserved, EndpointID: row.EndpointID, HorizonSeconds: rateHorizon.Seconds(),
+			DeliveryID: row.ID, LeaseSeconds: leaseSeconds,
 		})
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return leaseTaken(slot, err)
+		switch {
+		case err != nil:
+			return admission{}, err
+		case res.Slot != noLease:
+			return admitted(res.Slot), nil
+		case res.TokenTaken || res.TokenDueIn > 0:
+			return o.tokenAnswer(ctx, row, noLease, res.TokenTaken, res.TokenDueIn)
+		case res.BucketMissing:
+			if err := o.queries.OutboxRateBucketCreate(ctx, row.EndpointID); err != nil {
+				return admission{}, err
+			}
+			continue
 		}
-		count, err := o.queries.OutboxLeaseCount(ctx, endpointID)
+		count, err := o.queries.OutboxLeaseCount(ctx, row.EndpointID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Deleted with its deliveries: the job's next run ends it.
-			return noLease, false, nil
+			return busy, nil
 		}
 		if err != nil {
-			return noLease, false, err
+			return admission{}, err
 		}
 		switch {
 		case count.MaxInFlight == 0:
 			// The cap was lifted since the delivery was loaded.
-			return noLease, true, nil
+			if reserved {
+				return admitted(noLease), nil
+			}
+			return o.takeToken(ctx, row)
 		case count.Held >= int64(count.MaxInFlight):
-			return noLease, false, nil
+			return busy, nil
 		case count.Slots < int64(count.MaxInFlight):
 			// First use of the endpoint, or its cap was raised.
 			err := o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{
-				EndpointID: endpointID, LastSlot: count.MaxInFlight - 1,
+				EndpointID: row.EndpointID, LastSlot: count.MaxInFlight - 1,
 			})
 			if err != nil {
-				return noLease, false, err
+				return admission{}, err
 			}
 		case count.HeldAbove > 0:
-			slot, err := o.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{
-				EndpointID: endpointID, DeliveryID: deliveryID, LeaseSeconds: leaseSeconds,
-			})
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return leaseTaken(slot, err)
-			}
-			return noLease, false, nil
+			return o.acquireCounted(ctx, row, leaseSeconds, reserved, busy)
 		}
 	}
-	return noLease, false, nil
+	return busy, nil
 }
 
-// leaseTaken is acquireLease's answer after a statement that took slot or
-// failed with err.
-func leaseTaken(slot int32, err error) (int32, bool, error) {
-	if err != nil {
-		return noLease, false, err
+// acquireCounted takes a slot with OutboxLeaseAcquireCounted, then a
+// token, unless the delivery holds one (takeToken admits at once when the
+// endpoint has no rate limit): the slot is given back when the token is
+// not due now.
+func (o *Outbox) acquireCounted(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, leaseSeconds float64,
+	reserved bool, busy admission,
+) (admission, error) {
+	slot, err := o.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{
+		EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: leaseSeconds,
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return busy, nil
+	case err != nil:
+		return admission{}, err
+	case reserved:
+		return admitted(slot), nil
 	}
-	return slot, true, nil
+	token, err := o.takeToken(ctx, row)
+	if err != nil || token.wait > 0 {
+		o.releaseLease(ctx, row.EndpointID, row.ID, slot)
+		return token, err
+	}
+	return admitted(slot), nil
 }
 
 // releaseLease frees a slot outside an attempt's recording (which frees it

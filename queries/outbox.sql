@@ -1,11 +1,12 @@
 -- name: OutboxEndpointInsert :one
 INSERT INTO wharf_outbox_endpoints (
     id, url, description, event_types, tenant, secret, max_in_flight, timeout_ms,
-    ordered, headers, auth, created_at, updated_at
+    ordered, headers, auth, rate_limit_per_second, rate_limit_burst, created_at, updated_at
 ) VALUES (
     @id::uuid, @url::text, @description::text, @event_types::text[], @tenant::text,
     @secret::text, @max_in_flight::int, @timeout_ms::int, @ordered::boolean,
-    @headers::jsonb, @auth::jsonb, @now::timestamptz, @now::timestamptz
+    @headers::jsonb, @auth::jsonb, @rate_limit_per_second::float8, @rate_limit_burst::int,
+    @now::timestamptz, @now::timestamptz
 )
 RETURNING *;
 
@@ -33,6 +34,8 @@ SET url = COALESCE(sqlc.narg('url')::text, url),
     ordered = COALESCE(sqlc.narg('ordered')::boolean, ordered),
     headers = COALESCE(sqlc.narg('headers')::jsonb, headers),
     auth = COALESCE(sqlc.narg('auth')::jsonb, auth),
+    rate_limit_per_second = COALESCE(sqlc.narg('rate_limit_per_second')::float8, rate_limit_per_second),
+    rate_limit_burst = COALESCE(sqlc.narg('rate_limit_burst')::int, rate_limit_burst),
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -49,13 +52,19 @@ RETURNING *;
 
 -- name: OutboxEndpointEnable :one
 -- Enabling forgets the failure streak, so the endpoint is not disabled again
--- by its first failure.
+-- by its first failure, and closes its circuit.
 UPDATE wharf_outbox_endpoints
 SET enabled = true,
     disabled_reason = '',
     disabled_at = NULL,
     consecutive_failures = 0,
     failing_since = NULL,
+    circuit_state = 'closed',
+    circuit_opened_at = NULL,
+    circuit_open_until = NULL,
+    circuit_openings = 0,
+    circuit_probe_delivery_id = NULL,
+    circuit_probe_expires_at = NULL,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -113,13 +122,17 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
 
 -- name: OutboxDeliveryGetForWork :one
 -- Everything a delivery attempt needs; payload is NULL when the event row is
--- gone or its payload was scrubbed by retention.
+-- gone or its payload was scrubbed by retention. db_now is the database's
+-- clock, which the circuit's and the rate limit's times are set by: waits
+-- are measured against it, never a node's clock.
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts, d.generation,
+       d.status, d.attempts, d.generation, d.rate_reserved_at,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
+       ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
-       COALESCE(ev.trace_context, '')::text AS trace_context
+       COALESCE(ev.trace_context, '')::text AS trace_context,
+       now()::timestamptz AS db_now
 FROM wharf_outbox_deliveries d
 JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
@@ -140,23 +153,37 @@ LIMIT 1;
 
 -- name: OutboxLeaseAcquire :one
 -- Takes a free slot under the endpoint's cap (the one free longest) that no
--- other worker is taking at this moment, for lease_seconds. No row means
--- every slot is held, locked by another worker or not created yet, or that
--- a live lease holds a slot at or above the cap: the cap was lowered while
--- it was in flight, and OutboxLeaseAcquireCounted must count it. The cap is
--- read here, not passed in, so that a delivery loaded before the cap
--- changed still obeys the new one. Lease times are the database's clock,
--- never a node's, so that nodes whose clocks disagree still agree on which
--- leases have expired: now(), the start of this statement's own
--- transaction (run it outside any other), which unlike clock_timestamp()
--- can bound the index scan. It commits without waiting for its WAL flush:
--- a lease lost to a Postgres crash only lets one more request in flight
--- for a while.
+-- other worker is taking at this moment, for lease_seconds, and for a
+-- rate-limited endpoint a token from its bucket with it: a slot only with
+-- a token due now, a token only with a free slot. slot is -1 when no slot
+-- was taken: every slot is held, locked by another worker or not created
+-- yet, or a live lease holds a slot at or above the cap (the cap was
+-- lowered while it was in flight, and OutboxLeaseAcquireCounted must count
+-- it), or the token is not due yet. The cap and the limit are read here,
+-- not passed in, so that a delivery loaded before they changed still obeys
+-- the new ones. Lease and token times are the database's clock, never a
+-- node's, so that nodes whose clocks disagree still agree on which leases
+-- have expired and when a token is due: now(), the start of this
+-- statement's own transaction (run it outside any other), which unlike
+-- clock_timestamp() can bound the index scan. It commits without waiting
+-- for its WAL flush: a lease or a token lost to a Postgres crash only lets
+-- one more request go for a while.
+--
+-- The token: the endpoint's bucket row is locked (concurrent takes of one
+-- endpoint queue for it; lock order: slot, then bucket, and no statement
+-- holding a bucket row waits for anything else) and the GCRA decides the
+-- earliest time due at which one more request conforms to the limit. A due
+-- now takes the token and the slot. A due later, within horizon_seconds,
+-- reserves it (token_taken, no slot): the caller stores the reservation on
+-- the delivery and snoozes until due, when it comes back with reserved set
+-- and takes a slot alone. A due beyond the horizon takes nothing; the
+-- caller waits and asks again. bucket_missing: the endpoint is limited but
+-- its bucket row does not exist yet (OutboxRateBucketCreate, then again).
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
 endpoint AS MATERIALIZED (
-    SELECT ep.max_in_flight
+    SELECT ep.max_in_flight, ep.rate_limit_per_second AS rate, ep.rate_limit_burst AS burst
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
       AND NOT EXISTS (
@@ -164,21 +191,133 @@ endpoint AS MATERIALIZED (
           WHERE above.endpoint_id = ep.id
             AND above.slot >= ep.max_in_flight
             AND above.expires_at > now())
-)
-UPDATE wharf_outbox_leases l
-SET delivery_id = @delivery_id::uuid,
-    expires_at = now() + make_interval(secs => @lease_seconds::float8)
-FROM async_commit
-WHERE l.ctid = (
-    SELECT f.ctid
+),
+free AS MATERIALIZED (
+    SELECT f.slot
     FROM wharf_outbox_leases f, endpoint
     WHERE f.endpoint_id = @endpoint_id::uuid
       AND f.slot < endpoint.max_in_flight
       AND f.expires_at <= now()
     ORDER BY f.expires_at
     LIMIT 1
-    FOR UPDATE OF f SKIP LOCKED)
-RETURNING l.slot;
+    FOR UPDATE OF f SKIP LOCKED
+),
+bucket AS MATERIALIZED (
+    SELECT b.endpoint_id, b.tat, e.rate,
+           GREATEST(now(), b.tat - make_interval(secs => (e.burst - 1) / e.rate)) AS due
+    FROM wharf_outbox_rate_buckets b, endpoint e, free
+    WHERE b.endpoint_id = @endpoint_id::uuid
+      AND e.rate > 0
+      AND NOT @reserved::boolean
+    FOR NO KEY UPDATE OF b
+),
+take AS (
+    UPDATE wharf_outbox_rate_buckets b
+    SET tat = GREATEST(k.tat, now()) + make_interval(secs => 1 / k.rate)
+    FROM bucket k
+    WHERE b.endpoint_id = k.endpoint_id
+      AND k.due <= now() + make_interval(secs => @horizon_seconds::float8)
+    RETURNING k.due
+),
+lease AS (
+    UPDATE wharf_outbox_leases l
+    SET delivery_id = @delivery_id::uuid,
+        expires_at = now() + make_interval(secs => @lease_seconds::float8)
+    WHERE l.endpoint_id = @endpoint_id::uuid
+      AND l.slot = (SELECT f.slot FROM free f)
+      AND (@reserved::boolean
+           OR (SELECT e.rate FROM endpoint e) = 0
+           OR (SELECT t.due FROM take t) <= now())
+    RETURNING l.slot
+)
+SELECT COALESCE((SELECT l.slot FROM lease l), -1)::int AS slot,
+       EXISTS (SELECT 1 FROM take)::boolean AS token_taken,
+       COALESCE((SELECT extract(epoch FROM k.due - now()) FROM bucket k), 0)::float8 AS token_due_in,
+       (NOT @reserved::boolean
+        AND COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
+        AND EXISTS (SELECT 1 FROM free)
+        AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
+FROM async_commit;
+
+-- name: OutboxRateTake :one
+-- OutboxLeaseAcquire's token alone, for an endpoint without a concurrency
+-- cap (or whose slot was taken by OutboxLeaseAcquireCounted): the same
+-- GCRA on the same bucket, with the same answers. No row in the bucket
+-- (bucket_missing) or no limit (rate_limited false) takes nothing.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
+    SELECT ep.rate_limit_per_second AS rate, ep.rate_limit_burst AS burst
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+),
+bucket AS MATERIALIZED (
+    SELECT b.endpoint_id, b.tat, e.rate,
+           GREATEST(now(), b.tat - make_interval(secs => (e.burst - 1) / e.rate)) AS due
+    FROM wharf_outbox_rate_buckets b, endpoint e
+    WHERE b.endpoint_id = @endpoint_id::uuid
+      AND e.rate > 0
+    FOR NO KEY UPDATE OF b
+),
+take AS (
+    UPDATE wharf_outbox_rate_buckets b
+    SET tat = GREATEST(k.tat, now()) + make_interval(secs => 1 / k.rate)
+    FROM bucket k
+    WHERE b.endpoint_id = k.endpoint_id
+      AND k.due <= now() + make_interval(secs => @horizon_seconds::float8)
+    RETURNING k.due
+)
+SELECT (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0)::boolean AS rate_limited,
+       EXISTS (SELECT 1 FROM take)::boolean AS token_taken,
+       COALESCE((SELECT extract(epoch FROM k.due - now()) FROM bucket k), 0)::float8 AS token_due_in,
+       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
+        AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
+FROM async_commit;
+
+-- name: OutboxRateBucketCreate :exec
+INSERT INTO wharf_outbox_rate_buckets (endpoint_id)
+SELECT ep.id FROM wharf_outbox_endpoints ep WHERE ep.id = @endpoint_id::uuid
+ON CONFLICT (endpoint_id) DO NOTHING;
+
+-- name: OutboxDeliveryReserveToken :execrows
+-- Stores on a delivery the token its job reserved (OutboxLeaseAcquire,
+-- OutboxRateTake), due due_in_seconds from now by the database's clock,
+-- while the delivery is unfinished and of the job's generation. Like the
+-- token, it commits without waiting for its WAL flush: a reservation lost
+-- to a crash is a token unused.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE wharf_outbox_deliveries
+SET rate_reserved_at = now() + make_interval(secs => @due_in_seconds::float8)
+FROM async_commit
+WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending', 'retrying');
+
+-- name: OutboxCircuitProbeClaim :one
+-- Makes the delivery the probe of an endpoint whose circuit is open and
+-- whose cool-down is over, or half-open with a probe that expired (its
+-- worker died): the circuit turns half-open and the probe is the
+-- delivery's until probe_seconds from now. Only one worker can: the
+-- update re-checks the row it locks. No row means another delivery probes,
+-- or the circuit closed meanwhile (closed is true: go ahead).
+UPDATE wharf_outbox_endpoints ep
+SET circuit_state = CASE WHEN ep.circuit_state = 'closed' THEN 'closed' ELSE 'half_open' END,
+    circuit_probe_delivery_id = CASE WHEN ep.circuit_state = 'closed' THEN NULL ELSE @delivery_id::uuid END,
+    circuit_probe_expires_at = CASE WHEN ep.circuit_state = 'closed' THEN NULL
+                                    ELSE now() + make_interval(secs => @probe_seconds::float8) END
+WHERE ep.id = @endpoint_id::uuid
+  AND (ep.circuit_state = 'closed'
+       OR (ep.circuit_state = 'open' AND ep.circuit_open_until <= now())
+       OR (ep.circuit_state = 'half_open' AND ep.circuit_probe_expires_at <= now()))
+RETURNING (ep.circuit_state = 'closed')::boolean AS closed;
+
+-- name: OutboxCircuitProbeRelease :exec
+-- Gives up a probe that was not sent (its worker stopping, its endpoint at
+-- its concurrency cap or rate limit): another delivery may probe at once.
+UPDATE wharf_outbox_endpoints
+SET circuit_probe_expires_at = '-infinity'
+WHERE id = @endpoint_id::uuid AND circuit_state = 'half_open' AND circuit_probe_delivery_id = @delivery_id::uuid;
 
 -- name: OutboxLeaseAcquireCounted :one
 -- OutboxLeaseAcquire for an endpoint whose cap was lowered while more
@@ -258,9 +397,16 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 --
 -- A failure disables the endpoint when gone (410) or when it has been
 -- failing since before disable_before (NULL: never), decided once in
--- endpoint. A success skips the endpoint write while nothing would change
--- but a last_success_at newer than stale_before, so that busy endpoints do
--- not serialise on their row. endpoint locks the row it decides on (FOR NO
+-- endpoint. A failure also opens the endpoint's circuit (circuit_threshold
+-- 0: never) when it makes circuit_threshold consecutive failures of a
+-- closed circuit, or when the circuit is half-open (the probe failed, or a
+-- request sent before the circuit opened did): open for cooldown_seconds,
+-- doubled per opening since the circuit was last closed, at most
+-- max_cooldown_seconds, by the database's clock. A success closes it.
+--
+-- A success skips the endpoint write while nothing would change but a
+-- last_success_at newer than stale_before, so that busy endpoints do not
+-- serialise on their row. endpoint locks the row it decides on (FOR NO
 -- KEY UPDATE returns its latest committed version), so the decision and
 -- the write see the same failure streak even when attempts of one endpoint
 -- finish together.
@@ -322,11 +468,21 @@ endpoint AS (
                OR (NOT @succeeded::boolean
                    AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE)
                AS disable,
-           CASE WHEN @gone::boolean THEN @gone_reason::text ELSE @failing_reason::text END AS reason
+           CASE WHEN @gone::boolean THEN @gone_reason::text ELSE @failing_reason::text END AS reason,
+           (NOT @succeeded::boolean
+            AND @circuit_threshold::int > 0
+            AND (ep.circuit_state = 'half_open'
+                 OR (ep.circuit_state = 'closed' AND ep.consecutive_failures + 1 >= @circuit_threshold::int)))
+               AS open_circuit,
+           ep.circuit_state <> 'closed' AS was_open,
+           now() + interval '1 second' * LEAST(
+               power(2, LEAST(ep.circuit_openings, 30)) * @cooldown_seconds::float8,
+               @max_cooldown_seconds::float8) AS open_until
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
       AND (NOT @succeeded::boolean
            OR ep.consecutive_failures > 0
+           OR ep.circuit_state <> 'closed'
            OR ep.last_success_at IS NULL
            OR ep.last_success_at < @stale_before::timestamptz)
     FOR NO KEY UPDATE
@@ -339,10 +495,27 @@ health AS (
         last_failure_at = CASE WHEN @succeeded::boolean THEN ep.last_failure_at ELSE @now::timestamptz END,
         enabled = ep.enabled AND NOT e.disable,
         disabled_reason = CASE WHEN e.disable THEN e.reason ELSE ep.disabled_reason END,
-        disabled_at = CASE WHEN e.disable THEN @now::timestamptz ELSE ep.disabled_at END
+        disabled_at = CASE WHEN e.disable THEN @now::timestamptz ELSE ep.disabled_at END,
+        circuit_state = CASE WHEN @succeeded::boolean THEN 'closed'
+                             WHEN e.open_circuit THEN 'open'
+                             ELSE ep.circuit_state END,
+        circuit_opened_at = CASE WHEN @succeeded::boolean THEN NULL
+                                 WHEN e.open_circuit THEN now()
+                                 ELSE ep.circuit_opened_at END,
+        circuit_open_until = CASE WHEN @succeeded::boolean THEN NULL
+                                  WHEN e.open_circuit THEN e.open_until
+                                  ELSE ep.circuit_open_until END,
+        circuit_openings = CASE WHEN @succeeded::boolean THEN 0
+                                WHEN e.open_circuit THEN ep.circuit_openings + 1
+                                ELSE ep.circuit_openings END,
+        circuit_probe_delivery_id = CASE WHEN @succeeded::boolean OR e.open_circuit THEN NULL
+                                         ELSE ep.circuit_probe_delivery_id END,
+        circuit_probe_expires_at = CASE WHEN @succeeded::boolean OR e.open_circuit THEN NULL
+                                        ELSE ep.circuit_probe_expires_at END
     FROM endpoint e
     WHERE ep.id = e.id
-    RETURNING e.disable, ep.disabled_reason
+    RETURNING e.disable, ep.disabled_reason, e.open_circuit, ep.circuit_openings,
+              (e.was_open AND @succeeded::boolean) AS close_circuit
 ),
 delivery AS (
     UPDATE wharf_outbox_deliveries d
@@ -352,6 +525,7 @@ delivery AS (
         last_error = @error::text,
         next_attempt_at = sqlc.narg('next_attempt_at')::timestamptz,
         succeeded_at = CASE WHEN @succeeded::boolean THEN @now::timestamptz ELSE d.succeeded_at END,
+        rate_reserved_at = NULL,
         updated_at = @now::timestamptz
     FROM current_delivery c
     WHERE d.id = c.id
@@ -359,7 +533,10 @@ delivery AS (
 )
 SELECT delivery.attempts,
        COALESCE((SELECT h.disable FROM health h), false)::boolean AS disabled_now,
-       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
+       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason,
+       COALESCE((SELECT h.open_circuit FROM health h), false)::boolean AS circuit_opened,
+       COALESCE((SELECT h.circuit_openings FROM health h), 0)::int AS circuit_openings,
+       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
 FROM delivery, async_commit;
 
 -- name: OutboxDeliveryMarkDead :execrows
@@ -396,7 +573,7 @@ LIMIT @max_rows::int;
 -- job of that generation). Returns the new generation.
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
-    generation = d.generation + 1
+    generation = d.generation + 1, rate_reserved_at = NULL
 FROM wharf_outbox_endpoints ep
 WHERE d.id = @id::uuid
   AND ep.id = d.endpoint_id
@@ -416,7 +593,7 @@ RETURNING d.generation;
 -- scrubbed stay dead.
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
-    generation = d.generation + 1
+    generation = d.generation + 1, rate_reserved_at = NULL
 WHERE d.endpoint_id = @endpoint_id::uuid
   AND d.status = 'dead'
   AND d.created_at >= @since::timestamptz
@@ -487,10 +664,12 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_ou
 -- name: OutboxGaugeByEndpoint :many
 -- The outbox's gauges per endpoint (every endpoint, 0 when it has none),
 -- from the partial index of unfinished deliveries (never the delivered
--- ones): deliveries to attempt or retry, and dead ones.
+-- ones): deliveries to attempt or retry, and dead ones; and whether the
+-- endpoint's circuit is open or half-open.
 SELECT ep.id AS endpoint_id,
        count(d.id) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
-       count(d.id) FILTER (WHERE d.status = 'dead')::bigint AS dead
+       count(d.id) FILTER (WHERE d.status = 'dead')::bigint AS dead,
+       (ep.circuit_state <> 'closed')::boolean AS circuit_open
 FROM wharf_outbox_endpoints ep
 LEFT JOIN wharf_outbox_deliveries d ON d.endpoint_id = ep.id AND d.status <> 'succeeded'
 GROUP BY ep.id;

@@ -96,6 +96,7 @@ type WharfOutboxDelivery struct {
 	UpdatedAt      time.Time
 	SucceededAt    *time.Time
 	Generation     int32
+	RateReservedAt *time.Time
 }
 
 type WharfOutboxEndpoint struct {
@@ -121,6 +122,14 @@ type WharfOutboxEndpoint struct {
 	UpdatedAt               time.Time
 	Headers                 json.RawMessage
 	Auth                    json.RawMessage
+	RateLimitPerSecond      float64
+	RateLimitBurst          int32
+	CircuitState            string
+	CircuitOpenedAt         *time.Time
+	CircuitOpenUntil        *time.Time
+	CircuitOpenings         int32
+	CircuitProbeDeliveryID  *uuid.UUID
+	CircuitProbeExpiresAt   *time.Time
 }
 
 type WharfOutboxEvent struct {
@@ -139,6 +148,11 @@ type WharfOutboxLease struct {
 	Slot       int32
 	DeliveryID *uuid.UUID
 	ExpiresAt  time.Time
+}
+
+type WharfOutboxRateBucket struct {
+	EndpointID uuid.UUID
+	Tat        time.Time
 }
 
 type WharfPartitionDrop struct {
