@@ -185,6 +185,14 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return o.snooze(ctx, adm.reason, adm.wait)
 	}
 	slot := adm.slot
+	if err := awaitToken(ctx, adm.sleep); err != nil {
+		// The client is stopping: River makes the job available again.
+		o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
+		if probe {
+			o.releaseProbe(context.WithoutCancel(ctx), &row)
+		}
+		return err
+	}
 	if probe {
 		log = log.With("circuit_probe", true)
 		log.InfoContext(ctx, "outbox: probing the endpoint, whose circuit is half-open")

@@ -27,11 +27,11 @@ const acquireTries = 3
 
 // acquireLease takes one of the endpoint's MaxInFlight slots for a
 // delivery, for as long as its attempt may take, and for a rate-limited
-// endpoint a token of its rate limit with it (unless reserved: the
-// delivery holds one already). It admits with the slot, with noLease when
-// the endpoint's cap was lifted meanwhile, or says how long to wait: the
-// endpoint has as many live leases as its cap (or was deleted), or its
-// token is not due yet.
+// endpoint a token of its rate limit with it (queued: the delivery's turn
+// for one has come). It admits with the slot, with noLease when the
+// endpoint's cap was lifted meanwhile, or says how long to wait: the
+// endpoint has as many live leases as its cap (or was deleted), or no
+// token is due.
 //
 // The cap holds across processes because a slot is a row that one worker at
 // a time can take (FOR UPDATE SKIP LOCKED: workers never queue behind one
@@ -47,22 +47,25 @@ const acquireTries = 3
 // OutboxLeaseAcquireCounted, which counts every live lease, one worker at
 // a time, so no request starts while the new cap's worth are in flight.
 func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow,
-	timeout time.Duration, reserved bool,
+	timeout time.Duration, queued bool,
 ) (admission, error) {
-	leaseSeconds := (timeout + leaseGrace).Seconds()
-	busy := deferred(deferConcurrency, o.retries.capped(snoozeCount(job)))
+	lease := timeout + leaseGrace
+	if row.RateLimitPerSecond > 0 {
+		lease += rateMaxSleep // the slot is held while the token is awaited
+	}
 	for range acquireTries {
 		res, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
-			Reserved: reserved, EndpointID: row.EndpointID, HorizonSeconds: rateHorizon.Seconds(),
-			DeliveryID: row.ID, LeaseSeconds: leaseSeconds,
+			EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(), Queued: queued,
+			MaxSleepSeconds: rateMaxSleep.Seconds(), MaxSleepers: rateMaxSleepers, HorizonSeconds: rateHorizon.Seconds(),
 		})
 		switch {
 		case err != nil:
 			return admission{}, err
-		case res.Slot != noLease:
-			return admitted(res.Slot), nil
-		case res.TokenTaken || res.TokenDueIn > 0:
-			return o.tokenAnswer(ctx, row, noLease, res.TokenTaken, res.TokenDueIn)
+		case res.Slot != noLease || (res.SlotFree && res.RateLimited && !res.BucketMissing):
+			return o.tokenAnswer(ctx, row, &rateTake{
+				slot: res.Slot, rateLimited: res.RateLimited, tokenGranted: res.TokenGranted,
+				ticketed: res.Ticketed, wait: seconds(res.WaitSeconds),
+			})
 		case res.BucketMissing:
 			if err := o.queries.OutboxRateBucketCreate(ctx, row.EndpointID); err != nil {
 				return admission{}, err
@@ -72,7 +75,7 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 		count, err := o.queries.OutboxLeaseCount(ctx, row.EndpointID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Deleted with its deliveries: the job's next run ends it.
-			return busy, nil
+			return o.busy(job), nil
 		}
 		if err != nil {
 			return admission{}, err
@@ -80,12 +83,9 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 		switch {
 		case count.MaxInFlight == 0:
 			// The cap was lifted since the delivery was loaded.
-			if reserved {
-				return admitted(noLease), nil
-			}
-			return o.takeToken(ctx, row)
+			return o.takeToken(ctx, row, queued, false)
 		case count.Held >= int64(count.MaxInFlight):
-			return busy, nil
+			return o.atCap(ctx, job, row, queued)
 		case count.Slots < int64(count.MaxInFlight):
 			// First use of the endpoint, or its cap was raised.
 			err := o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{
@@ -95,36 +95,57 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 				return admission{}, err
 			}
 		case count.HeldAbove > 0:
-			return o.acquireCounted(ctx, row, leaseSeconds, reserved, busy)
+			return o.acquireCounted(ctx, job, row, lease.Seconds(), queued)
 		}
 	}
-	return busy, nil
+	return o.atCap(ctx, job, row, queued)
+}
+
+// busy is the admission of a delivery whose endpoint is at its cap: a
+// snooze of BusyRetryDelay doubled per earlier snooze of its job.
+func (o *Outbox) busy(job *river.Job[DeliveryArgs]) admission {
+	return deferred(deferConcurrency, o.retries.capped(snoozeCount(job)))
+}
+
+// atCap is the admission of a delivery whose endpoint is at its cap. A
+// rate-limited endpoint's delivery waits for its turn for a token (at
+// least BusyRetryDelay), so that its backlog comes back at the limit's
+// pace; any other polls less often the longer it waits (busy).
+func (o *Outbox) atCap(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow, queued bool) (admission, error) {
+	if row.RateLimitPerSecond == 0 {
+		return o.busy(job), nil
+	}
+	a, err := o.takeToken(ctx, row, queued, true)
+	if err != nil || a.wait == 0 {
+		// No limit any more: as any other endpoint.
+		return o.busy(job), err
+	}
+	a.wait, a.reason = max(a.wait, o.retries.busy()), deferConcurrency
+	return a, nil
 }
 
 // acquireCounted takes a slot with OutboxLeaseAcquireCounted, then a
-// token, unless the delivery holds one (takeToken admits at once when the
-// endpoint has no rate limit): the slot is given back when the token is
-// not due now.
-func (o *Outbox) acquireCounted(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, leaseSeconds float64,
-	reserved bool, busy admission,
+// token (takeToken admits at once when the endpoint has no rate limit):
+// the slot is given back when no token is due soon.
+func (o *Outbox) acquireCounted(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow,
+	leaseSeconds float64, queued bool,
 ) (admission, error) {
 	slot, err := o.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{
 		EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: leaseSeconds,
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return busy, nil
+		return o.atCap(ctx, job, row, queued)
 	case err != nil:
 		return admission{}, err
-	case reserved:
-		return admitted(slot), nil
 	}
-	token, err := o.takeToken(ctx, row)
+	token, err := o.takeToken(ctx, row, queued, false)
 	if err != nil || token.wait > 0 {
 		o.releaseLease(ctx, row.EndpointID, row.ID, slot)
 		return token, err
 	}
-	return admitted(slot), nil
+	token.slot = slot
+	return token, nil
 }
 
 // releaseLease frees a slot outside an attempt's recording (which frees it

@@ -63,30 +63,36 @@ func rateLimitFromRow(perSecond float64, burst int32) *RateLimit {
 
 // How deliveries wait for tokens.
 const (
-	// rateHorizon bounds how far ahead a delivery reserves a token: one
-	// whose token would be due later takes none and asks again (at most a
-	// minute later), so that a large backlog does not book the endpoint
-	// for hours, and a changed limit, a replay or a deleted delivery
-	// leaves at most this much booked.
+	// rateMaxSleep bounds how long a delivery waits in its worker for a
+	// token: one due within it is taken at once, and the worker sleeps
+	// until it is due, holding its concurrency slot, then sends on time.
+	// A snoozed job comes back a few hundred milliseconds late (River
+	// records a snooze up to 250 ms after it, and finds the job at its
+	// next fetch), late enough to waste tokens; sleeping keeps a limited
+	// endpoint at its rate.
+	rateMaxSleep = time.Second
+	// rateMaxSleepers bounds the same wait to this many tokens' time, so
+	// that at high rates at most about this many workers of a process
+	// sleep for one endpoint.
+	rateMaxSleepers = 20
+	// rateHorizon bounds the queue of deliveries waiting for tokens: one
+	// whose turn would come later gets none and asks again (at most a
+	// minute later), so that a large backlog does not queue for hours, and
+	// a turn left unused (its delivery replayed or deleted, the limit
+	// raised) holds others back for at most this long.
 	rateHorizon = time.Minute
 	// ratePromptSnooze is the longest snooze River ends on time: it makes
 	// a job snoozed for up to its scheduler's interval (5 s) available at
 	// once, due at the snooze's end, where a longer snooze waits for the
-	// scheduler's next run, up to 5 s late. A delivery whose token is due
+	// scheduler's next run, up to 5 s late. A delivery whose turn comes
 	// later first snoozes until this long before it, then exactly.
 	ratePromptSnooze = 4500 * time.Millisecond
-	// rateReservationGrace is how long after its time a reserved token is
-	// still used: a delivery that River woke later (its fetch poll, busy
-	// workers) sends on it, one kept waiting longer (the concurrency cap,
-	// the circuit, its ordering key) takes a new one, so that late
-	// deliveries cannot bunch up beyond the limit.
-	rateReservationGrace = 2 * time.Second
 )
 
-// tokenWake returns how long to snooze a delivery whose reserved token is
-// due in d: d when River ends such a snooze on time, else d less
-// ratePromptSnooze, after which the delivery snoozes the rest exactly.
-func tokenWake(d time.Duration) time.Duration {
+// turnWake returns how long to snooze a delivery whose turn comes in d: d
+// when River ends such a snooze on time, else d less ratePromptSnooze,
+// after which the delivery snoozes the rest exactly.
+func turnWake(d time.Duration) time.Duration {
 	if d <= ratePromptSnooze {
 		return max(d, 0)
 	}
@@ -96,64 +102,79 @@ func tokenWake(d time.Duration) time.Duration {
 // seconds converts a number of seconds from the database to a duration.
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// reservation reads the token a delivery reserved: due now (or within
-// rateReservationGrace ago), reported as held, or due later, reported as
-// how long to snooze first. A reservation older than the grace is ignored.
-func reservation(row *dbsqlc.OutboxDeliveryGetForWorkRow) (held bool, early time.Duration) {
-	if row.RateReservedAt == nil {
+// turn reads a delivery's turn for a token: queued when it has come (the
+// delivery then goes before those that have not waited), else how long to
+// snooze first when it is more than rateMaxSleep away.
+func turn(row *dbsqlc.OutboxDeliveryGetForWorkRow) (queued bool, early time.Duration) {
+	if row.ThrottledUntil == nil {
 		return false, 0
 	}
-	in := row.RateReservedAt.Sub(row.DbNow)
-	switch {
-	case in > 0:
-		return false, tokenWake(in)
-	case in >= -rateReservationGrace:
-		return true, 0
+	if in := row.ThrottledUntil.Sub(row.DbNow); in > rateMaxSleep {
+		return false, turnWake(in)
 	}
-	return false, 0
+	return true, 0
+}
+
+// rateTake is an answer of OutboxLeaseAcquire or OutboxRateTake.
+type rateTake struct {
+	slot          int32
+	rateLimited   bool
+	tokenGranted  bool
+	ticketed      bool
+	wait          time.Duration
+	bucketMissing bool
 }
 
 // takeToken takes a token of the endpoint's rate limit for a delivery that
-// takes no concurrency slot (its endpoint has no cap, or the slot was taken
-// by OutboxLeaseAcquireCounted): admitted when one is due now or the
-// endpoint has no limit (any more), else how long to wait.
-func (o *Outbox) takeToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow) (admission, error) {
+// takes no concurrency slot (its endpoint has no cap, or its slot came
+// from OutboxLeaseAcquireCounted): admitted when one is due soon (wait
+// for it in the worker) or the endpoint has no limit (any more), else a
+// turn to snooze until. With turnOnly it takes no token: the delivery
+// waits for its turn whatever (its endpoint is at its cap).
+func (o *Outbox) takeToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, queued, turnOnly bool) (admission, error) {
 	for range acquireTries {
 		res, err := o.queries.OutboxRateTake(ctx, dbsqlc.OutboxRateTakeParams{
-			EndpointID: row.EndpointID, HorizonSeconds: rateHorizon.Seconds(),
+			EndpointID: row.EndpointID, MaxSleepSeconds: rateMaxSleep.Seconds(), MaxSleepers: rateMaxSleepers,
+			TurnOnly: turnOnly, Queued: queued, HorizonSeconds: rateHorizon.Seconds(),
 		})
-		switch {
-		case err != nil:
+		if err != nil {
 			return admission{}, err
-		case !res.RateLimited:
-			return admitted(noLease), nil
-		case res.BucketMissing:
+		}
+		if res.BucketMissing {
 			if err := o.queries.OutboxRateBucketCreate(ctx, row.EndpointID); err != nil {
 				return admission{}, err
 			}
 			continue
 		}
-		return o.tokenAnswer(ctx, row, noLease, res.TokenTaken, res.TokenDueIn)
+		return o.tokenAnswer(ctx, row, &rateTake{
+			slot: noLease, rateLimited: res.RateLimited, tokenGranted: res.TokenGranted,
+			ticketed: res.Ticketed, wait: seconds(res.WaitSeconds),
+		})
 	}
 	return deferred(deferRateLimit, o.retries.busy()), nil
 }
 
 // tokenAnswer turns a token statement's answer into an admission: a token
-// due now admits (with slot), one reserved for later is stored on the
-// delivery and waited for, and one beyond rateHorizon is asked for again
-// later.
-func (o *Outbox) tokenAnswer(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, taken bool, dueIn float64) (admission, error) {
+// taken admits (with the slot taken with it, and the wait until it is
+// due), a turn is stored on the delivery and snoozed until, and a turn
+// beyond rateHorizon is asked for again later. An endpoint without a limit
+// admits.
+func (o *Outbox) tokenAnswer(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, res *rateTake) (admission, error) {
 	switch {
-	case taken && dueIn <= 0:
-		return admitted(slot), nil
-	case taken:
-		_, err := o.queries.OutboxDeliveryReserveToken(ctx, dbsqlc.OutboxDeliveryReserveTokenParams{
-			DueInSeconds: dueIn, ID: row.ID, Generation: row.Generation,
+	case !res.rateLimited:
+		return admitted(res.slot), nil
+	case res.tokenGranted:
+		a := admitted(res.slot)
+		a.sleep = max(res.wait, 0)
+		return a, nil
+	case res.ticketed:
+		_, err := o.queries.OutboxDeliveryThrottle(ctx, dbsqlc.OutboxDeliveryThrottleParams{
+			TurnInSeconds: res.wait.Seconds(), ID: row.ID, Generation: row.Generation,
 		})
 		if err != nil {
-			return admission{}, fmt.Errorf("store the token reserved: %w", err)
+			return admission{}, fmt.Errorf("store the delivery's turn: %w", err)
 		}
-		return deferred(deferRateLimit, tokenWake(seconds(dueIn))), nil
+		return deferred(deferRateLimit, turnWake(res.wait)), nil
 	}
-	return deferred(deferRateLimit, o.retries.beyondHorizon(seconds(dueIn)-rateHorizon)), nil
+	return deferred(deferRateLimit, o.retries.beyondHorizon(res.wait-rateHorizon)), nil
 }

@@ -24,7 +24,14 @@ ORDER BY created_at, id
 LIMIT @max_rows::int;
 
 -- name: OutboxEndpointUpdate :one
--- NULL parameters leave their column unchanged.
+-- NULL parameters leave their column unchanged. A new rate limit empties
+-- the queue of deliveries waiting for its tokens (they keep their turns,
+-- taken at the old rate; others need not queue behind them).
+WITH requeue AS (
+    UPDATE wharf_outbox_rate_buckets
+    SET queued_until = '-infinity'
+    WHERE endpoint_id = @id::uuid AND sqlc.narg('rate_limit_per_second')::float8 IS NOT NULL
+)
 UPDATE wharf_outbox_endpoints
 SET url = COALESCE(sqlc.narg('url')::text, url),
     description = COALESCE(sqlc.narg('description')::text, description),
@@ -126,7 +133,7 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
 -- clock, which the circuit's and the rate limit's times are set by: waits
 -- are measured against it, never a node's clock.
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts, d.generation, d.rate_reserved_at,
+       d.status, d.attempts, d.generation, d.throttled_until,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
@@ -154,31 +161,40 @@ LIMIT 1;
 -- name: OutboxLeaseAcquire :one
 -- Takes a free slot under the endpoint's cap (the one free longest) that no
 -- other worker is taking at this moment, for lease_seconds, and for a
--- rate-limited endpoint a token from its bucket with it: a slot only with
--- a token due now, a token only with a free slot. slot is -1 when no slot
--- was taken: every slot is held, locked by another worker or not created
--- yet, or a live lease holds a slot at or above the cap (the cap was
--- lowered while it was in flight, and OutboxLeaseAcquireCounted must count
--- it), or the token is not due yet. The cap and the limit are read here,
--- not passed in, so that a delivery loaded before they changed still obeys
--- the new ones. Lease and token times are the database's clock, never a
--- node's, so that nodes whose clocks disagree still agree on which leases
--- have expired and when a token is due: now(), the start of this
--- statement's own transaction (run it outside any other), which unlike
--- clock_timestamp() can bound the index scan. It commits without waiting
--- for its WAL flush: a lease or a token lost to a Postgres crash only lets
--- one more request go for a while.
+-- rate-limited endpoint a token of its rate limit with it: a slot only with
+-- a token, a token only with a slot. slot is -1 when no slot was taken:
+-- every slot is held, locked by another worker or not created yet, or a
+-- live lease holds a slot at or above the cap (the cap was lowered while it
+-- was in flight, and OutboxLeaseAcquireCounted must count it), or no token
+-- is due. The cap and the limit are read here, not passed in, so that a
+-- delivery loaded before they changed still obeys the new ones. Lease and
+-- token times are the database's clock, never a node's, so that nodes
+-- whose clocks disagree still agree on which leases have expired and when
+-- a token is due: now(), the start of this statement's own transaction
+-- (run it outside any other), which unlike clock_timestamp() can bound the
+-- index scan. It commits without waiting for its WAL flush: a lease or a
+-- token lost to a Postgres crash only lets one more request go for a
+-- while.
 --
--- The token: the endpoint's bucket row is locked (concurrent takes of one
--- endpoint queue for it; lock order: slot, then bucket, and no statement
--- holding a bucket row waits for anything else) and the GCRA decides the
--- earliest time due at which one more request conforms to the limit. A due
--- now takes the token and the slot. A due later, within horizon_seconds,
--- reserves it (token_taken, no slot): the caller stores the reservation on
--- the delivery and snoozes until due, when it comes back with reserved set
--- and takes a slot alone. A due beyond the horizon takes nothing; the
--- caller waits and asks again. bucket_missing: the endpoint is limited but
--- its bucket row does not exist yet (OutboxRateBucketCreate, then again).
+-- The token, when a slot is free: the endpoint's bucket row is locked
+-- (concurrent takes of one endpoint queue for it: lock order slot, then
+-- bucket, and no statement holding a bucket row waits for another lock)
+-- and the GCRA gives the time due at which one more request conforms to
+-- the limit. Its clock is clock_timestamp() as the row is locked (a
+-- locked row is read again once its lock is granted), not now(): a take
+-- that waited for the lock must not be granted a token as of before its
+-- wait, which would let its request go closer to the previous one than
+-- the limit allows. A token due within max_sleep_seconds (and max_sleepers tokens'
+-- time: fewer at high rates) is taken with the slot (token_granted,
+-- wait_seconds until it is due: the caller waits that long in the worker,
+-- then sends). Only deliveries that waited their turn (queued) take one
+-- while others wait (queued_until is ahead): a delivery that has not
+-- waited goes to the back of the queue. A delivery that gets no token gets
+-- a turn instead (ticketed, in wait_seconds; the caller stores it and
+-- snoozes until then), one token after the last, unless that is beyond
+-- horizon_seconds: then nothing changes and the caller asks again later.
+-- bucket_missing: the endpoint is limited but has no bucket row yet
+-- (OutboxRateBucketCreate, then again).
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
@@ -203,21 +219,28 @@ free AS MATERIALIZED (
     FOR UPDATE OF f SKIP LOCKED
 ),
 bucket AS MATERIALIZED (
-    SELECT b.endpoint_id, b.tat, e.rate,
-           GREATEST(now(), b.tat - make_interval(secs => (e.burst - 1) / e.rate)) AS due
+    SELECT b.endpoint_id, b.tat, b.queued_until, clock_timestamp() AS at,
+           interval '1 second' / e.rate AS spacing,
+           GREATEST(clock_timestamp(), b.tat - interval '1 second' * ((e.burst - 1) / e.rate)) AS due,
+           clock_timestamp() + interval '1 second' * LEAST(@max_sleep_seconds::float8, sqlc.arg(max_sleepers)::float8 / e.rate) AS sleep_until
     FROM wharf_outbox_rate_buckets b, endpoint e, free
-    WHERE b.endpoint_id = @endpoint_id::uuid
-      AND e.rate > 0
-      AND NOT @reserved::boolean
+    WHERE b.endpoint_id = @endpoint_id::uuid AND e.rate > 0
     FOR NO KEY UPDATE OF b
+),
+decision AS (
+    SELECT k.endpoint_id, k.tat, k.queued_until, k.at, k.spacing, k.due,
+           ((@queued::boolean OR k.queued_until <= k.at) AND k.due <= k.sleep_until) AS granted,
+           GREATEST(k.queued_until, k.due) AS turn
+    FROM bucket k
 ),
 take AS (
     UPDATE wharf_outbox_rate_buckets b
-    SET tat = GREATEST(k.tat, now()) + make_interval(secs => 1 / k.rate)
-    FROM bucket k
-    WHERE b.endpoint_id = k.endpoint_id
-      AND k.due <= now() + make_interval(secs => @horizon_seconds::float8)
-    RETURNING k.due
+    SET tat = CASE WHEN d.granted THEN GREATEST(d.tat, d.at) + d.spacing ELSE d.tat END,
+        queued_until = CASE WHEN d.granted THEN d.queued_until ELSE d.turn + d.spacing END
+    FROM decision d
+    WHERE b.endpoint_id = d.endpoint_id
+      AND (d.granted OR d.turn <= d.at + interval '1 second' * @horizon_seconds::float8)
+    RETURNING d.granted
 ),
 lease AS (
     UPDATE wharf_outbox_leases l
@@ -225,25 +248,28 @@ lease AS (
         expires_at = now() + make_interval(secs => @lease_seconds::float8)
     WHERE l.endpoint_id = @endpoint_id::uuid
       AND l.slot = (SELECT f.slot FROM free f)
-      AND (@reserved::boolean
-           OR (SELECT e.rate FROM endpoint e) = 0
-           OR (SELECT t.due FROM take t) <= now())
+      AND ((SELECT e.rate FROM endpoint e) = 0 OR (SELECT t.granted FROM take t))
     RETURNING l.slot
 )
 SELECT COALESCE((SELECT l.slot FROM lease l), -1)::int AS slot,
-       EXISTS (SELECT 1 FROM take)::boolean AS token_taken,
-       COALESCE((SELECT extract(epoch FROM k.due - now()) FROM bucket k), 0)::float8 AS token_due_in,
-       (NOT @reserved::boolean
-        AND COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
+       EXISTS (SELECT 1 FROM free)::boolean AS slot_free,
+       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0)::boolean AS rate_limited,
+       COALESCE((SELECT t.granted FROM take t), false)::boolean AS token_granted,
+       EXISTS (SELECT 1 FROM take t WHERE NOT t.granted)::boolean AS ticketed,
+       COALESCE((SELECT extract(epoch FROM (CASE WHEN d.granted THEN d.due ELSE d.turn END) - d.at)
+                 FROM decision d), 0)::float8 AS wait_seconds,
+       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
         AND EXISTS (SELECT 1 FROM free)
         AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
 FROM async_commit;
 
 -- name: OutboxRateTake :one
 -- OutboxLeaseAcquire's token alone, for an endpoint without a concurrency
--- cap (or whose slot was taken by OutboxLeaseAcquireCounted): the same
--- GCRA on the same bucket, with the same answers. No row in the bucket
--- (bucket_missing) or no limit (rate_limited false) takes nothing.
+-- cap (or whose slot OutboxLeaseAcquireCounted took): the same GCRA on the
+-- same bucket, with the same answers. With turn_only it takes no token and
+-- only gives the delivery a turn: one of a capped endpoint at its cap
+-- comes back when a token would be its, rather than polling. No limit
+-- (rate_limited false) or no bucket row (bucket_missing) changes nothing.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
@@ -253,24 +279,34 @@ endpoint AS MATERIALIZED (
     WHERE ep.id = @endpoint_id::uuid
 ),
 bucket AS MATERIALIZED (
-    SELECT b.endpoint_id, b.tat, e.rate,
-           GREATEST(now(), b.tat - make_interval(secs => (e.burst - 1) / e.rate)) AS due
+    SELECT b.endpoint_id, b.tat, b.queued_until, clock_timestamp() AS at,
+           interval '1 second' / e.rate AS spacing,
+           GREATEST(clock_timestamp(), b.tat - interval '1 second' * ((e.burst - 1) / e.rate)) AS due,
+           clock_timestamp() + interval '1 second' * LEAST(@max_sleep_seconds::float8, sqlc.arg(max_sleepers)::float8 / e.rate) AS sleep_until
     FROM wharf_outbox_rate_buckets b, endpoint e
-    WHERE b.endpoint_id = @endpoint_id::uuid
-      AND e.rate > 0
+    WHERE b.endpoint_id = @endpoint_id::uuid AND e.rate > 0
     FOR NO KEY UPDATE OF b
+),
+decision AS (
+    SELECT k.endpoint_id, k.tat, k.queued_until, k.at, k.spacing, k.due,
+           (NOT @turn_only::boolean AND (@queued::boolean OR k.queued_until <= k.at) AND k.due <= k.sleep_until) AS granted,
+           GREATEST(k.queued_until, k.due) AS turn
+    FROM bucket k
 ),
 take AS (
     UPDATE wharf_outbox_rate_buckets b
-    SET tat = GREATEST(k.tat, now()) + make_interval(secs => 1 / k.rate)
-    FROM bucket k
-    WHERE b.endpoint_id = k.endpoint_id
-      AND k.due <= now() + make_interval(secs => @horizon_seconds::float8)
-    RETURNING k.due
+    SET tat = CASE WHEN d.granted THEN GREATEST(d.tat, d.at) + d.spacing ELSE d.tat END,
+        queued_until = CASE WHEN d.granted THEN d.queued_until ELSE d.turn + d.spacing END
+    FROM decision d
+    WHERE b.endpoint_id = d.endpoint_id
+      AND (d.granted OR d.turn <= d.at + interval '1 second' * @horizon_seconds::float8)
+    RETURNING d.granted
 )
 SELECT (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0)::boolean AS rate_limited,
-       EXISTS (SELECT 1 FROM take)::boolean AS token_taken,
-       COALESCE((SELECT extract(epoch FROM k.due - now()) FROM bucket k), 0)::float8 AS token_due_in,
+       COALESCE((SELECT t.granted FROM take t), false)::boolean AS token_granted,
+       EXISTS (SELECT 1 FROM take t WHERE NOT t.granted)::boolean AS ticketed,
+       COALESCE((SELECT extract(epoch FROM (CASE WHEN d.granted THEN d.due ELSE d.turn END) - d.at)
+                 FROM decision d), 0)::float8 AS wait_seconds,
        (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
         AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
 FROM async_commit;
@@ -280,17 +316,17 @@ INSERT INTO wharf_outbox_rate_buckets (endpoint_id)
 SELECT ep.id FROM wharf_outbox_endpoints ep WHERE ep.id = @endpoint_id::uuid
 ON CONFLICT (endpoint_id) DO NOTHING;
 
--- name: OutboxDeliveryReserveToken :execrows
--- Stores on a delivery the token its job reserved (OutboxLeaseAcquire,
--- OutboxRateTake), due due_in_seconds from now by the database's clock,
+-- name: OutboxDeliveryThrottle :execrows
+-- Stores a delivery's turn for a rate limit token (OutboxLeaseAcquire,
+-- OutboxRateTake), due turn_in_seconds from now by the database's clock,
 -- while the delivery is unfinished and of the job's generation. Like the
--- token, it commits without waiting for its WAL flush: a reservation lost
--- to a crash is a token unused.
+-- turn, it commits without waiting for its WAL flush: a turn lost to a
+-- crash only loses the delivery its place in the queue.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
 UPDATE wharf_outbox_deliveries
-SET rate_reserved_at = now() + make_interval(secs => @due_in_seconds::float8)
+SET throttled_until = now() + make_interval(secs => @turn_in_seconds::float8)
 FROM async_commit
 WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending', 'retrying');
 
@@ -525,7 +561,7 @@ delivery AS (
         last_error = @error::text,
         next_attempt_at = sqlc.narg('next_attempt_at')::timestamptz,
         succeeded_at = CASE WHEN @succeeded::boolean THEN @now::timestamptz ELSE d.succeeded_at END,
-        rate_reserved_at = NULL,
+        throttled_until = NULL,
         updated_at = @now::timestamptz
     FROM current_delivery c
     WHERE d.id = c.id
@@ -573,7 +609,7 @@ LIMIT @max_rows::int;
 -- job of that generation). Returns the new generation.
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
-    generation = d.generation + 1, rate_reserved_at = NULL
+    generation = d.generation + 1, throttled_until = NULL
 FROM wharf_outbox_endpoints ep
 WHERE d.id = @id::uuid
   AND ep.id = d.endpoint_id
@@ -593,7 +629,7 @@ RETURNING d.generation;
 -- scrubbed stay dead.
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
-    generation = d.generation + 1, rate_reserved_at = NULL
+    generation = d.generation + 1, throttled_until = NULL
 WHERE d.endpoint_id = @endpoint_id::uuid
   AND d.status = 'dead'
   AND d.created_at >= @since::timestamptz

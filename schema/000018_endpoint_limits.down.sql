@@ -1,4 +1,4 @@
-ALTER TABLE wharf_outbox_deliveries DROP COLUMN rate_reserved_at;
+ALTER TABLE wharf_outbox_deliveries DROP COLUMN throttled_until;
 DROP TABLE wharf_outbox_rate_buckets;
 ALTER TABLE wharf_outbox_endpoints
     DROP CONSTRAINT wharf_outbox_endpoints_circuit_state,

@@ -28,16 +28,23 @@ ALTER TABLE wharf_outbox_endpoints
 
 -- The rate limit's state, one row per rate-limited endpoint (created on
 -- first use), apart from the endpoint's row so that taking a token never
--- waits for (or blocks) the endpoint's health writes. It is a GCRA token
--- bucket: tat, the "theoretical arrival time", is when the bucket will be
--- full again; a request conforms at the earliest time t where
--- tat - t <= (burst - 1) / rate, and pushes tat on by 1 / rate. Its
--- constant size makes taking a token one small HOT update.
+-- waits for (or blocks) the endpoint's health writes; its constant size
+-- makes each take one small HOT update.
+--
+-- tat: the bucket as a GCRA "theoretical arrival time": a request conforms
+-- at the earliest time t where tat - t <= (burst - 1) / rate, and pushes
+-- tat on by 1 / rate.
+-- queued_until: the end of the queue of deliveries waiting for tokens. A
+-- delivery that must wait gets the turn max(queued_until, its token's due
+-- time) and pushes queued_until on by 1 / rate, so that waiting
+-- deliveries come back one token apart instead of all at once.
 CREATE TABLE wharf_outbox_rate_buckets (
-    endpoint_id uuid        PRIMARY KEY REFERENCES wharf_outbox_endpoints (id) ON DELETE CASCADE,
-    tat         timestamptz NOT NULL DEFAULT '-infinity'
+    endpoint_id  uuid        PRIMARY KEY REFERENCES wharf_outbox_endpoints (id) ON DELETE CASCADE,
+    tat          timestamptz NOT NULL DEFAULT '-infinity',
+    queued_until timestamptz NOT NULL DEFAULT '-infinity'
 );
 
--- A delivery that took a token due later than now (a reservation) snoozes
--- until then and sends on it without taking another. NULL: none.
-ALTER TABLE wharf_outbox_deliveries ADD COLUMN rate_reserved_at timestamptz;
+-- A delivery waiting for a rate limit token: when its turn comes (its job
+-- is snoozed until then, and then goes before deliveries that have not
+-- waited). NULL: not waiting.
+ALTER TABLE wharf_outbox_deliveries ADD COLUMN throttled_until timestamptz;

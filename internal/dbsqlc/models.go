@@ -96,7 +96,7 @@ type WharfOutboxDelivery struct {
 	UpdatedAt      time.Time
 	SucceededAt    *time.Time
 	Generation     int32
-	RateReservedAt *time.Time
+	ThrottledUntil *time.Time
 }
 
 type WharfOutboxEndpoint struct {
@@ -151,8 +151,9 @@ type WharfOutboxLease struct {
 }
 
 type WharfOutboxRateBucket struct {
-	EndpointID uuid.UUID
-	Tat        time.Time
+	EndpointID  uuid.UUID
+	Tat         time.Time
+	QueuedUntil time.Time
 }
 
 type WharfPartitionDrop struct {

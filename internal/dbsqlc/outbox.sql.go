@@ -150,7 +150,7 @@ delivery AS (
         last_error = $10::text,
         next_attempt_at = $23::timestamptz,
         succeeded_at = CASE WHEN $6::boolean THEN $14::timestamptz ELSE d.succeeded_at END,
-        rate_reserved_at = NULL,
+        throttled_until = NULL,
         updated_at = $14::timestamptz
     FROM current_delivery c
     WHERE d.id = c.id
@@ -364,7 +364,7 @@ func (q *Queries) OutboxDeliveryEarlierPending(ctx context.Context, arg OutboxDe
 }
 
 const outboxDeliveryGet = `-- name: OutboxDeliveryGet :one
-SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at, generation, rate_reserved_at FROM wharf_outbox_deliveries WHERE id = $1::uuid
+SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at, generation, throttled_until FROM wharf_outbox_deliveries WHERE id = $1::uuid
 `
 
 func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (WharfOutboxDelivery, error) {
@@ -386,14 +386,14 @@ func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (WharfOut
 		&i.UpdatedAt,
 		&i.SucceededAt,
 		&i.Generation,
-		&i.RateReservedAt,
+		&i.ThrottledUntil,
 	)
 	return i, err
 }
 
 const outboxDeliveryGetForWork = `-- name: OutboxDeliveryGetForWork :one
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts, d.generation, d.rate_reserved_at,
+       d.status, d.attempts, d.generation, d.throttled_until,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
@@ -416,7 +416,7 @@ type OutboxDeliveryGetForWorkRow struct {
 	Status                  string
 	Attempts                int32
 	Generation              int32
-	RateReservedAt          *time.Time
+	ThrottledUntil          *time.Time
 	Url                     string
 	Secret                  string
 	PreviousSecret          *string
@@ -453,7 +453,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.Status,
 		&i.Attempts,
 		&i.Generation,
-		&i.RateReservedAt,
+		&i.ThrottledUntil,
 		&i.Url,
 		&i.Secret,
 		&i.PreviousSecret,
@@ -476,7 +476,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 }
 
 const outboxDeliveryList = `-- name: OutboxDeliveryList :many
-SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation, d.rate_reserved_at FROM wharf_outbox_deliveries d
+SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation, d.throttled_until FROM wharf_outbox_deliveries d
 WHERE ($1::uuid IS NULL OR d.endpoint_id = $1::uuid)
   AND ($2::uuid IS NULL OR d.event_id = $2::uuid)
   AND ($3::text IS NULL OR d.status = $3::text)
@@ -535,7 +535,7 @@ func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryList
 			&i.UpdatedAt,
 			&i.SucceededAt,
 			&i.Generation,
-			&i.RateReservedAt,
+			&i.ThrottledUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -579,7 +579,7 @@ func (q *Queries) OutboxDeliveryMarkDead(ctx context.Context, arg OutboxDelivery
 const outboxDeliveryRequeue = `-- name: OutboxDeliveryRequeue :one
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz,
-    generation = d.generation + 1, rate_reserved_at = NULL
+    generation = d.generation + 1, throttled_until = NULL
 FROM wharf_outbox_endpoints ep
 WHERE d.id = $2::uuid
   AND ep.id = d.endpoint_id
@@ -614,7 +614,7 @@ func (q *Queries) OutboxDeliveryRequeue(ctx context.Context, arg OutboxDeliveryR
 const outboxDeliveryRequeueDead = `-- name: OutboxDeliveryRequeueDead :many
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz,
-    generation = d.generation + 1, rate_reserved_at = NULL
+    generation = d.generation + 1, throttled_until = NULL
 WHERE d.endpoint_id = $2::uuid
   AND d.status = 'dead'
   AND d.created_at >= $3::timestamptz
@@ -660,29 +660,29 @@ func (q *Queries) OutboxDeliveryRequeueDead(ctx context.Context, arg OutboxDeliv
 	return items, nil
 }
 
-const outboxDeliveryReserveToken = `-- name: OutboxDeliveryReserveToken :execrows
+const outboxDeliveryThrottle = `-- name: OutboxDeliveryThrottle :execrows
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
 UPDATE wharf_outbox_deliveries
-SET rate_reserved_at = now() + make_interval(secs => $1::float8)
+SET throttled_until = now() + make_interval(secs => $1::float8)
 FROM async_commit
 WHERE id = $2::uuid AND generation = $3::int AND status IN ('pending', 'retrying')
 `
 
-type OutboxDeliveryReserveTokenParams struct {
-	DueInSeconds float64
-	ID           uuid.UUID
-	Generation   int32
+type OutboxDeliveryThrottleParams struct {
+	TurnInSeconds float64
+	ID            uuid.UUID
+	Generation    int32
 }
 
-// Stores on a delivery the token its job reserved (OutboxLeaseAcquire,
-// OutboxRateTake), due due_in_seconds from now by the database's clock,
+// Stores a delivery's turn for a rate limit token (OutboxLeaseAcquire,
+// OutboxRateTake), due turn_in_seconds from now by the database's clock,
 // while the delivery is unfinished and of the job's generation. Like the
-// token, it commits without waiting for its WAL flush: a reservation lost
-// to a crash is a token unused.
-func (q *Queries) OutboxDeliveryReserveToken(ctx context.Context, arg OutboxDeliveryReserveTokenParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxDeliveryReserveToken, arg.DueInSeconds, arg.ID, arg.Generation)
+// turn, it commits without waiting for its WAL flush: a turn lost to a
+// crash only loses the delivery its place in the queue.
+func (q *Queries) OutboxDeliveryThrottle(ctx context.Context, arg OutboxDeliveryThrottleParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeliveryThrottle, arg.TurnInSeconds, arg.ID, arg.Generation)
 	if err != nil {
 		return 0, err
 	}
@@ -1166,6 +1166,11 @@ func (q *Queries) OutboxEndpointRotateSecret(ctx context.Context, arg OutboxEndp
 }
 
 const outboxEndpointUpdate = `-- name: OutboxEndpointUpdate :one
+WITH requeue AS (
+    UPDATE wharf_outbox_rate_buckets
+    SET queued_until = '-infinity'
+    WHERE endpoint_id = $12::uuid AND $9::float8 IS NOT NULL
+)
 UPDATE wharf_outbox_endpoints
 SET url = COALESCE($1::text, url),
     description = COALESCE($2::text, description),
@@ -1197,7 +1202,9 @@ type OutboxEndpointUpdateParams struct {
 	ID                 uuid.UUID
 }
 
-// NULL parameters leave their column unchanged.
+// NULL parameters leave their column unchanged. A new rate limit empties
+// the queue of deliveries waiting for its tokens (they keep their turns,
+// taken at the old rate; others need not queue behind them).
 func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUpdateParams) (WharfOutboxEndpoint, error) {
 	row := q.db.QueryRow(ctx, outboxEndpointUpdate,
 		arg.Url,
@@ -1378,7 +1385,7 @@ WITH async_commit AS (
 endpoint AS MATERIALIZED (
     SELECT ep.max_in_flight, ep.rate_limit_per_second AS rate, ep.rate_limit_burst AS burst
     FROM wharf_outbox_endpoints ep
-    WHERE ep.id = $2::uuid
+    WHERE ep.id = $1::uuid
       AND NOT EXISTS (
           SELECT 1 FROM wharf_outbox_leases above
           WHERE above.endpoint_id = ep.id
@@ -1388,7 +1395,7 @@ endpoint AS MATERIALIZED (
 free AS MATERIALIZED (
     SELECT f.slot
     FROM wharf_outbox_leases f, endpoint
-    WHERE f.endpoint_id = $2::uuid
+    WHERE f.endpoint_id = $1::uuid
       AND f.slot < endpoint.max_in_flight
       AND f.expires_at <= now()
     ORDER BY f.expires_at
@@ -1396,89 +1403,113 @@ free AS MATERIALIZED (
     FOR UPDATE OF f SKIP LOCKED
 ),
 bucket AS MATERIALIZED (
-    SELECT b.endpoint_id, b.tat, e.rate,
-           GREATEST(now(), b.tat - make_interval(secs => (e.burst - 1) / e.rate)) AS due
+    SELECT b.endpoint_id, b.tat, b.queued_until, clock_timestamp() AS at,
+           interval '1 second' / e.rate AS spacing,
+           GREATEST(clock_timestamp(), b.tat - interval '1 second' * ((e.burst - 1) / e.rate)) AS due,
+           clock_timestamp() + interval '1 second' * LEAST($2::float8, $3::float8 / e.rate) AS sleep_until
     FROM wharf_outbox_rate_buckets b, endpoint e, free
-    WHERE b.endpoint_id = $2::uuid
-      AND e.rate > 0
-      AND NOT $1::boolean
+    WHERE b.endpoint_id = $1::uuid AND e.rate > 0
     FOR NO KEY UPDATE OF b
+),
+decision AS (
+    SELECT k.endpoint_id, k.tat, k.queued_until, k.at, k.spacing, k.due,
+           (($4::boolean OR k.queued_until <= k.at) AND k.due <= k.sleep_until) AS granted,
+           GREATEST(k.queued_until, k.due) AS turn
+    FROM bucket k
 ),
 take AS (
     UPDATE wharf_outbox_rate_buckets b
-    SET tat = GREATEST(k.tat, now()) + make_interval(secs => 1 / k.rate)
-    FROM bucket k
-    WHERE b.endpoint_id = k.endpoint_id
-      AND k.due <= now() + make_interval(secs => $3::float8)
-    RETURNING k.due
+    SET tat = CASE WHEN d.granted THEN GREATEST(d.tat, d.at) + d.spacing ELSE d.tat END,
+        queued_until = CASE WHEN d.granted THEN d.queued_until ELSE d.turn + d.spacing END
+    FROM decision d
+    WHERE b.endpoint_id = d.endpoint_id
+      AND (d.granted OR d.turn <= d.at + interval '1 second' * $5::float8)
+    RETURNING d.granted
 ),
 lease AS (
     UPDATE wharf_outbox_leases l
-    SET delivery_id = $4::uuid,
-        expires_at = now() + make_interval(secs => $5::float8)
-    WHERE l.endpoint_id = $2::uuid
+    SET delivery_id = $6::uuid,
+        expires_at = now() + make_interval(secs => $7::float8)
+    WHERE l.endpoint_id = $1::uuid
       AND l.slot = (SELECT f.slot FROM free f)
-      AND ($1::boolean
-           OR (SELECT e.rate FROM endpoint e) = 0
-           OR (SELECT t.due FROM take t) <= now())
+      AND ((SELECT e.rate FROM endpoint e) = 0 OR (SELECT t.granted FROM take t))
     RETURNING l.slot
 )
 SELECT COALESCE((SELECT l.slot FROM lease l), -1)::int AS slot,
-       EXISTS (SELECT 1 FROM take)::boolean AS token_taken,
-       COALESCE((SELECT extract(epoch FROM k.due - now()) FROM bucket k), 0)::float8 AS token_due_in,
-       (NOT $1::boolean
-        AND COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
+       EXISTS (SELECT 1 FROM free)::boolean AS slot_free,
+       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0)::boolean AS rate_limited,
+       COALESCE((SELECT t.granted FROM take t), false)::boolean AS token_granted,
+       EXISTS (SELECT 1 FROM take t WHERE NOT t.granted)::boolean AS ticketed,
+       COALESCE((SELECT extract(epoch FROM (CASE WHEN d.granted THEN d.due ELSE d.turn END) - d.at)
+                 FROM decision d), 0)::float8 AS wait_seconds,
+       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
         AND EXISTS (SELECT 1 FROM free)
         AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
 FROM async_commit
 `
 
 type OutboxLeaseAcquireParams struct {
-	Reserved       bool
-	EndpointID     uuid.UUID
-	HorizonSeconds float64
-	DeliveryID     uuid.UUID
-	LeaseSeconds   float64
+	EndpointID      uuid.UUID
+	MaxSleepSeconds float64
+	MaxSleepers     float64
+	Queued          bool
+	HorizonSeconds  float64
+	DeliveryID      uuid.UUID
+	LeaseSeconds    float64
 }
 
 type OutboxLeaseAcquireRow struct {
 	Slot          int32
-	TokenTaken    bool
-	TokenDueIn    float64
+	SlotFree      bool
+	RateLimited   bool
+	TokenGranted  bool
+	Ticketed      bool
+	WaitSeconds   float64
 	BucketMissing bool
 }
 
 // Takes a free slot under the endpoint's cap (the one free longest) that no
 // other worker is taking at this moment, for lease_seconds, and for a
-// rate-limited endpoint a token from its bucket with it: a slot only with
-// a token due now, a token only with a free slot. slot is -1 when no slot
-// was taken: every slot is held, locked by another worker or not created
-// yet, or a live lease holds a slot at or above the cap (the cap was
-// lowered while it was in flight, and OutboxLeaseAcquireCounted must count
-// it), or the token is not due yet. The cap and the limit are read here,
-// not passed in, so that a delivery loaded before they changed still obeys
-// the new ones. Lease and token times are the database's clock, never a
-// node's, so that nodes whose clocks disagree still agree on which leases
-// have expired and when a token is due: now(), the start of this
-// statement's own transaction (run it outside any other), which unlike
-// clock_timestamp() can bound the index scan. It commits without waiting
-// for its WAL flush: a lease or a token lost to a Postgres crash only lets
-// one more request go for a while.
+// rate-limited endpoint a token of its rate limit with it: a slot only with
+// a token, a token only with a slot. slot is -1 when no slot was taken:
+// every slot is held, locked by another worker or not created yet, or a
+// live lease holds a slot at or above the cap (the cap was lowered while it
+// was in flight, and OutboxLeaseAcquireCounted must count it), or no token
+// is due. The cap and the limit are read here, not passed in, so that a
+// delivery loaded before they changed still obeys the new ones. Lease and
+// token times are the database's clock, never a node's, so that nodes
+// whose clocks disagree still agree on which leases have expired and when
+// a token is due: now(), the start of this statement's own transaction
+// (run it outside any other), which unlike clock_timestamp() can bound the
+// index scan. It commits without waiting for its WAL flush: a lease or a
+// token lost to a Postgres crash only lets one more request go for a
+// while.
 //
-// The token: the endpoint's bucket row is locked (concurrent takes of one
-// endpoint queue for it; lock order: slot, then bucket, and no statement
-// holding a bucket row waits for anything else) and the GCRA decides the
-// earliest time due at which one more request conforms to the limit. A due
-// now takes the token and the slot. A due later, within horizon_seconds,
-// reserves it (token_taken, no slot): the caller stores the reservation on
-// the delivery and snoozes until due, when it comes back with reserved set
-// and takes a slot alone. A due beyond the horizon takes nothing; the
-// caller waits and asks again. bucket_missing: the endpoint is limited but
-// its bucket row does not exist yet (OutboxRateBucketCreate, then again).
+// The token, when a slot is free: the endpoint's bucket row is locked
+// (concurrent takes of one endpoint queue for it: lock order slot, then
+// bucket, and no statement holding a bucket row waits for another lock)
+// and the GCRA gives the time due at which one more request conforms to
+// the limit. Its clock is clock_timestamp() as the row is locked (a
+// locked row is read again once its lock is granted), not now(): a take
+// that waited for the lock must not be granted a token as of before its
+// wait, which would let its request go closer to the previous one than
+// the limit allows. A token due within max_sleep_seconds (and max_sleepers tokens'
+// time: fewer at high rates) is taken with the slot (token_granted,
+// wait_seconds until it is due: the caller waits that long in the worker,
+// then sends). Only deliveries that waited their turn (queued) take one
+// while others wait (queued_until is ahead): a delivery that has not
+// waited goes to the back of the queue. A delivery that gets no token gets
+// a turn instead (ticketed, in wait_seconds; the caller stores it and
+// snoozes until then), one token after the last, unless that is beyond
+// horizon_seconds: then nothing changes and the caller asks again later.
+// bucket_missing: the endpoint is limited but has no bucket row yet
+// (OutboxRateBucketCreate, then again).
 func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquireParams) (OutboxLeaseAcquireRow, error) {
 	row := q.db.QueryRow(ctx, outboxLeaseAcquire,
-		arg.Reserved,
 		arg.EndpointID,
+		arg.MaxSleepSeconds,
+		arg.MaxSleepers,
+		arg.Queued,
 		arg.HorizonSeconds,
 		arg.DeliveryID,
 		arg.LeaseSeconds,
@@ -1486,8 +1517,11 @@ func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquire
 	var i OutboxLeaseAcquireRow
 	err := row.Scan(
 		&i.Slot,
-		&i.TokenTaken,
-		&i.TokenDueIn,
+		&i.SlotFree,
+		&i.RateLimited,
+		&i.TokenGranted,
+		&i.Ticketed,
+		&i.WaitSeconds,
 		&i.BucketMissing,
 	)
 	return i, err
@@ -1722,52 +1756,77 @@ endpoint AS MATERIALIZED (
     WHERE ep.id = $1::uuid
 ),
 bucket AS MATERIALIZED (
-    SELECT b.endpoint_id, b.tat, e.rate,
-           GREATEST(now(), b.tat - make_interval(secs => (e.burst - 1) / e.rate)) AS due
+    SELECT b.endpoint_id, b.tat, b.queued_until, clock_timestamp() AS at,
+           interval '1 second' / e.rate AS spacing,
+           GREATEST(clock_timestamp(), b.tat - interval '1 second' * ((e.burst - 1) / e.rate)) AS due,
+           clock_timestamp() + interval '1 second' * LEAST($2::float8, $3::float8 / e.rate) AS sleep_until
     FROM wharf_outbox_rate_buckets b, endpoint e
-    WHERE b.endpoint_id = $1::uuid
-      AND e.rate > 0
+    WHERE b.endpoint_id = $1::uuid AND e.rate > 0
     FOR NO KEY UPDATE OF b
+),
+decision AS (
+    SELECT k.endpoint_id, k.tat, k.queued_until, k.at, k.spacing, k.due,
+           (NOT $4::boolean AND ($5::boolean OR k.queued_until <= k.at) AND k.due <= k.sleep_until) AS granted,
+           GREATEST(k.queued_until, k.due) AS turn
+    FROM bucket k
 ),
 take AS (
     UPDATE wharf_outbox_rate_buckets b
-    SET tat = GREATEST(k.tat, now()) + make_interval(secs => 1 / k.rate)
-    FROM bucket k
-    WHERE b.endpoint_id = k.endpoint_id
-      AND k.due <= now() + make_interval(secs => $2::float8)
-    RETURNING k.due
+    SET tat = CASE WHEN d.granted THEN GREATEST(d.tat, d.at) + d.spacing ELSE d.tat END,
+        queued_until = CASE WHEN d.granted THEN d.queued_until ELSE d.turn + d.spacing END
+    FROM decision d
+    WHERE b.endpoint_id = d.endpoint_id
+      AND (d.granted OR d.turn <= d.at + interval '1 second' * $6::float8)
+    RETURNING d.granted
 )
 SELECT (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0)::boolean AS rate_limited,
-       EXISTS (SELECT 1 FROM take)::boolean AS token_taken,
-       COALESCE((SELECT extract(epoch FROM k.due - now()) FROM bucket k), 0)::float8 AS token_due_in,
+       COALESCE((SELECT t.granted FROM take t), false)::boolean AS token_granted,
+       EXISTS (SELECT 1 FROM take t WHERE NOT t.granted)::boolean AS ticketed,
+       COALESCE((SELECT extract(epoch FROM (CASE WHEN d.granted THEN d.due ELSE d.turn END) - d.at)
+                 FROM decision d), 0)::float8 AS wait_seconds,
        (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
         AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
 FROM async_commit
 `
 
 type OutboxRateTakeParams struct {
-	EndpointID     uuid.UUID
-	HorizonSeconds float64
+	EndpointID      uuid.UUID
+	MaxSleepSeconds float64
+	MaxSleepers     float64
+	TurnOnly        bool
+	Queued          bool
+	HorizonSeconds  float64
 }
 
 type OutboxRateTakeRow struct {
 	RateLimited   bool
-	TokenTaken    bool
-	TokenDueIn    float64
+	TokenGranted  bool
+	Ticketed      bool
+	WaitSeconds   float64
 	BucketMissing bool
 }
 
 // OutboxLeaseAcquire's token alone, for an endpoint without a concurrency
-// cap (or whose slot was taken by OutboxLeaseAcquireCounted): the same
-// GCRA on the same bucket, with the same answers. No row in the bucket
-// (bucket_missing) or no limit (rate_limited false) takes nothing.
+// cap (or whose slot OutboxLeaseAcquireCounted took): the same GCRA on the
+// same bucket, with the same answers. With turn_only it takes no token and
+// only gives the delivery a turn: one of a capped endpoint at its cap
+// comes back when a token would be its, rather than polling. No limit
+// (rate_limited false) or no bucket row (bucket_missing) changes nothing.
 func (q *Queries) OutboxRateTake(ctx context.Context, arg OutboxRateTakeParams) (OutboxRateTakeRow, error) {
-	row := q.db.QueryRow(ctx, outboxRateTake, arg.EndpointID, arg.HorizonSeconds)
+	row := q.db.QueryRow(ctx, outboxRateTake,
+		arg.EndpointID,
+		arg.MaxSleepSeconds,
+		arg.MaxSleepers,
+		arg.TurnOnly,
+		arg.Queued,
+		arg.HorizonSeconds,
+	)
 	var i OutboxRateTakeRow
 	err := row.Scan(
 		&i.RateLimited,
-		&i.TokenTaken,
-		&i.TokenDueIn,
+		&i.TokenGranted,
+		&i.Ticketed,
+		&i.WaitSeconds,
 		&i.BucketMissing,
 	)
 	return i, err
