@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/telemetrytest"
@@ -29,11 +31,18 @@ type node struct {
 
 // startNode starts a worker node on the database at url with cfg (copied),
 // whose requests carry nodeHeader: name.
-func startNode(t testing.TB, url, name string, cfg *outbox.Config) *node {
-	t.Helper()
+func startNode(tb testing.TB, url, name string, cfg *outbox.Config) *node {
+	tb.Helper()
+	return startNodeWith(tb, url, name, cfg, nil)
+}
+
+// startNodeWith is startNode with tune, when not nil, changing the River
+// config of the node's client.
+func startNodeWith(tb testing.TB, url, name string, cfg *outbox.Config, tune func(*river.Config)) *node {
+	tb.Helper()
 	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	require.NoError(tb, err)
+	tb.Cleanup(pool.Close)
 	own := *cfg
 	own.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
@@ -43,8 +52,21 @@ func startNode(t testing.TB, url, name string, cfg *outbox.Config) *node {
 		})
 	}
 	ob, err := outbox.New(pool, &own)
-	require.NoError(t, err)
-	startRiver(t, pool, ob)
+	require.NoError(tb, err)
+	workers := river.NewWorkers()
+	require.NoError(tb, ob.AddWorkers(workers))
+	riverCfg := riverConfig(ob, workers, 20)
+	if tune != nil {
+		tune(riverCfg)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), riverCfg)
+	require.NoError(tb, err)
+	require.NoError(tb, client.Start(context.Background()))
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(tb, client.Stop(ctx))
+	})
 	return &node{pool: pool, outbox: ob}
 }
 
