@@ -54,10 +54,7 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 		lease += rateMaxSleep // the slot is held while the token is awaited
 	}
 	for range acquireTries {
-		res, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
-			EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(), Queued: queued,
-			MaxSleepSeconds: rateMaxSleep.Seconds(), MaxSleepers: rateMaxSleepers, HorizonSeconds: rateHorizon.Seconds(),
-		})
+		res, err := o.leaseAcquire(ctx, row, lease, queued)
 		switch {
 		case err != nil:
 			return admission{}, err
@@ -99,6 +96,28 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 		}
 	}
 	return o.atCap(ctx, job, row, queued)
+}
+
+// leaseAcquire takes a free slot, with a token when the endpoint has a
+// rate limit (OutboxLeaseAcquireWithToken); an endpoint without one when
+// its delivery was loaded takes the slot alone (OutboxLeaseAcquire, which
+// reads no bucket: the hot path of most endpoints), so a limit set since
+// applies from the delivery's next run.
+func (o *Outbox) leaseAcquire(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, lease time.Duration, queued bool,
+) (dbsqlc.OutboxLeaseAcquireWithTokenRow, error) {
+	if row.RateLimitPerSecond > 0 {
+		return o.queries.OutboxLeaseAcquireWithToken(ctx, dbsqlc.OutboxLeaseAcquireWithTokenParams{
+			EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(), Queued: queued,
+			MaxSleepSeconds: rateMaxSleep.Seconds(), MaxSleepers: rateMaxSleepers, HorizonSeconds: rateHorizon.Seconds(),
+		})
+	}
+	slot, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
+		EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return dbsqlc.OutboxLeaseAcquireWithTokenRow{Slot: noLease}, nil
+	}
+	return dbsqlc.OutboxLeaseAcquireWithTokenRow{Slot: slot}, err
 }
 
 // busy is the admission of a delivery whose endpoint is at its cap: a

@@ -115,7 +115,7 @@ func turn(row *dbsqlc.OutboxDeliveryGetForWorkRow) (queued bool, early time.Dura
 	return true, 0
 }
 
-// rateTake is an answer of OutboxLeaseAcquire or OutboxRateTake.
+// rateTake is an answer of OutboxLeaseAcquireWithToken or OutboxRateTake.
 type rateTake struct {
 	slot          int32
 	rateLimited   bool

@@ -160,41 +160,75 @@ LIMIT 1;
 
 -- name: OutboxLeaseAcquire :one
 -- Takes a free slot under the endpoint's cap (the one free longest) that no
--- other worker is taking at this moment, for lease_seconds, and for a
--- rate-limited endpoint a token of its rate limit with it: a slot only with
--- a token, a token only with a slot. slot is -1 when no slot was taken:
--- every slot is held, locked by another worker or not created yet, or a
--- live lease holds a slot at or above the cap (the cap was lowered while it
--- was in flight, and OutboxLeaseAcquireCounted must count it), or no token
--- is due. The cap and the limit are read here, not passed in, so that a
--- delivery loaded before they changed still obeys the new ones. Lease and
--- token times are the database's clock, never a node's, so that nodes
--- whose clocks disagree still agree on which leases have expired and when
--- a token is due: now(), the start of this statement's own transaction
--- (run it outside any other), which unlike clock_timestamp() can bound the
--- index scan. It commits without waiting for its WAL flush: a lease or a
--- token lost to a Postgres crash only lets one more request go for a
--- while.
+-- other worker is taking at this moment, for lease_seconds. No row means
+-- every slot is held, locked by another worker or not created yet, or that
+-- a live lease holds a slot at or above the cap: the cap was lowered while
+-- it was in flight, and OutboxLeaseAcquireCounted must count it. The cap is
+-- read here, not passed in, so that a delivery loaded before the cap
+-- changed still obeys the new one. Lease times are the database's clock,
+-- never a node's, so that nodes whose clocks disagree still agree on which
+-- leases have expired: now(), the start of this statement's own
+-- transaction (run it outside any other), which unlike clock_timestamp()
+-- can bound the index scan. It commits without waiting for its WAL flush:
+-- a lease lost to a Postgres crash only lets one more request in flight
+-- for a while.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
+    SELECT ep.max_in_flight
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_outbox_leases above
+          WHERE above.endpoint_id = ep.id
+            AND above.slot >= ep.max_in_flight
+            AND above.expires_at > now())
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = @delivery_id::uuid,
+    expires_at = now() + make_interval(secs => @lease_seconds::float8)
+FROM async_commit
+WHERE l.ctid = (
+    SELECT f.ctid
+    FROM wharf_outbox_leases f, endpoint
+    WHERE f.endpoint_id = @endpoint_id::uuid
+      AND f.slot < endpoint.max_in_flight
+      AND f.expires_at <= now()
+    ORDER BY f.expires_at
+    LIMIT 1
+    FOR UPDATE OF f SKIP LOCKED)
+RETURNING l.slot;
+
+-- name: OutboxLeaseAcquireWithToken :one
+-- OutboxLeaseAcquire for a rate-limited endpoint, with a token of its rate
+-- limit: a slot only with a token, a token only with a slot (an endpoint
+-- whose limit was lifted meanwhile gets a slot alone). slot is -1 when no
+-- slot was taken, as for OutboxLeaseAcquire, or when no token is due. The
+-- limit, like the cap, is read here. Endpoints without a limit take their
+-- slot with OutboxLeaseAcquire, which reads no bucket.
 --
 -- The token, when a slot is free: the endpoint's bucket row is locked
 -- (concurrent takes of one endpoint queue for it: lock order slot, then
 -- bucket, and no statement holding a bucket row waits for another lock)
 -- and the GCRA gives the time due at which one more request conforms to
--- the limit. Its clock is clock_timestamp() as the row is locked (a
--- locked row is read again once its lock is granted), not now(): a take
--- that waited for the lock must not be granted a token as of before its
--- wait, which would let its request go closer to the previous one than
--- the limit allows. A token due within max_sleep_seconds (and max_sleepers tokens'
--- time: fewer at high rates) is taken with the slot (token_granted,
--- wait_seconds until it is due: the caller waits that long in the worker,
--- then sends). Only deliveries that waited their turn (queued) take one
--- while others wait (queued_until is ahead): a delivery that has not
--- waited goes to the back of the queue. A delivery that gets no token gets
--- a turn instead (ticketed, in wait_seconds; the caller stores it and
--- snoozes until then), one token after the last, unless that is beyond
--- horizon_seconds: then nothing changes and the caller asks again later.
--- bucket_missing: the endpoint is limited but has no bucket row yet
--- (OutboxRateBucketCreate, then again).
+-- the limit. Its clock is clock_timestamp() as the row is locked (a locked
+-- row is read again once its lock is granted), not now(): a take that
+-- waited for the lock must not be granted a token as of before its wait,
+-- which would let its request go closer to the previous one than the limit
+-- allows. A token due within max_sleep_seconds (and within max_sleepers
+-- tokens' time: fewer at high rates) is taken with the slot
+-- (token_granted; wait_seconds until it is due: the caller waits that long
+-- in the worker, then sends). While deliveries wait their turn
+-- (queued_until is ahead) only those whose turn has come (queued) take
+-- one: a delivery that has not waited goes to the back of the queue. A
+-- delivery that gets no token gets a turn instead (ticketed, in
+-- wait_seconds; the caller stores it and snoozes until then), one token
+-- after the last, unless that is beyond horizon_seconds: then nothing
+-- changes and the caller asks again later. bucket_missing: the endpoint is
+-- limited but has no bucket row yet (OutboxRateBucketCreate, then again).
+-- Like the lease, the token commits without waiting for its WAL flush: a
+-- token lost to a Postgres crash only lets one more request go.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
@@ -264,12 +298,13 @@ SELECT COALESCE((SELECT l.slot FROM lease l), -1)::int AS slot,
 FROM async_commit;
 
 -- name: OutboxRateTake :one
--- OutboxLeaseAcquire's token alone, for an endpoint without a concurrency
--- cap (or whose slot OutboxLeaseAcquireCounted took): the same GCRA on the
--- same bucket, with the same answers. With turn_only it takes no token and
--- only gives the delivery a turn: one of a capped endpoint at its cap
--- comes back when a token would be its, rather than polling. No limit
--- (rate_limited false) or no bucket row (bucket_missing) changes nothing.
+-- OutboxLeaseAcquireWithToken's token alone, for an endpoint without a
+-- concurrency cap (or whose slot OutboxLeaseAcquireCounted took): the same
+-- GCRA on the same bucket, with the same answers. With turn_only it takes
+-- no token and only gives the delivery a turn: one of a capped endpoint at
+-- its cap comes back when a token would be its, rather than polling. No
+-- limit (rate_limited false) or no bucket row (bucket_missing) changes
+-- nothing.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
@@ -317,11 +352,12 @@ SELECT ep.id FROM wharf_outbox_endpoints ep WHERE ep.id = @endpoint_id::uuid
 ON CONFLICT (endpoint_id) DO NOTHING;
 
 -- name: OutboxDeliveryThrottle :execrows
--- Stores a delivery's turn for a rate limit token (OutboxLeaseAcquire,
--- OutboxRateTake), due turn_in_seconds from now by the database's clock,
--- while the delivery is unfinished and of the job's generation. Like the
--- turn, it commits without waiting for its WAL flush: a turn lost to a
--- crash only loses the delivery its place in the queue.
+-- Stores a delivery's turn for a rate limit token
+-- (OutboxLeaseAcquireWithToken, OutboxRateTake), due turn_in_seconds from
+-- now by the database's clock, while the delivery is unfinished and of the
+-- job's generation. Like the turn, it commits without waiting for its WAL
+-- flush: a turn lost to a crash only loses the delivery its place in the
+-- queue.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )

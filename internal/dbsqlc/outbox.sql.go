@@ -676,11 +676,12 @@ type OutboxDeliveryThrottleParams struct {
 	Generation    int32
 }
 
-// Stores a delivery's turn for a rate limit token (OutboxLeaseAcquire,
-// OutboxRateTake), due turn_in_seconds from now by the database's clock,
-// while the delivery is unfinished and of the job's generation. Like the
-// turn, it commits without waiting for its WAL flush: a turn lost to a
-// crash only loses the delivery its place in the queue.
+// Stores a delivery's turn for a rate limit token
+// (OutboxLeaseAcquireWithToken, OutboxRateTake), due turn_in_seconds from
+// now by the database's clock, while the delivery is unfinished and of the
+// job's generation. Like the turn, it commits without waiting for its WAL
+// flush: a turn lost to a crash only loses the delivery its place in the
+// queue.
 func (q *Queries) OutboxDeliveryThrottle(ctx context.Context, arg OutboxDeliveryThrottleParams) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxDeliveryThrottle, arg.TurnInSeconds, arg.ID, arg.Generation)
 	if err != nil {
@@ -1383,6 +1384,118 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
 endpoint AS MATERIALIZED (
+    SELECT ep.max_in_flight
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $3::uuid
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_outbox_leases above
+          WHERE above.endpoint_id = ep.id
+            AND above.slot >= ep.max_in_flight
+            AND above.expires_at > now())
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = $1::uuid,
+    expires_at = now() + make_interval(secs => $2::float8)
+FROM async_commit
+WHERE l.ctid = (
+    SELECT f.ctid
+    FROM wharf_outbox_leases f, endpoint
+    WHERE f.endpoint_id = $3::uuid
+      AND f.slot < endpoint.max_in_flight
+      AND f.expires_at <= now()
+    ORDER BY f.expires_at
+    LIMIT 1
+    FOR UPDATE OF f SKIP LOCKED)
+RETURNING l.slot
+`
+
+type OutboxLeaseAcquireParams struct {
+	DeliveryID   uuid.UUID
+	LeaseSeconds float64
+	EndpointID   uuid.UUID
+}
+
+// Takes a free slot under the endpoint's cap (the one free longest) that no
+// other worker is taking at this moment, for lease_seconds. No row means
+// every slot is held, locked by another worker or not created yet, or that
+// a live lease holds a slot at or above the cap: the cap was lowered while
+// it was in flight, and OutboxLeaseAcquireCounted must count it. The cap is
+// read here, not passed in, so that a delivery loaded before the cap
+// changed still obeys the new one. Lease times are the database's clock,
+// never a node's, so that nodes whose clocks disagree still agree on which
+// leases have expired: now(), the start of this statement's own
+// transaction (run it outside any other), which unlike clock_timestamp()
+// can bound the index scan. It commits without waiting for its WAL flush:
+// a lease lost to a Postgres crash only lets one more request in flight
+// for a while.
+func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquireParams) (int32, error) {
+	row := q.db.QueryRow(ctx, outboxLeaseAcquire, arg.DeliveryID, arg.LeaseSeconds, arg.EndpointID)
+	var slot int32
+	err := row.Scan(&slot)
+	return slot, err
+}
+
+const outboxLeaseAcquireCounted = `-- name: OutboxLeaseAcquireCounted :one
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS (
+    SELECT ep.id, ep.max_in_flight FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $3::uuid
+    FOR KEY SHARE
+),
+slots AS (
+    SELECT l.slot, l.expires_at, endpoint.max_in_flight
+    FROM wharf_outbox_leases l
+    JOIN endpoint ON l.endpoint_id = endpoint.id
+    ORDER BY l.slot
+    FOR UPDATE OF l
+),
+free AS (
+    SELECT s.slot
+    FROM slots s
+    WHERE s.slot < s.max_in_flight
+      AND s.expires_at <= now()
+      AND (SELECT count(*) FROM slots live WHERE live.expires_at > now()) < s.max_in_flight
+    ORDER BY s.expires_at
+    LIMIT 1
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = $1::uuid,
+    expires_at = now() + make_interval(secs => $2::float8)
+FROM free, async_commit
+WHERE l.endpoint_id = $3::uuid AND l.slot = free.slot
+RETURNING l.slot
+`
+
+type OutboxLeaseAcquireCountedParams struct {
+	DeliveryID   uuid.UUID
+	LeaseSeconds float64
+	EndpointID   uuid.UUID
+}
+
+// OutboxLeaseAcquire for an endpoint whose cap was lowered while more
+// leases were live than the new cap allows: it takes a free slot under the
+// cap only while fewer leases than the cap are live, counting every slot.
+// It locks the endpoint's slots, all of them in slot order, so such
+// acquisitions of one endpoint run one at a time, and OutboxLeaseAcquire
+// (SKIP LOCKED) cannot take a slot while one counts. The endpoint row is
+// locked first (KEY SHARE: only its deletion waits), the lock order of
+// every statement that locks more than one of these rows: endpoint, then
+// delivery, then lease (see OutboxAttemptRecord). No row means the
+// endpoint is at its cap, or was deleted.
+func (q *Queries) OutboxLeaseAcquireCounted(ctx context.Context, arg OutboxLeaseAcquireCountedParams) (int32, error) {
+	row := q.db.QueryRow(ctx, outboxLeaseAcquireCounted, arg.DeliveryID, arg.LeaseSeconds, arg.EndpointID)
+	var slot int32
+	err := row.Scan(&slot)
+	return slot, err
+}
+
+const outboxLeaseAcquireWithToken = `-- name: OutboxLeaseAcquireWithToken :one
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
     SELECT ep.max_in_flight, ep.rate_limit_per_second AS rate, ep.rate_limit_burst AS burst
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = $1::uuid
@@ -1448,7 +1561,7 @@ SELECT COALESCE((SELECT l.slot FROM lease l), -1)::int AS slot,
 FROM async_commit
 `
 
-type OutboxLeaseAcquireParams struct {
+type OutboxLeaseAcquireWithTokenParams struct {
 	EndpointID      uuid.UUID
 	MaxSleepSeconds float64
 	MaxSleepers     float64
@@ -1458,7 +1571,7 @@ type OutboxLeaseAcquireParams struct {
 	LeaseSeconds    float64
 }
 
-type OutboxLeaseAcquireRow struct {
+type OutboxLeaseAcquireWithTokenRow struct {
 	Slot          int32
 	SlotFree      bool
 	RateLimited   bool
@@ -1468,44 +1581,36 @@ type OutboxLeaseAcquireRow struct {
 	BucketMissing bool
 }
 
-// Takes a free slot under the endpoint's cap (the one free longest) that no
-// other worker is taking at this moment, for lease_seconds, and for a
-// rate-limited endpoint a token of its rate limit with it: a slot only with
-// a token, a token only with a slot. slot is -1 when no slot was taken:
-// every slot is held, locked by another worker or not created yet, or a
-// live lease holds a slot at or above the cap (the cap was lowered while it
-// was in flight, and OutboxLeaseAcquireCounted must count it), or no token
-// is due. The cap and the limit are read here, not passed in, so that a
-// delivery loaded before they changed still obeys the new ones. Lease and
-// token times are the database's clock, never a node's, so that nodes
-// whose clocks disagree still agree on which leases have expired and when
-// a token is due: now(), the start of this statement's own transaction
-// (run it outside any other), which unlike clock_timestamp() can bound the
-// index scan. It commits without waiting for its WAL flush: a lease or a
-// token lost to a Postgres crash only lets one more request go for a
-// while.
+// OutboxLeaseAcquire for a rate-limited endpoint, with a token of its rate
+// limit: a slot only with a token, a token only with a slot (an endpoint
+// whose limit was lifted meanwhile gets a slot alone). slot is -1 when no
+// slot was taken, as for OutboxLeaseAcquire, or when no token is due. The
+// limit, like the cap, is read here. Endpoints without a limit take their
+// slot with OutboxLeaseAcquire, which reads no bucket.
 //
 // The token, when a slot is free: the endpoint's bucket row is locked
 // (concurrent takes of one endpoint queue for it: lock order slot, then
 // bucket, and no statement holding a bucket row waits for another lock)
 // and the GCRA gives the time due at which one more request conforms to
-// the limit. Its clock is clock_timestamp() as the row is locked (a
-// locked row is read again once its lock is granted), not now(): a take
-// that waited for the lock must not be granted a token as of before its
-// wait, which would let its request go closer to the previous one than
-// the limit allows. A token due within max_sleep_seconds (and max_sleepers tokens'
-// time: fewer at high rates) is taken with the slot (token_granted,
-// wait_seconds until it is due: the caller waits that long in the worker,
-// then sends). Only deliveries that waited their turn (queued) take one
-// while others wait (queued_until is ahead): a delivery that has not
-// waited goes to the back of the queue. A delivery that gets no token gets
-// a turn instead (ticketed, in wait_seconds; the caller stores it and
-// snoozes until then), one token after the last, unless that is beyond
-// horizon_seconds: then nothing changes and the caller asks again later.
-// bucket_missing: the endpoint is limited but has no bucket row yet
-// (OutboxRateBucketCreate, then again).
-func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquireParams) (OutboxLeaseAcquireRow, error) {
-	row := q.db.QueryRow(ctx, outboxLeaseAcquire,
+// the limit. Its clock is clock_timestamp() as the row is locked (a locked
+// row is read again once its lock is granted), not now(): a take that
+// waited for the lock must not be granted a token as of before its wait,
+// which would let its request go closer to the previous one than the limit
+// allows. A token due within max_sleep_seconds (and within max_sleepers
+// tokens' time: fewer at high rates) is taken with the slot
+// (token_granted; wait_seconds until it is due: the caller waits that long
+// in the worker, then sends). While deliveries wait their turn
+// (queued_until is ahead) only those whose turn has come (queued) take
+// one: a delivery that has not waited goes to the back of the queue. A
+// delivery that gets no token gets a turn instead (ticketed, in
+// wait_seconds; the caller stores it and snoozes until then), one token
+// after the last, unless that is beyond horizon_seconds: then nothing
+// changes and the caller asks again later. bucket_missing: the endpoint is
+// limited but has no bucket row yet (OutboxRateBucketCreate, then again).
+// Like the lease, the token commits without waiting for its WAL flush: a
+// token lost to a Postgres crash only lets one more request go.
+func (q *Queries) OutboxLeaseAcquireWithToken(ctx context.Context, arg OutboxLeaseAcquireWithTokenParams) (OutboxLeaseAcquireWithTokenRow, error) {
+	row := q.db.QueryRow(ctx, outboxLeaseAcquireWithToken,
 		arg.EndpointID,
 		arg.MaxSleepSeconds,
 		arg.MaxSleepers,
@@ -1514,7 +1619,7 @@ func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquire
 		arg.DeliveryID,
 		arg.LeaseSeconds,
 	)
-	var i OutboxLeaseAcquireRow
+	var i OutboxLeaseAcquireWithTokenRow
 	err := row.Scan(
 		&i.Slot,
 		&i.SlotFree,
@@ -1525,62 +1630,6 @@ func (q *Queries) OutboxLeaseAcquire(ctx context.Context, arg OutboxLeaseAcquire
 		&i.BucketMissing,
 	)
 	return i, err
-}
-
-const outboxLeaseAcquireCounted = `-- name: OutboxLeaseAcquireCounted :one
-WITH async_commit AS (
-    SELECT set_config('synchronous_commit', 'off', true) AS setting
-),
-endpoint AS (
-    SELECT ep.id, ep.max_in_flight FROM wharf_outbox_endpoints ep
-    WHERE ep.id = $3::uuid
-    FOR KEY SHARE
-),
-slots AS (
-    SELECT l.slot, l.expires_at, endpoint.max_in_flight
-    FROM wharf_outbox_leases l
-    JOIN endpoint ON l.endpoint_id = endpoint.id
-    ORDER BY l.slot
-    FOR UPDATE OF l
-),
-free AS (
-    SELECT s.slot
-    FROM slots s
-    WHERE s.slot < s.max_in_flight
-      AND s.expires_at <= now()
-      AND (SELECT count(*) FROM slots live WHERE live.expires_at > now()) < s.max_in_flight
-    ORDER BY s.expires_at
-    LIMIT 1
-)
-UPDATE wharf_outbox_leases l
-SET delivery_id = $1::uuid,
-    expires_at = now() + make_interval(secs => $2::float8)
-FROM free, async_commit
-WHERE l.endpoint_id = $3::uuid AND l.slot = free.slot
-RETURNING l.slot
-`
-
-type OutboxLeaseAcquireCountedParams struct {
-	DeliveryID   uuid.UUID
-	LeaseSeconds float64
-	EndpointID   uuid.UUID
-}
-
-// OutboxLeaseAcquire for an endpoint whose cap was lowered while more
-// leases were live than the new cap allows: it takes a free slot under the
-// cap only while fewer leases than the cap are live, counting every slot.
-// It locks the endpoint's slots, all of them in slot order, so such
-// acquisitions of one endpoint run one at a time, and OutboxLeaseAcquire
-// (SKIP LOCKED) cannot take a slot while one counts. The endpoint row is
-// locked first (KEY SHARE: only its deletion waits), the lock order of
-// every statement that locks more than one of these rows: endpoint, then
-// delivery, then lease (see OutboxAttemptRecord). No row means the
-// endpoint is at its cap, or was deleted.
-func (q *Queries) OutboxLeaseAcquireCounted(ctx context.Context, arg OutboxLeaseAcquireCountedParams) (int32, error) {
-	row := q.db.QueryRow(ctx, outboxLeaseAcquireCounted, arg.DeliveryID, arg.LeaseSeconds, arg.EndpointID)
-	var slot int32
-	err := row.Scan(&slot)
-	return slot, err
 }
 
 const outboxLeaseCount = `-- name: OutboxLeaseCount :one
@@ -1806,12 +1855,13 @@ type OutboxRateTakeRow struct {
 	BucketMissing bool
 }
 
-// OutboxLeaseAcquire's token alone, for an endpoint without a concurrency
-// cap (or whose slot OutboxLeaseAcquireCounted took): the same GCRA on the
-// same bucket, with the same answers. With turn_only it takes no token and
-// only gives the delivery a turn: one of a capped endpoint at its cap
-// comes back when a token would be its, rather than polling. No limit
-// (rate_limited false) or no bucket row (bucket_missing) changes nothing.
+// OutboxLeaseAcquireWithToken's token alone, for an endpoint without a
+// concurrency cap (or whose slot OutboxLeaseAcquireCounted took): the same
+// GCRA on the same bucket, with the same answers. With turn_only it takes
+// no token and only gives the delivery a turn: one of a capped endpoint at
+// its cap comes back when a token would be its, rather than polling. No
+// limit (rate_limited false) or no bucket row (bucket_missing) changes
+// nothing.
 func (q *Queries) OutboxRateTake(ctx context.Context, arg OutboxRateTakeParams) (OutboxRateTakeRow, error) {
 	row := q.db.QueryRow(ctx, outboxRateTake,
 		arg.EndpointID,
