@@ -26,12 +26,12 @@ const noLease = -1
 const acquireTries = 3
 
 // acquireLease takes one of the endpoint's MaxInFlight slots for a
-// delivery, for as long as its attempt may take, and for a rate-limited
-// endpoint a token of its rate limit with it (queued: the delivery's turn
-// for one has come). It admits with the slot, with noLease when the
-// endpoint's cap was lifted meanwhile, or says how long to wait: the
-// endpoint has as many live leases as its cap (or was deleted), or no
-// token is due.
+// delivery, for as long as its attempt may take, then, for a rate-limited
+// endpoint, a token of its rate limit (queued: the delivery's turn for one
+// has come); a slot without a token is given back. It admits with the
+// slot, with noLease when the endpoint's cap was lifted meanwhile, or says
+// how long to wait: the endpoint has as many live leases as its cap (or
+// was deleted), or no token is due.
 //
 // The cap holds across processes because a slot is a row that one worker at
 // a time can take (FOR UPDATE SKIP LOCKED: workers never queue behind one
@@ -54,20 +54,14 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 		lease += rateMaxSleep // the slot is held while the token is awaited
 	}
 	for range acquireTries {
-		res, err := o.leaseAcquire(ctx, row, lease, queued)
-		switch {
-		case err != nil:
+		slot, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
+			EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(),
+		})
+		if err == nil {
+			return o.withToken(ctx, row, slot, queued)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
 			return admission{}, err
-		case res.Slot != noLease || (res.SlotFree && res.RateLimited && !res.BucketMissing):
-			return o.tokenAnswer(ctx, row, &rateTake{
-				slot: res.Slot, rateLimited: res.RateLimited, tokenGranted: res.TokenGranted,
-				ticketed: res.Ticketed, wait: seconds(res.WaitSeconds),
-			})
-		case res.BucketMissing:
-			if err := o.queries.OutboxRateBucketCreate(ctx, row.EndpointID); err != nil {
-				return admission{}, err
-			}
-			continue
 		}
 		count, err := o.queries.OutboxLeaseCount(ctx, row.EndpointID)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -80,7 +74,7 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 		switch {
 		case count.MaxInFlight == 0:
 			// The cap was lifted since the delivery was loaded.
-			return o.takeToken(ctx, row, queued, false)
+			return o.withToken(ctx, row, noLease, queued)
 		case count.Held >= int64(count.MaxInFlight):
 			return o.atCap(ctx, job, row, queued)
 		case count.Slots < int64(count.MaxInFlight):
@@ -92,32 +86,37 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 				return admission{}, err
 			}
 		case count.HeldAbove > 0:
-			return o.acquireCounted(ctx, job, row, lease.Seconds(), queued)
+			slot, err := o.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{
+				EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(),
+			})
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return o.atCap(ctx, job, row, queued)
+			case err != nil:
+				return admission{}, err
+			}
+			return o.withToken(ctx, row, slot, queued)
 		}
 	}
 	return o.atCap(ctx, job, row, queued)
 }
 
-// leaseAcquire takes a free slot, with a token when the endpoint has a
-// rate limit (OutboxLeaseAcquireWithToken); an endpoint without one when
-// its delivery was loaded takes the slot alone (OutboxLeaseAcquire, which
-// reads no bucket: the hot path of most endpoints), so a limit set since
-// applies from the delivery's next run.
-func (o *Outbox) leaseAcquire(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, lease time.Duration, queued bool,
-) (dbsqlc.OutboxLeaseAcquireWithTokenRow, error) {
-	if row.RateLimitPerSecond > 0 {
-		return o.queries.OutboxLeaseAcquireWithToken(ctx, dbsqlc.OutboxLeaseAcquireWithTokenParams{
-			EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(), Queued: queued,
-			MaxSleepSeconds: rateMaxSleep.Seconds(), MaxSleepers: rateMaxSleepers, HorizonSeconds: rateHorizon.Seconds(),
-		})
+// withToken admits the attempt of row with slot (noLease: none) once it
+// has a token of its endpoint's rate limit, if the endpoint had one when
+// the delivery was loaded (a limit set since applies from its next run).
+// Without a token due soon the slot is given back at once, and the
+// delivery waits for its turn.
+func (o *Outbox) withToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, queued bool) (admission, error) {
+	if row.RateLimitPerSecond == 0 {
+		return admitted(slot), nil
 	}
-	slot, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
-		EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(),
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return dbsqlc.OutboxLeaseAcquireWithTokenRow{Slot: noLease}, nil
+	token, err := o.takeToken(ctx, row, queued, false)
+	if err != nil || token.wait > 0 {
+		o.releaseLease(ctx, row.EndpointID, row.ID, slot)
+		return token, err
 	}
-	return dbsqlc.OutboxLeaseAcquireWithTokenRow{Slot: slot}, err
+	token.slot = slot
+	return token, nil
 }
 
 // busy is the admission of a delivery whose endpoint is at its cap: a
@@ -141,30 +140,6 @@ func (o *Outbox) atCap(ctx context.Context, job *river.Job[DeliveryArgs], row *d
 	}
 	a.wait, a.reason = max(a.wait, o.retries.busy()), deferConcurrency
 	return a, nil
-}
-
-// acquireCounted takes a slot with OutboxLeaseAcquireCounted, then a
-// token (takeToken admits at once when the endpoint has no rate limit):
-// the slot is given back when no token is due soon.
-func (o *Outbox) acquireCounted(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow,
-	leaseSeconds float64, queued bool,
-) (admission, error) {
-	slot, err := o.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{
-		EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: leaseSeconds,
-	})
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return o.atCap(ctx, job, row, queued)
-	case err != nil:
-		return admission{}, err
-	}
-	token, err := o.takeToken(ctx, row, queued, false)
-	if err != nil || token.wait > 0 {
-		o.releaseLease(ctx, row.EndpointID, row.ID, slot)
-		return token, err
-	}
-	token.slot = slot
-	return token, nil
 }
 
 // releaseLease frees a slot outside an attempt's recording (which frees it

@@ -115,22 +115,11 @@ func turn(row *dbsqlc.OutboxDeliveryGetForWorkRow) (queued bool, early time.Dura
 	return true, 0
 }
 
-// rateTake is an answer of OutboxLeaseAcquireWithToken or OutboxRateTake.
-type rateTake struct {
-	slot          int32
-	rateLimited   bool
-	tokenGranted  bool
-	ticketed      bool
-	wait          time.Duration
-	bucketMissing bool
-}
-
-// takeToken takes a token of the endpoint's rate limit for a delivery that
-// takes no concurrency slot (its endpoint has no cap, or its slot came
-// from OutboxLeaseAcquireCounted): admitted when one is due soon (wait
-// for it in the worker) or the endpoint has no limit (any more), else a
-// turn to snooze until. With turnOnly it takes no token: the delivery
-// waits for its turn whatever (its endpoint is at its cap).
+// takeToken takes a token of the endpoint's rate limit (OutboxRateTake):
+// admitted when one is due soon (the admission's sleep: wait for it in the
+// worker) or the endpoint has no limit (any more), else a turn to snooze
+// until. With turnOnly it takes no token: the delivery waits for its turn
+// whatever (its endpoint is at its cap).
 func (o *Outbox) takeToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, queued, turnOnly bool) (admission, error) {
 	for range acquireTries {
 		res, err := o.queries.OutboxRateTake(ctx, dbsqlc.OutboxRateTakeParams{
@@ -146,35 +135,32 @@ func (o *Outbox) takeToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetFor
 			}
 			continue
 		}
-		return o.tokenAnswer(ctx, row, &rateTake{
-			slot: noLease, rateLimited: res.RateLimited, tokenGranted: res.TokenGranted,
-			ticketed: res.Ticketed, wait: seconds(res.WaitSeconds),
-		})
+		return o.tokenAnswer(ctx, row, &res)
 	}
 	return deferred(deferRateLimit, o.retries.busy()), nil
 }
 
-// tokenAnswer turns a token statement's answer into an admission: a token
-// taken admits (with the slot taken with it, and the wait until it is
-// due), a turn is stored on the delivery and snoozed until, and a turn
-// beyond rateHorizon is asked for again later. An endpoint without a limit
-// admits.
-func (o *Outbox) tokenAnswer(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, res *rateTake) (admission, error) {
+// tokenAnswer turns OutboxRateTake's answer into an admission: a token
+// taken admits (after its wait), a turn is stored on the delivery and
+// snoozed until, and a turn beyond rateHorizon is asked for again later.
+// An endpoint without a limit admits.
+func (o *Outbox) tokenAnswer(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, res *dbsqlc.OutboxRateTakeRow) (admission, error) {
+	wait := seconds(res.WaitSeconds)
 	switch {
-	case !res.rateLimited:
-		return admitted(res.slot), nil
-	case res.tokenGranted:
-		a := admitted(res.slot)
-		a.sleep = max(res.wait, 0)
+	case !res.RateLimited:
+		return admitted(noLease), nil
+	case res.TokenGranted:
+		a := admitted(noLease)
+		a.sleep = max(wait, 0)
 		return a, nil
-	case res.ticketed:
+	case res.Ticketed:
 		_, err := o.queries.OutboxDeliveryThrottle(ctx, dbsqlc.OutboxDeliveryThrottleParams{
-			TurnInSeconds: res.wait.Seconds(), ID: row.ID, Generation: row.Generation,
+			TurnInSeconds: res.WaitSeconds, ID: row.ID, Generation: row.Generation,
 		})
 		if err != nil {
 			return admission{}, fmt.Errorf("store the delivery's turn: %w", err)
 		}
-		return deferred(deferRateLimit, turnWake(res.wait)), nil
+		return deferred(deferRateLimit, turnWake(wait)), nil
 	}
-	return deferred(deferRateLimit, o.retries.beyondHorizon(res.wait-rateHorizon)), nil
+	return deferred(deferRateLimit, o.retries.beyondHorizon(wait-rateHorizon)), nil
 }

@@ -676,10 +676,9 @@ type OutboxDeliveryThrottleParams struct {
 	Generation    int32
 }
 
-// Stores a delivery's turn for a rate limit token
-// (OutboxLeaseAcquireWithToken, OutboxRateTake), due turn_in_seconds from
-// now by the database's clock, while the delivery is unfinished and of the
-// job's generation. Like the turn, it commits without waiting for its WAL
+// Stores a delivery's turn for a rate limit token (OutboxRateTake), due
+// turn_in_seconds from now by the database's clock, while the delivery is
+// unfinished and of the job's generation. Like the turn, it commits without waiting for its WAL
 // flush: a turn lost to a crash only loses the delivery its place in the
 // queue.
 func (q *Queries) OutboxDeliveryThrottle(ctx context.Context, arg OutboxDeliveryThrottleParams) (int64, error) {
@@ -1491,147 +1490,6 @@ func (q *Queries) OutboxLeaseAcquireCounted(ctx context.Context, arg OutboxLease
 	return slot, err
 }
 
-const outboxLeaseAcquireWithToken = `-- name: OutboxLeaseAcquireWithToken :one
-WITH async_commit AS (
-    SELECT set_config('synchronous_commit', 'off', true) AS setting
-),
-endpoint AS MATERIALIZED (
-    SELECT ep.max_in_flight, ep.rate_limit_per_second AS rate, ep.rate_limit_burst AS burst
-    FROM wharf_outbox_endpoints ep
-    WHERE ep.id = $1::uuid
-      AND NOT EXISTS (
-          SELECT 1 FROM wharf_outbox_leases above
-          WHERE above.endpoint_id = ep.id
-            AND above.slot >= ep.max_in_flight
-            AND above.expires_at > now())
-),
-free AS MATERIALIZED (
-    SELECT f.slot
-    FROM wharf_outbox_leases f, endpoint
-    WHERE f.endpoint_id = $1::uuid
-      AND f.slot < endpoint.max_in_flight
-      AND f.expires_at <= now()
-    ORDER BY f.expires_at
-    LIMIT 1
-    FOR UPDATE OF f SKIP LOCKED
-),
-bucket AS MATERIALIZED (
-    SELECT b.endpoint_id, b.tat, b.queued_until, clock_timestamp() AS at,
-           interval '1 second' / e.rate AS spacing,
-           GREATEST(clock_timestamp(), b.tat - interval '1 second' * ((e.burst - 1) / e.rate)) AS due,
-           clock_timestamp() + interval '1 second' * LEAST($2::float8, $3::float8 / e.rate) AS sleep_until
-    FROM wharf_outbox_rate_buckets b, endpoint e, free
-    WHERE b.endpoint_id = $1::uuid AND e.rate > 0
-    FOR NO KEY UPDATE OF b
-),
-decision AS (
-    SELECT k.endpoint_id, k.tat, k.queued_until, k.at, k.spacing, k.due,
-           (($4::boolean OR k.queued_until <= k.at) AND k.due <= k.sleep_until) AS granted,
-           GREATEST(k.queued_until, k.due) AS turn
-    FROM bucket k
-),
-take AS (
-    UPDATE wharf_outbox_rate_buckets b
-    SET tat = CASE WHEN d.granted THEN GREATEST(d.tat, d.at) + d.spacing ELSE d.tat END,
-        queued_until = CASE WHEN d.granted THEN d.queued_until ELSE d.turn + d.spacing END
-    FROM decision d
-    WHERE b.endpoint_id = d.endpoint_id
-      AND (d.granted OR d.turn <= d.at + interval '1 second' * $5::float8)
-    RETURNING d.granted
-),
-lease AS (
-    UPDATE wharf_outbox_leases l
-    SET delivery_id = $6::uuid,
-        expires_at = now() + make_interval(secs => $7::float8)
-    WHERE l.endpoint_id = $1::uuid
-      AND l.slot = (SELECT f.slot FROM free f)
-      AND ((SELECT e.rate FROM endpoint e) = 0 OR (SELECT t.granted FROM take t))
-    RETURNING l.slot
-)
-SELECT COALESCE((SELECT l.slot FROM lease l), -1)::int AS slot,
-       EXISTS (SELECT 1 FROM free)::boolean AS slot_free,
-       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0)::boolean AS rate_limited,
-       COALESCE((SELECT t.granted FROM take t), false)::boolean AS token_granted,
-       EXISTS (SELECT 1 FROM take t WHERE NOT t.granted)::boolean AS ticketed,
-       COALESCE((SELECT extract(epoch FROM (CASE WHEN d.granted THEN d.due ELSE d.turn END) - d.at)
-                 FROM decision d), 0)::float8 AS wait_seconds,
-       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
-        AND EXISTS (SELECT 1 FROM free)
-        AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
-FROM async_commit
-`
-
-type OutboxLeaseAcquireWithTokenParams struct {
-	EndpointID      uuid.UUID
-	MaxSleepSeconds float64
-	MaxSleepers     float64
-	Queued          bool
-	HorizonSeconds  float64
-	DeliveryID      uuid.UUID
-	LeaseSeconds    float64
-}
-
-type OutboxLeaseAcquireWithTokenRow struct {
-	Slot          int32
-	SlotFree      bool
-	RateLimited   bool
-	TokenGranted  bool
-	Ticketed      bool
-	WaitSeconds   float64
-	BucketMissing bool
-}
-
-// OutboxLeaseAcquire for a rate-limited endpoint, with a token of its rate
-// limit: a slot only with a token, a token only with a slot (an endpoint
-// whose limit was lifted meanwhile gets a slot alone). slot is -1 when no
-// slot was taken, as for OutboxLeaseAcquire, or when no token is due. The
-// limit, like the cap, is read here. Endpoints without a limit take their
-// slot with OutboxLeaseAcquire, which reads no bucket.
-//
-// The token, when a slot is free: the endpoint's bucket row is locked
-// (concurrent takes of one endpoint queue for it: lock order slot, then
-// bucket, and no statement holding a bucket row waits for another lock)
-// and the GCRA gives the time due at which one more request conforms to
-// the limit. Its clock is clock_timestamp() as the row is locked (a locked
-// row is read again once its lock is granted), not now(): a take that
-// waited for the lock must not be granted a token as of before its wait,
-// which would let its request go closer to the previous one than the limit
-// allows. A token due within max_sleep_seconds (and within max_sleepers
-// tokens' time: fewer at high rates) is taken with the slot
-// (token_granted; wait_seconds until it is due: the caller waits that long
-// in the worker, then sends). While deliveries wait their turn
-// (queued_until is ahead) only those whose turn has come (queued) take
-// one: a delivery that has not waited goes to the back of the queue. A
-// delivery that gets no token gets a turn instead (ticketed, in
-// wait_seconds; the caller stores it and snoozes until then), one token
-// after the last, unless that is beyond horizon_seconds: then nothing
-// changes and the caller asks again later. bucket_missing: the endpoint is
-// limited but has no bucket row yet (OutboxRateBucketCreate, then again).
-// Like the lease, the token commits without waiting for its WAL flush: a
-// token lost to a Postgres crash only lets one more request go.
-func (q *Queries) OutboxLeaseAcquireWithToken(ctx context.Context, arg OutboxLeaseAcquireWithTokenParams) (OutboxLeaseAcquireWithTokenRow, error) {
-	row := q.db.QueryRow(ctx, outboxLeaseAcquireWithToken,
-		arg.EndpointID,
-		arg.MaxSleepSeconds,
-		arg.MaxSleepers,
-		arg.Queued,
-		arg.HorizonSeconds,
-		arg.DeliveryID,
-		arg.LeaseSeconds,
-	)
-	var i OutboxLeaseAcquireWithTokenRow
-	err := row.Scan(
-		&i.Slot,
-		&i.SlotFree,
-		&i.RateLimited,
-		&i.TokenGranted,
-		&i.Ticketed,
-		&i.WaitSeconds,
-		&i.BucketMissing,
-	)
-	return i, err
-}
-
 const outboxLeaseCount = `-- name: OutboxLeaseCount :one
 SELECT ep.max_in_flight,
        count(l.slot) FILTER (WHERE l.slot < ep.max_in_flight) AS slots,
@@ -1855,13 +1713,36 @@ type OutboxRateTakeRow struct {
 	BucketMissing bool
 }
 
-// OutboxLeaseAcquireWithToken's token alone, for an endpoint without a
-// concurrency cap (or whose slot OutboxLeaseAcquireCounted took): the same
-// GCRA on the same bucket, with the same answers. With turn_only it takes
-// no token and only gives the delivery a turn: one of a capped endpoint at
-// its cap comes back when a token would be its, rather than polling. No
-// limit (rate_limited false) or no bucket row (bucket_missing) changes
-// nothing.
+// Takes a token of the endpoint's rate limit for a delivery, right after
+// it took its concurrency slot (if the endpoint has a cap: a slot without
+// a token is given back at once). The limit is read here, not passed in.
+// A statement of its own, short, so that the bucket's row, which every
+// take of the endpoint locks in turn, is held briefly: folded into
+// OutboxLeaseAcquire it was held for that whole statement, and an
+// endpoint limited far above its traffic delivered 40% less.
+//
+// The endpoint's bucket row is locked (lock order: slot, then bucket; no
+// statement holding a bucket row waits for another lock) and the GCRA
+// gives the time due at which one more request conforms to the limit. Its
+// clock is clock_timestamp() as the row is locked (a locked row is read
+// again once its lock is granted), not now(): a take that waited for the
+// lock must not be granted a token as of before its wait, which would let
+// its request go closer to the previous one than the limit allows. A token
+// due within max_sleep_seconds (and within max_sleepers tokens' time:
+// fewer at high rates) is taken (token_granted; wait_seconds until it is
+// due: the caller waits that long in the worker, then sends). While
+// deliveries wait their turn (queued_until is ahead) only those whose turn
+// has come (queued) take one: a delivery that has not waited goes to the
+// back of the queue. A delivery that gets no token gets a turn instead
+// (ticketed, in wait_seconds; the caller stores it and snoozes until
+// then), one token after the last, unless that is beyond horizon_seconds:
+// then nothing changes and the caller asks again later. With turn_only it
+// takes no token and only gives the delivery a turn: one of a capped
+// endpoint at its cap comes back when a token would be its, rather than
+// polling. No limit (rate_limited false) or no bucket row (bucket_missing:
+// OutboxRateBucketCreate, then again) changes nothing. It commits without
+// waiting for its WAL flush: a token lost to a Postgres crash only lets
+// one more request go.
 func (q *Queries) OutboxRateTake(ctx context.Context, arg OutboxRateTakeParams) (OutboxRateTakeRow, error) {
 	row := q.db.QueryRow(ctx, outboxRateTake,
 		arg.EndpointID,
