@@ -111,11 +111,13 @@ type Config struct {
 
 	// BusyRetryDelay is how long a delivery waits (snoozed, without using an
 	// attempt) when, for an ordered endpoint, an earlier delivery with its
-	// ordering key is unfinished. It is also the first wait when the
+	// ordering key is unfinished, or when another delivery probes its
+	// endpoint's half-open circuit. It is also the first wait when the
 	// endpoint already has MaxInFlight requests in flight, doubling with
-	// each snooze of the delivery up to a minute, and the first wait after
-	// a transient database error, doubling up to 10 seconds. Up to 25%
-	// jitter is added to each.
+	// each snooze of the delivery up to a minute (a rate-limited
+	// endpoint's delivery waits for its turn for a token instead, at least
+	// this long), and the first wait after a transient database error,
+	// doubling up to 10 seconds. Up to 25% jitter is added to each.
 	//
 	// Defaults to DefaultBusyRetryDelay (1 second).
 	BusyRetryDelay time.Duration
