@@ -28,9 +28,8 @@ func deferred(reason string, wait time.Duration) admission {
 
 // admit decides whether the attempt of row may go under its endpoint's
 // concurrency cap and rate limit: it takes a slot and a token, or says how
-// long to wait. A
-// delivery whose turn for a token has come goes before those that have
-// not waited.
+// long to wait. A delivery whose turn for a token has come goes before
+// those that have not waited.
 func (o *Outbox) admit(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow, timeout time.Duration) (admission, error) {
 	queued, early := turn(row)
 	if early > 0 {

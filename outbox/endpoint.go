@@ -179,8 +179,9 @@ type EndpointUpdateParams struct {
 	// not used again.
 	Auth *EndpointAuth
 	// RateLimit replaces the rate limit when not nil; a pointer to the zero
-	// RateLimit removes it. Tokens taken before the change (reserved up to
-	// a minute ahead by deliveries waiting for them) stay taken.
+	// RateLimit removes it. It applies to the tokens taken after it;
+	// deliveries already waiting keep their turns (given at most a minute
+	// ahead), and others need not queue behind them.
 	RateLimit *RateLimit
 }
 
