@@ -146,6 +146,8 @@ func TestPagesShowTheSeededState(t *testing.T) {
 	require.NotContains(t, body, f.seed.EndpointPassword)
 	require.NotContains(t, body, "whsec_", "secrets are never rendered")
 	require.Contains(t, body, "Replay 2 dead")
+	require.Contains(t, body, "rate limit 50/s burst 10")
+	require.Contains(t, body, "circuit open", "the failing endpoint's circuit opened")
 
 	code, body = f.get(t, "/outbox/deliveries/"+f.seed.DeadDelivery.String())
 	require.Equal(t, http.StatusOK, code)

@@ -142,7 +142,8 @@ func workAll(b *testing.B, pool *pgxpool.Pool, cfg *river.Config, n int) time.Du
 // to a loopback sink answering 204, one endpoint with a cap of 100 in
 // flight) with River's throughput for no-op jobs and with a plain River
 // sender (a job signing and POSTing the same body to the same sink), under
-// the same River config, in the same run. Reported: deliveries/s,
+// the same River config, in the same run. WHARF_BENCH_DELIVERY_RATE_LIMIT
+// gives the endpoint a rate limit (requests per second, the same burst). Reported: deliveries/s,
 // noop_jobs/s, plain_sends/s and the ratios, as BENCH lines too.
 func BenchmarkDelivery(b *testing.B) {
 	ctx := context.Background()
@@ -151,7 +152,13 @@ func BenchmarkDelivery(b *testing.B) {
 	ob, err := outbox.New(pool, cfg)
 	require.NoError(b, err)
 	receiver := newSink(b, status(http.StatusNoContent))
-	_, err = ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: receiver.URL(), MaxInFlight: benchWorkers})
+	params := &outbox.EndpointParams{URL: receiver.URL(), MaxInFlight: benchWorkers}
+	if limit := loadtest.EnvFloat("WHARF_BENCH_DELIVERY_RATE_LIMIT", 0); limit > 0 {
+		// The rate limit's own cost: a limit the run never reaches still
+		// takes a token with each slot.
+		params.RateLimit = &outbox.RateLimit{PerSecond: limit, Burst: int(limit)}
+	}
+	_, err = ob.EndpointCreate(ctx, params)
 	require.NoError(b, err)
 	data := json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))
 

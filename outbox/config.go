@@ -41,18 +41,21 @@ var DefaultRetrySchedule = []time.Duration{
 
 // Defaults of the Config fields that have one.
 const (
-	DefaultMaxPayloadBytes       = 256 << 10
-	DefaultResponseBodyLimit     = 16 << 10
-	DefaultResponseHeaderLimit   = 16 << 10
-	DefaultEndpointTimeout       = 15 * time.Second
-	DefaultMaxEndpointTimeout    = time.Minute
-	DefaultMaxInFlight           = 10
-	DefaultBusyRetryDelay        = time.Second
-	DefaultRetryJitter           = 0.2
-	DefaultThrottledRetryMin     = time.Minute
-	DefaultRetryAfterMax         = time.Hour
-	DefaultSecretRotationOverlap = 24 * time.Hour
-	DefaultDisableAfter          = 5 * 24 * time.Hour
+	DefaultMaxPayloadBytes           = 256 << 10
+	DefaultResponseBodyLimit         = 16 << 10
+	DefaultResponseHeaderLimit       = 16 << 10
+	DefaultEndpointTimeout           = 15 * time.Second
+	DefaultMaxEndpointTimeout        = time.Minute
+	DefaultMaxInFlight               = 10
+	DefaultBusyRetryDelay            = time.Second
+	DefaultRetryJitter               = 0.2
+	DefaultThrottledRetryMin         = time.Minute
+	DefaultRetryAfterMax             = time.Hour
+	DefaultSecretRotationOverlap     = 24 * time.Hour
+	DefaultDisableAfter              = 5 * 24 * time.Hour
+	DefaultCircuitBreakerThreshold   = 10
+	DefaultCircuitBreakerCooldown    = 30 * time.Second
+	DefaultCircuitBreakerMaxCooldown = 10 * time.Minute
 )
 
 // maxRetryScheduleLen bounds the schedule, so a typo cannot make a delivery
@@ -108,11 +111,13 @@ type Config struct {
 
 	// BusyRetryDelay is how long a delivery waits (snoozed, without using an
 	// attempt) when, for an ordered endpoint, an earlier delivery with its
-	// ordering key is unfinished. It is also the first wait when the
+	// ordering key is unfinished, or when another delivery probes its
+	// endpoint's half-open circuit. It is also the first wait when the
 	// endpoint already has MaxInFlight requests in flight, doubling with
-	// each snooze of the delivery up to a minute, and the first wait after
-	// a transient database error, doubling up to 10 seconds. Up to 25%
-	// jitter is added to each.
+	// each snooze of the delivery up to a minute (a rate-limited
+	// endpoint's delivery waits for its turn for a token instead, at least
+	// this long), and the first wait after a transient database error,
+	// doubling up to 10 seconds. Up to 25% jitter is added to each.
 	//
 	// Defaults to DefaultBusyRetryDelay (1 second).
 	BusyRetryDelay time.Duration
@@ -192,6 +197,33 @@ type Config struct {
 	// Defaults to DefaultDisableAfter (5 days). -1 never disables an
 	// endpoint for failing (a 410 Gone answer still does).
 	DisableAfter time.Duration
+
+	// CircuitBreakerThreshold is how many consecutive failed attempts to an
+	// endpoint (any failure: an answer other than 2xx, a timeout, no
+	// answer) open its circuit: its deliveries then wait, snoozed without
+	// using an attempt, for CircuitBreakerCooldown; then one delivery at a
+	// time, across every process, probes the endpoint. The probe's success
+	// closes the circuit; its failure opens it again, for twice the last
+	// cool-down, up to CircuitBreakerMaxCooldown. Endpoint.CircuitState
+	// shows it; EndpointEnable closes it. DisableAfter and 410 Gone still
+	// disable an endpoint (its probes keep failing for DisableAfter).
+	//
+	// Defaults to DefaultCircuitBreakerThreshold (10). -1 disables the
+	// breaker: deliveries go whatever the circuit says.
+	CircuitBreakerThreshold int
+
+	// CircuitBreakerCooldown is how long an endpoint's circuit stays open
+	// when it first opens.
+	//
+	// Defaults to DefaultCircuitBreakerCooldown (30 seconds).
+	CircuitBreakerCooldown time.Duration
+
+	// CircuitBreakerMaxCooldown caps the cool-down, which doubles each time
+	// a probe fails.
+	//
+	// Defaults to DefaultCircuitBreakerMaxCooldown (10 minutes), or
+	// CircuitBreakerCooldown when that is longer.
+	CircuitBreakerMaxCooldown time.Duration
 
 	// AllowPrivateNetworks lets deliveries reach loopback, private (RFC 1918),
 	// shared (RFC 6598), link-local and unique-local addresses. Cloud
@@ -293,8 +325,8 @@ type Config struct {
 
 	// Now returns the current time; tests set it to control the clock. It
 	// stamps events, deliveries, attempts and endpoint health; concurrency
-	// leases use the database's clock instead, so that nodes whose clocks
-	// disagree agree on them.
+	// leases, rate limit tokens and circuit cool-downs use the database's
+	// clock instead, so that nodes whose clocks disagree agree on them.
 	//
 	// Defaults to time.Now.
 	Now func() time.Time
@@ -324,6 +356,11 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
 	out.SecretKeys = cloneSecretKeys(out.SecretKeys)
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
+	out.CircuitBreakerThreshold = cmp.Or(out.CircuitBreakerThreshold, DefaultCircuitBreakerThreshold)
+	out.CircuitBreakerCooldown = cmp.Or(out.CircuitBreakerCooldown, DefaultCircuitBreakerCooldown)
+	if out.CircuitBreakerMaxCooldown == 0 {
+		out.CircuitBreakerMaxCooldown = max(DefaultCircuitBreakerMaxCooldown, out.CircuitBreakerCooldown)
+	}
 	out.AllowedNetworks = slices.Clone(out.AllowedNetworks)
 	if out.Proxy != nil {
 		proxy := *out.Proxy
@@ -394,6 +431,15 @@ func (c *Config) validate() error {
 	checkSecretKeys(c.SecretKeys, bad)
 	if c.DisableAfter < -1 {
 		bad("DisableAfter must not be negative (-1 never disables)")
+	}
+	if c.CircuitBreakerThreshold < -1 {
+		bad("CircuitBreakerThreshold must not be negative (-1 disables the breaker)")
+	}
+	if c.CircuitBreakerCooldown < 0 {
+		bad("CircuitBreakerCooldown must not be negative")
+	}
+	if c.CircuitBreakerMaxCooldown < c.CircuitBreakerCooldown {
+		bad("CircuitBreakerMaxCooldown must not be shorter than CircuitBreakerCooldown")
 	}
 	for i, p := range c.AllowedNetworks {
 		if !p.IsValid() {

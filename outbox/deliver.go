@@ -141,6 +141,10 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return o.deadWithoutAttempt(ctx, log, &row, "attempts exhausted; the outcome of the last one is unknown")
 	}
 
+	wait, probeDue := o.circuitGate(&row)
+	if wait > 0 {
+		return o.snooze(ctx, deferCircuit, wait)
+	}
 	auth, authErr := o.openStoredAuth(row.EndpointID, row.Auth)
 	if authErr != nil && !errors.Is(authErr, ErrSecretDecrypt) {
 		return fmt.Errorf("outbox: delivery %s: %w", row.ID, authErr)
@@ -151,7 +155,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			return o.databaseError(ctx, log, job, "ordering check", err)
 		}
 		if blocked {
-			return river.JobSnooze(wait)
+			return o.snooze(ctx, deferOrdering, wait)
 		}
 	}
 
@@ -171,16 +175,39 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	// allows (set before the limit was lowered) gets the limit: the job's
 	// own River timeout must never cut a request short.
 	timeout := min(time.Duration(row.TimeoutMs)*time.Millisecond, o.config.MaxEndpointTimeout)
-	slot := int32(noLease)
-	if row.MaxInFlight > 0 {
+	probe := false
+	if probeDue {
 		var ok bool
-		slot, ok, err = o.acquireLease(ctx, row.EndpointID, row.ID, timeout)
+		probe, ok, err = o.claimProbe(ctx, &row, timeout)
 		if err != nil {
-			return o.databaseError(ctx, log, job, "take a concurrency slot", err)
+			return o.databaseError(ctx, log, job, "claim the circuit's probe", err)
 		}
 		if !ok {
-			return river.JobSnooze(o.retries.capped(snoozeCount(job)))
+			return o.snooze(ctx, deferCircuit, o.retries.busy())
 		}
+	}
+	adm, err := o.admit(ctx, job, &row, timeout)
+	if err != nil || adm.wait > 0 {
+		if probe {
+			o.releaseProbe(context.WithoutCancel(ctx), &row)
+		}
+		if err != nil {
+			return o.databaseError(ctx, log, job, "take a concurrency slot and rate limit token", err)
+		}
+		return o.snooze(ctx, adm.reason, adm.wait)
+	}
+	slot := adm.slot
+	if err := awaitToken(ctx, adm.sleep); err != nil {
+		// The client is stopping: River makes the job available again.
+		o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
+		if probe {
+			o.releaseProbe(context.WithoutCancel(ctx), &row)
+		}
+		return err
+	}
+	if probe {
+		log = log.With("circuit_probe", true)
+		log.InfoContext(ctx, "outbox: probing the endpoint, whose circuit is half-open")
 	}
 
 	attemptedAt := o.config.now()
@@ -215,6 +242,9 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			// The client is stopping: this is no verdict on the endpoint.
 			// River makes the job available again.
 			o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
+			if probe {
+				o.releaseProbe(context.WithoutCancel(ctx), &row)
+			}
 			return ctx.Err()
 		}
 	}
@@ -244,7 +274,7 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 			rec.nextAttemptAt = &next
 		}
 	}
-	disabledReason, err := o.recordAttempt(ctx, rec)
+	changed, err := o.recordAttempt(ctx, rec)
 	o.metrics.attempt(ctx, out, row.EventCreatedAt, err == nil && rec.status == StatusDead)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The delivery is no longer this job's to record: its endpoint was
@@ -259,14 +289,15 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 	}
 
 	attrs := []any{"status_code", out.statusCode, "duration", out.duration}
-	if disabledReason != "" {
-		log.WarnContext(ctx, "outbox: endpoint disabled", append(attrs, "reason", disabledReason)...)
+	if changed.disabledReason != "" {
+		log.WarnContext(ctx, "outbox: endpoint disabled", append(attrs, "reason", changed.disabledReason)...)
 		o.hook(ctx, "OnEndpointDisabled", func() {
 			if o.config.OnEndpointDisabled != nil {
-				o.config.OnEndpointDisabled(ctx, DisabledEndpoint{EndpointID: row.EndpointID, Reason: disabledReason})
+				o.config.OnEndpointDisabled(ctx, DisabledEndpoint{EndpointID: row.EndpointID, Reason: changed.disabledReason})
 			}
 		})
 	}
+	o.circuitChanged(ctx, log, row, changed)
 	if rec.status == StatusDead {
 		o.deadHook(ctx, row, out.errorText())
 	}
@@ -336,7 +367,7 @@ func (o *Outbox) databaseError(ctx context.Context, log *slog.Logger, job *river
 	wait := o.retries.dbError(snoozeCount(job))
 	log.WarnContext(ctx, "outbox: database error before the attempt; snoozing without using an attempt",
 		"error", err, "retry_in", wait)
-	return river.JobSnooze(wait)
+	return o.snooze(ctx, deferDatabase, wait)
 }
 
 // transientDatabaseError reports whether err is a database error that a

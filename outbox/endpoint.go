@@ -67,6 +67,21 @@ type Endpoint struct {
 	LastSuccessAt *time.Time
 	// LastFailureAt is the last failed attempt.
 	LastFailureAt *time.Time
+	// RateLimit caps how fast deliveries go to the endpoint; nil when
+	// nothing does.
+	RateLimit *RateLimit
+	// CircuitState is the endpoint's circuit breaker: CircuitClosed,
+	// CircuitOpen (deliveries wait until CircuitOpenUntil) or
+	// CircuitHalfOpen (one delivery probes the endpoint).
+	CircuitState CircuitState
+	// CircuitOpenedAt is when the circuit last opened, nil while closed.
+	CircuitOpenedAt *time.Time
+	// CircuitOpenUntil is when the circuit's cool-down ends (the database's
+	// clock), nil while closed.
+	CircuitOpenUntil *time.Time
+	// CircuitOpenings counts the times the circuit opened since it was
+	// last closed: each cool-down is twice the one before.
+	CircuitOpenings int
 	// Headers are the custom headers sent with every attempt.
 	Headers http.Header
 	// Auth describes how deliveries authenticate to the endpoint, without
@@ -133,6 +148,10 @@ type EndpointParams struct {
 	// signature: a bearer token, basic authentication or OAuth 2.0 client
 	// credentials. Defaults to none.
 	Auth *EndpointAuth
+	// RateLimit caps how fast deliveries go to the endpoint, across every
+	// process, beside MaxInFlight: deliveries beyond it wait (snoozed,
+	// without using an attempt) for their turn. Defaults to none.
+	RateLimit *RateLimit
 }
 
 // EndpointUpdateParams changes an endpoint; nil fields stay as they are.
@@ -159,6 +178,11 @@ type EndpointUpdateParams struct {
 	// EndpointAuth removes it. A changed OAuth 2.0 client's cached token is
 	// not used again.
 	Auth *EndpointAuth
+	// RateLimit replaces the rate limit when not nil; a pointer to the zero
+	// RateLimit removes it. It applies to the tokens taken after it;
+	// deliveries already waiting keep their turns (given at most a minute
+	// ahead), and others need not queue behind them.
+	RateLimit *RateLimit
 }
 
 // EndpointListParams filters EndpointList. A nil *EndpointListParams lists
@@ -217,18 +241,20 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 		return nil, err
 	}
 	row, err := dbsqlc.New(db).OutboxEndpointInsert(ctx, dbsqlc.OutboxEndpointInsertParams{
-		ID:          id,
-		Url:         params.URL,
-		Description: params.Description,
-		EventTypes:  want.eventTypes,
-		Tenant:      params.Tenant,
-		Secret:      stored,
-		MaxInFlight: want.storedCap,
-		TimeoutMs:   int32(want.timeout / time.Millisecond),
-		Ordered:     params.Ordered,
-		Headers:     headers,
-		Auth:        auth,
-		Now:         o.config.now(),
+		ID:                 id,
+		Url:                params.URL,
+		Description:        params.Description,
+		EventTypes:         want.eventTypes,
+		Tenant:             params.Tenant,
+		Secret:             stored,
+		MaxInFlight:        want.storedCap,
+		TimeoutMs:          int32(want.timeout / time.Millisecond),
+		Ordered:            params.Ordered,
+		Headers:            headers,
+		Auth:               auth,
+		RateLimitPerSecond: want.ratePerSecond,
+		RateLimitBurst:     want.rateBurst,
+		Now:                o.config.now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: create endpoint: %w", err)
@@ -390,6 +416,13 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 			return nil, err
 		}
 	}
+	if params.RateLimit != nil {
+		perSecond, burst, err := checkRateLimit(params.RateLimit)
+		if err != nil {
+			return nil, err
+		}
+		update.RateLimitPerSecond, update.RateLimitBurst = &perSecond, &burst
+	}
 	row, err := dbsqlc.New(db).OutboxEndpointUpdate(ctx, update)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: update endpoint %s: %w", id, translateError(err))
@@ -426,7 +459,9 @@ func (o *Outbox) endpointDisable(ctx context.Context, db dbsqlc.DBTX, id uuid.UU
 	return endpointFromRow(&row), nil
 }
 
-// EndpointEnable enables an endpoint and forgets its failure streak.
+// EndpointEnable enables an endpoint, forgets its failure streak and
+// closes its circuit (also when it is enabled: an operator's way to let
+// deliveries go at once to an endpoint known to be back).
 func (o *Outbox) EndpointEnable(ctx context.Context, id uuid.UUID) (*Endpoint, error) {
 	return o.endpointEnable(ctx, o.pool, id)
 }
@@ -540,6 +575,11 @@ func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
 		FailingSince:            row.FailingSince,
 		LastSuccessAt:           row.LastSuccessAt,
 		LastFailureAt:           row.LastFailureAt,
+		RateLimit:               rateLimitFromRow(row.RateLimitPerSecond, row.RateLimitBurst),
+		CircuitState:            CircuitState(row.CircuitState),
+		CircuitOpenedAt:         row.CircuitOpenedAt,
+		CircuitOpenUntil:        row.CircuitOpenUntil,
+		CircuitOpenings:         int(row.CircuitOpenings),
 		Headers:                 decodeHeaders(row.Headers),
 		PreviousSecretExpiresAt: row.PreviousSecretExpiresAt,
 		CreatedAt:               row.CreatedAt,

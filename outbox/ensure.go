@@ -34,8 +34,9 @@ type EndpointEnsureResult struct {
 // An endpoint is identified by its tenant and URL. Without one,
 // EndpointEnsure creates it, as EndpointCreate would. With one, it updates
 // whatever of Description, EventTypes, MaxInFlight, Timeout, Ordered,
-// Headers and Auth differs from params (zero values mean the defaults, as
-// for EndpointCreate: nil Headers and Auth mean none), and leaves its
+// Headers, Auth and RateLimit differs from params (zero values mean the
+// defaults, as for EndpointCreate: nil Headers, Auth and RateLimit mean
+// none), and leaves its
 // secret, its health and whether it is enabled alone: a disabled endpoint
 // stays disabled until EndpointEnable. A params.Secret other than the
 // endpoint's is an error where errors.Is(err, ErrInvalidEndpoint) is true:
@@ -123,6 +124,9 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 	if !headersEqual(current.Headers, want.headers) {
 		update.Headers, changed = want.headers, true
 	}
+	if row.RateLimitPerSecond != want.ratePerSecond || row.RateLimitBurst != want.rateBurst {
+		update.RateLimit, changed = &RateLimit{PerSecond: want.ratePerSecond, Burst: int(want.rateBurst)}, true
+	}
 	if stored, err := o.openStoredAuth(row.ID, row.Auth); err != nil || !stored.equal(want.auth) {
 		update.Auth, changed = params.Auth, true
 		if update.Auth == nil {
@@ -145,6 +149,10 @@ type endpointSettings struct {
 	timeout     time.Duration
 	headers     http.Header
 	auth        *storedAuth
+	// ratePerSecond and rateBurst are the rate limit as stored: 0 and 0
+	// for none.
+	ratePerSecond float64
+	rateBurst     int32
 }
 
 // checkEndpointParams checks params as EndpointCreate does, before any
@@ -190,9 +198,13 @@ func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings,
 	if err != nil {
 		return nil, err
 	}
+	ratePerSecond, rateBurst, err := checkRateLimit(params.RateLimit)
+	if err != nil {
+		return nil, err
+	}
 	return &endpointSettings{
 		eventTypes: eventTypes, maxInFlight: maxInFlightFromRow(maxInFlight), storedCap: maxInFlight, timeout: timeout,
-		headers: headers, auth: auth,
+		headers: headers, auth: auth, ratePerSecond: ratePerSecond, rateBurst: rateBurst,
 	}, nil
 }
 

@@ -26,16 +26,19 @@ import (
 )
 
 // testConfig is an outbox config for tests: a short retry schedule without
-// jitter, loopback allowed (test sinks listen there), quick snoozes.
+// jitter, loopback allowed (test sinks listen there), quick snoozes and
+// circuit cool-downs.
 func testConfig() *outbox.Config {
 	return &outbox.Config{
-		RetrySchedule:        []time.Duration{0, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
-		RetryJitter:          -1,
-		ThrottledRetryMin:    -1,
-		BusyRetryDelay:       20 * time.Millisecond,
-		EndpointTimeout:      5 * time.Second,
-		AllowPrivateNetworks: true,
-		Logger:               quietLogger(),
+		RetrySchedule:             []time.Duration{0, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
+		RetryJitter:               -1,
+		ThrottledRetryMin:         -1,
+		BusyRetryDelay:            20 * time.Millisecond,
+		CircuitBreakerCooldown:    50 * time.Millisecond,
+		CircuitBreakerMaxCooldown: time.Second,
+		EndpointTimeout:           5 * time.Second,
+		AllowPrivateNetworks:      true,
+		Logger:                    quietLogger(),
 	}
 }
 

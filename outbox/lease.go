@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
@@ -25,9 +26,12 @@ const noLease = -1
 const acquireTries = 3
 
 // acquireLease takes one of the endpoint's MaxInFlight slots for a
-// delivery, for as long as its attempt may take. It reports false when the
-// endpoint has as many live leases as its cap (or was deleted), and true
-// with noLease when the endpoint's cap was lifted meanwhile.
+// delivery, for as long as its attempt may take, then, for a rate-limited
+// endpoint, a token of its rate limit (queued: the delivery's turn for one
+// has come); a slot without a token is given back. It admits with the
+// slot, with noLease when the endpoint's cap was lifted meanwhile, or says
+// how long to wait: the endpoint has as many live leases as its cap (or
+// was deleted), or no token is due.
 //
 // The cap holds across processes because a slot is a row that one worker at
 // a time can take (FOR UPDATE SKIP LOCKED: workers never queue behind one
@@ -42,57 +46,100 @@ const acquireTries = 3
 // slots at or above it: until they end, slots are taken by
 // OutboxLeaseAcquireCounted, which counts every live lease, one worker at
 // a time, so no request starts while the new cap's worth are in flight.
-func (o *Outbox) acquireLease(ctx context.Context, endpointID, deliveryID uuid.UUID, timeout time.Duration) (int32, bool, error) {
-	leaseSeconds := (timeout + leaseGrace).Seconds()
+func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow,
+	timeout time.Duration, queued bool,
+) (admission, error) {
+	lease := timeout + leaseGrace
+	if row.RateLimitPerSecond > 0 {
+		lease += rateMaxSleep // the slot is held while the token is awaited
+	}
 	for range acquireTries {
 		slot, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
-			EndpointID: endpointID, DeliveryID: deliveryID, LeaseSeconds: leaseSeconds,
+			EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(),
 		})
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return leaseTaken(slot, err)
+		if err == nil {
+			return o.withToken(ctx, row, slot, queued)
 		}
-		count, err := o.queries.OutboxLeaseCount(ctx, endpointID)
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return admission{}, err
+		}
+		count, err := o.queries.OutboxLeaseCount(ctx, row.EndpointID)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// Deleted with its deliveries: the job's next run ends it.
-			return noLease, false, nil
+			return o.busy(job), nil
 		}
 		if err != nil {
-			return noLease, false, err
+			return admission{}, err
 		}
 		switch {
 		case count.MaxInFlight == 0:
 			// The cap was lifted since the delivery was loaded.
-			return noLease, true, nil
+			return o.withToken(ctx, row, noLease, queued)
 		case count.Held >= int64(count.MaxInFlight):
-			return noLease, false, nil
+			return o.atCap(ctx, job, row, queued)
 		case count.Slots < int64(count.MaxInFlight):
 			// First use of the endpoint, or its cap was raised.
 			err := o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{
-				EndpointID: endpointID, LastSlot: count.MaxInFlight - 1,
+				EndpointID: row.EndpointID, LastSlot: count.MaxInFlight - 1,
 			})
 			if err != nil {
-				return noLease, false, err
+				return admission{}, err
 			}
 		case count.HeldAbove > 0:
 			slot, err := o.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{
-				EndpointID: endpointID, DeliveryID: deliveryID, LeaseSeconds: leaseSeconds,
+				EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(),
 			})
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return leaseTaken(slot, err)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return o.atCap(ctx, job, row, queued)
+			case err != nil:
+				return admission{}, err
 			}
-			return noLease, false, nil
+			return o.withToken(ctx, row, slot, queued)
 		}
 	}
-	return noLease, false, nil
+	return o.atCap(ctx, job, row, queued)
 }
 
-// leaseTaken is acquireLease's answer after a statement that took slot or
-// failed with err.
-func leaseTaken(slot int32, err error) (int32, bool, error) {
-	if err != nil {
-		return noLease, false, err
+// withToken admits the attempt of row with slot (noLease: none) once it
+// has a token of its endpoint's rate limit, if the endpoint had one when
+// the delivery was loaded (a limit set since applies from its next run).
+// Without a token due soon the slot is given back at once, and the
+// delivery waits for its turn.
+func (o *Outbox) withToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, queued bool) (admission, error) {
+	if row.RateLimitPerSecond == 0 {
+		return admitted(slot), nil
 	}
-	return slot, true, nil
+	token, err := o.takeToken(ctx, row, queued, false)
+	if err != nil || token.wait > 0 {
+		o.releaseLease(ctx, row.EndpointID, row.ID, slot)
+		return token, err
+	}
+	token.slot = slot
+	return token, nil
+}
+
+// busy is the admission of a delivery whose endpoint is at its cap: a
+// snooze of BusyRetryDelay doubled per earlier snooze of its job.
+func (o *Outbox) busy(job *river.Job[DeliveryArgs]) admission {
+	return deferred(deferConcurrency, o.retries.capped(snoozeCount(job)))
+}
+
+// atCap is the admission of a delivery whose endpoint is at its cap. A
+// rate-limited endpoint's delivery waits for its turn for a token (at
+// least BusyRetryDelay), so that its backlog comes back at the limit's
+// pace; any other polls less often the longer it waits (busy).
+func (o *Outbox) atCap(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow, queued bool) (admission, error) {
+	if row.RateLimitPerSecond == 0 {
+		return o.busy(job), nil
+	}
+	a, err := o.takeToken(ctx, row, queued, true)
+	if err != nil || a.wait == 0 {
+		// No limit any more: as any other endpoint.
+		return o.busy(job), err
+	}
+	a.wait, a.reason = max(a.wait, o.retries.busy()), deferConcurrency
+	return a, nil
 }
 
 // releaseLease frees a slot outside an attempt's recording (which frees it

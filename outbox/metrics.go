@@ -23,6 +23,16 @@ const (
 	outcomeError   = "error"   // no answer: connection refused, reset, TLS…
 )
 
+// Deferral reasons, the reason label of wharf_outbox_deferred_total: why
+// a delivery's run ended without an attempt, to run again later.
+const (
+	deferRateLimit   = "rate_limit"   // its endpoint's token is not due yet
+	deferCircuit     = "circuit_open" // its endpoint's circuit is open, or another delivery probes
+	deferConcurrency = "concurrency"  // its endpoint has MaxInFlight requests in flight
+	deferOrdering    = "ordering"     // an earlier delivery with its ordering key is unfinished
+	deferDatabase    = "database"     // a transient database error
+)
+
 const gaugeTimeout = 5 * time.Second
 
 // metrics are the outbox's instruments (README, "Metrics and traces").
@@ -32,14 +42,19 @@ type metrics struct {
 	duration  metric.Float64Histogram
 	latency   metric.Float64Histogram
 	dead      metric.Int64Counter
+	deferred  metric.Int64Counter
+	openings  metric.Int64Counter
 
 	byOutcome  *telemetry.Attrs
 	byEndpoint *telemetry.Attrs
+	byReason   *telemetry.Attrs
 }
 
 func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 	meter := telemetry.Meter(mp, "outbox")
-	m := &metrics{byOutcome: telemetry.NewAttrs("outcome"), byEndpoint: telemetry.NewAttrs("endpoint_id")}
+	m := &metrics{
+		byOutcome: telemetry.NewAttrs("outcome"), byEndpoint: telemetry.NewAttrs("endpoint_id"), byReason: telemetry.NewAttrs("reason"),
+	}
 	var errs []error
 	var err error
 	m.published, err = meter.Int64Counter("wharf_outbox_published",
@@ -59,6 +74,12 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 	m.dead, err = meter.Int64Counter("wharf_outbox_deliveries_dead",
 		metric.WithDescription("Deliveries dead-lettered (attempts exhausted, 410, endpoint disabled, cancelled)."))
 	errs = append(errs, err)
+	m.deferred, err = meter.Int64Counter("wharf_outbox_deferred",
+		metric.WithDescription("Delivery runs that ended without an attempt, to run again later (River job snoozed), by reason: rate_limit, circuit_open, concurrency, ordering, database."))
+	errs = append(errs, err)
+	m.openings, err = meter.Int64Counter("wharf_outbox_circuit_openings",
+		metric.WithDescription("Times an endpoint's circuit opened (its threshold of consecutive failures reached, or its probe failed), by endpoint."))
+	errs = append(errs, err)
 
 	pending, err := meter.Int64ObservableGauge("wharf_outbox_pending_deliveries",
 		metric.WithDescription("Deliveries to attempt or retry now, by endpoint (read from the database)."))
@@ -68,6 +89,9 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 	errs = append(errs, err)
 	disabled, err := meter.Int64ObservableGauge("wharf_outbox_endpoints_disabled",
 		metric.WithDescription("Endpoints disabled now (read from the database)."))
+	errs = append(errs, err)
+	circuitOpen, err := meter.Int64ObservableGauge("wharf_outbox_circuit_open",
+		metric.WithDescription("1 while an endpoint's circuit is open or half-open (probing), else 0, by endpoint (read from the database)."))
 	errs = append(errs, err)
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, gaugeTimeout)
@@ -81,6 +105,11 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 			attrs := m.byEndpoint.Of(row.EndpointID.String())
 			o.ObserveInt64(pending, row.Pending, attrs)
 			o.ObserveInt64(deadNow, row.Dead, attrs)
+			var open int64
+			if row.CircuitOpen {
+				open = 1
+			}
+			o.ObserveInt64(circuitOpen, open, attrs)
 		}
 		n, err := q.OutboxGaugeEndpointsDisabled(ctx)
 		if err != nil {
@@ -88,7 +117,7 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 		}
 		o.ObserveInt64(disabled, n)
 		return nil
-	}, pending, deadNow, disabled)
+	}, pending, deadNow, disabled, circuitOpen)
 	errs = append(errs, err)
 	return m, errors.Join(errs...)
 }

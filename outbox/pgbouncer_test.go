@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/telemetrytest"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/outbox"
 	"github.com/wharfhq/wharf/signature"
@@ -112,4 +113,50 @@ func startPooledRiver(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox) {
 		defer cancel()
 		require.NoError(t, client.Stop(ctx), fmt.Sprintf("stop %s", ob.Queue()))
 	})
+}
+
+// TestLimitsThroughPgBouncer: the rate limit (with and without a
+// concurrency cap) and the circuit breaker's statements work through
+// PgBouncer in transaction mode, in pgx's exec and simple_protocol modes.
+func TestLimitsThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	for _, mode := range testdb.Modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool, _ := testdb.NewPooled(t, mode)
+			metrics := telemetrytest.NewMetrics(t)
+			cfg := testConfig()
+			cfg.MeterProvider = metrics.Provider
+			cfg.CircuitBreakerThreshold = 2
+			cfg.RetrySchedule = []time.Duration{0, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
+			ob, err := outbox.New(pool, cfg)
+			require.NoError(t, err)
+			b := &testBundle{pool: pool, outbox: ob}
+			limit := &outbox.RateLimit{PerSecond: 50, Burst: 2}
+			capped := b.endpoint(t, okSink(t).URL(), &outbox.EndpointParams{EventTypes: []string{"limited"}, RateLimit: limit})
+			uncapped := b.endpoint(t, okSink(t).URL(), &outbox.EndpointParams{EventTypes: []string{"limited"}, RateLimit: limit,
+				MaxInFlight: outbox.NoMaxInFlight})
+			flaky := b.endpoint(t, newSink(t, failFirst(3)).URL(), &outbox.EndpointParams{EventTypes: []string{"flaky"}})
+			startPooledRiver(t, pool, ob)
+
+			limited := b.publish(t, &outbox.Event{Type: "limited"}, &outbox.Event{Type: "limited"}, &outbox.Event{Type: "limited"},
+				&outbox.Event{Type: "limited"}, &outbox.Event{Type: "limited"})
+			flakyEvents := b.publish(t, &outbox.Event{Type: "flaky"}, &outbox.Event{Type: "flaky"})
+			for _, res := range limited {
+				for _, ep := range []*outbox.EndpointWithSecret{capped, uncapped} {
+					d := b.awaitDelivery(t, ep.ID, res.EventID, outbox.StatusSucceeded)
+					require.Equal(t, 1, d.Attempts)
+				}
+			}
+			for _, res := range flakyEvents {
+				b.awaitDelivery(t, flaky.ID, res.EventID, outbox.StatusSucceeded)
+			}
+			got, err := ob.EndpointGet(ctx, flaky.ID)
+			require.NoError(t, err)
+			require.Equal(t, outbox.CircuitClosed, got.CircuitState, "closed by a probe")
+			openings := telemetrytest.SumBy(t, metrics.Collect(t)["wharf_outbox_circuit_openings"], "endpoint_id")
+			require.Positive(t, openings[flaky.ID.String()], "opened by the failures")
+		})
+	}
 }

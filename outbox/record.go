@@ -27,23 +27,37 @@ type attemptRecord struct {
 	nextAttemptAt *time.Time
 }
 
+// recorded is what recording an attempt changed on its endpoint.
+type recorded struct {
+	// disabledReason is why the attempt disabled the endpoint; empty when
+	// it did not.
+	disabledReason string
+	// circuitOpened is true when the attempt opened the endpoint's circuit,
+	// for the circuitOpenings-th time since it was last closed.
+	circuitOpened   bool
+	circuitOpenings int
+	// circuitClosed is true when the attempt, a success, closed it.
+	circuitClosed bool
+}
+
 // recordAttempt stores an attempt, the delivery's new state and the
-// endpoint's health, and frees the attempt's lease, all in one statement
-// (one round trip, atomic). It returns the reason when the attempt disabled
-// the endpoint: it answered 410 Gone, or it has failed for
-// Config.DisableAfter. An error where errors.Is(err, pgx.ErrNoRows) is true
-// means the delivery is no longer the attempt's to record: it no longer
-// exists, a replay moved it to a newer generation, or it is finished.
+// endpoint's health and circuit, and frees the attempt's lease, all in one
+// statement (one round trip, atomic). It reports whether the attempt
+// disabled the endpoint (it answered 410 Gone, or it has failed for
+// Config.DisableAfter) and opened or closed its circuit. An error where
+// errors.Is(err, pgx.ErrNoRows) is true means the delivery is no longer the
+// attempt's to record: it no longer exists, a replay moved it to a newer
+// generation, or it is finished.
 //
 // It locks the endpoint's row first, then the delivery's, then the
 // lease's: the order EndpointDelete locks them in.
-func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string, error) {
+func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (*recorded, error) {
 	if err := o.partitions.Ensure(ctx, nil, attemptsTable, rec.attemptedAt); err != nil {
-		return "", err
+		return nil, err
 	}
 	attemptID, err := uuid.NewV7()
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var statusCode *int32
 	if rec.out.statusCode != 0 {
@@ -57,32 +71,36 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (string,
 		disableBefore = &before
 	}
 	res, err := o.queries.OutboxAttemptRecord(ctx, dbsqlc.OutboxAttemptRecordParams{
-		Now:               now,
-		AttemptID:         attemptID,
-		AttemptedAt:       rec.attemptedAt,
-		Succeeded:         rec.out.succeeded(),
-		StatusCode:        statusCode,
-		ResponseBody:      append([]byte{}, rec.out.body...), // never NULL
-		ResponseTruncated: rec.out.truncated,
-		Error:             shared.Text(rec.out.errorText(), 2048),
-		DurationUs:        rec.out.duration.Microseconds(),
-		DeliveryID:        rec.row.ID,
-		Generation:        rec.row.Generation,
-		EndpointID:        rec.row.EndpointID,
-		LeaseSlot:         rec.slot,
-		Gone:              rec.out.gone(),
-		DisableBefore:     disableBefore,
-		GoneReason:        reasonGone,
-		FailingReason:     reasonFailing,
-		StaleBefore:       now.Add(-time.Second),
-		DeliveryStatus:    string(rec.status),
-		NextAttemptAt:     rec.nextAttemptAt,
+		Now:                now,
+		AttemptID:          attemptID,
+		AttemptedAt:        rec.attemptedAt,
+		Succeeded:          rec.out.succeeded(),
+		StatusCode:         statusCode,
+		ResponseBody:       append([]byte{}, rec.out.body...), // never NULL
+		ResponseTruncated:  rec.out.truncated,
+		Error:              shared.Text(rec.out.errorText(), 2048),
+		DurationUs:         rec.out.duration.Microseconds(),
+		DeliveryID:         rec.row.ID,
+		Generation:         rec.row.Generation,
+		EndpointID:         rec.row.EndpointID,
+		LeaseSlot:          rec.slot,
+		Gone:               rec.out.gone(),
+		DisableBefore:      disableBefore,
+		GoneReason:         reasonGone,
+		FailingReason:      reasonFailing,
+		CircuitThreshold:   int32(max(o.config.CircuitBreakerThreshold, 0)),
+		CooldownSeconds:    o.config.CircuitBreakerCooldown.Seconds(),
+		MaxCooldownSeconds: o.config.CircuitBreakerMaxCooldown.Seconds(),
+		StaleBefore:        now.Add(-time.Second),
+		DeliveryStatus:     string(rec.status),
+		NextAttemptAt:      rec.nextAttemptAt,
 	})
 	if err != nil {
-		return "", fmt.Errorf("record attempt: %w", err)
+		return nil, fmt.Errorf("record attempt: %w", err)
 	}
+	out := &recorded{circuitOpened: res.CircuitOpened, circuitOpenings: int(res.CircuitOpenings), circuitClosed: res.CircuitClosed}
 	if res.DisabledNow {
-		return res.DisabledReason, nil
+		out.disabledReason = res.DisabledReason
 	}
-	return "", nil
+	return out, nil
 }

@@ -130,6 +130,15 @@ func (p *retryPlan) dbError(snoozes int) time.Duration {
 	return withJitter(grown(p.busyDelay, snoozes, maxDBErrorWait))
 }
 
+// beyondHorizon returns how long to snooze a delivery whose rate limit
+// token would be due d after rateHorizon: d, at least busyDelay and at
+// most maxBusyWait, plus up to 25% jitter. It then asks again, so a
+// backlog beyond the horizon polls a few times a minute per delivery, as
+// at the concurrency cap.
+func (p *retryPlan) beyondHorizon(d time.Duration) time.Duration {
+	return withJitter(min(max(d, p.busyDelay), maxBusyWait))
+}
+
 // grown returns base doubled n times, at most limit (and at least base).
 func grown(base time.Duration, n int, limit time.Duration) time.Duration {
 	d := base

@@ -1,11 +1,12 @@
 -- name: OutboxEndpointInsert :one
 INSERT INTO wharf_outbox_endpoints (
     id, url, description, event_types, tenant, secret, max_in_flight, timeout_ms,
-    ordered, headers, auth, created_at, updated_at
+    ordered, headers, auth, rate_limit_per_second, rate_limit_burst, created_at, updated_at
 ) VALUES (
     @id::uuid, @url::text, @description::text, @event_types::text[], @tenant::text,
     @secret::text, @max_in_flight::int, @timeout_ms::int, @ordered::boolean,
-    @headers::jsonb, @auth::jsonb, @now::timestamptz, @now::timestamptz
+    @headers::jsonb, @auth::jsonb, @rate_limit_per_second::float8, @rate_limit_burst::int,
+    @now::timestamptz, @now::timestamptz
 )
 RETURNING *;
 
@@ -23,7 +24,14 @@ ORDER BY created_at, id
 LIMIT @max_rows::int;
 
 -- name: OutboxEndpointUpdate :one
--- NULL parameters leave their column unchanged.
+-- NULL parameters leave their column unchanged. A new rate limit empties
+-- the queue of deliveries waiting for its tokens (they keep their turns,
+-- taken at the old rate; others need not queue behind them).
+WITH requeue AS (
+    UPDATE wharf_outbox_rate_buckets
+    SET queued_until = '-infinity'
+    WHERE endpoint_id = @id::uuid AND sqlc.narg('rate_limit_per_second')::float8 IS NOT NULL
+)
 UPDATE wharf_outbox_endpoints
 SET url = COALESCE(sqlc.narg('url')::text, url),
     description = COALESCE(sqlc.narg('description')::text, description),
@@ -33,6 +41,8 @@ SET url = COALESCE(sqlc.narg('url')::text, url),
     ordered = COALESCE(sqlc.narg('ordered')::boolean, ordered),
     headers = COALESCE(sqlc.narg('headers')::jsonb, headers),
     auth = COALESCE(sqlc.narg('auth')::jsonb, auth),
+    rate_limit_per_second = COALESCE(sqlc.narg('rate_limit_per_second')::float8, rate_limit_per_second),
+    rate_limit_burst = COALESCE(sqlc.narg('rate_limit_burst')::int, rate_limit_burst),
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -49,13 +59,19 @@ RETURNING *;
 
 -- name: OutboxEndpointEnable :one
 -- Enabling forgets the failure streak, so the endpoint is not disabled again
--- by its first failure.
+-- by its first failure, and closes its circuit.
 UPDATE wharf_outbox_endpoints
 SET enabled = true,
     disabled_reason = '',
     disabled_at = NULL,
     consecutive_failures = 0,
     failing_since = NULL,
+    circuit_state = 'closed',
+    circuit_opened_at = NULL,
+    circuit_open_until = NULL,
+    circuit_openings = 0,
+    circuit_probe_delivery_id = NULL,
+    circuit_probe_expires_at = NULL,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -113,13 +129,17 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
 
 -- name: OutboxDeliveryGetForWork :one
 -- Everything a delivery attempt needs; payload is NULL when the event row is
--- gone or its payload was scrubbed by retention.
+-- gone or its payload was scrubbed by retention. db_now is the database's
+-- clock, which the circuit's and the rate limit's times are set by: waits
+-- are measured against it, never a node's clock.
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts, d.generation,
+       d.status, d.attempts, d.generation, d.throttled_until,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
+       ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
-       COALESCE(ev.trace_context, '')::text AS trace_context
+       COALESCE(ev.trace_context, '')::text AS trace_context,
+       now()::timestamptz AS db_now
 FROM wharf_outbox_deliveries d
 JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
@@ -179,6 +199,122 @@ WHERE l.ctid = (
     LIMIT 1
     FOR UPDATE OF f SKIP LOCKED)
 RETURNING l.slot;
+
+-- name: OutboxRateTake :one
+-- Takes a token of the endpoint's rate limit for a delivery, right after
+-- it took its concurrency slot (if the endpoint has a cap: a slot without
+-- a token is given back at once). The limit is read here, not passed in.
+-- A statement of its own, short, so that the bucket's row, which every
+-- take of the endpoint locks in turn, is held briefly: folded into
+-- OutboxLeaseAcquire it was held for that whole statement, and an
+-- endpoint limited far above its traffic delivered 40% less.
+--
+-- The endpoint's bucket row is locked (lock order: slot, then bucket; no
+-- statement holding a bucket row waits for another lock) and the GCRA
+-- gives the time due at which one more request conforms to the limit. Its
+-- clock is clock_timestamp() as the row is locked (a locked row is read
+-- again once its lock is granted), not now(): a take that waited for the
+-- lock must not be granted a token as of before its wait, which would let
+-- its request go closer to the previous one than the limit allows. A token
+-- due within max_sleep_seconds (and within max_sleepers tokens' time:
+-- fewer at high rates) is taken (token_granted; wait_seconds until it is
+-- due: the caller waits that long in the worker, then sends). While
+-- deliveries wait their turn (queued_until is ahead) only those whose turn
+-- has come (queued) take one: a delivery that has not waited goes to the
+-- back of the queue. A delivery that gets no token gets a turn instead
+-- (ticketed, in wait_seconds; the caller stores it and snoozes until
+-- then), one token after the last, unless that is beyond horizon_seconds:
+-- then nothing changes and the caller asks again later. With turn_only it
+-- takes no token and only gives the delivery a turn: one of a capped
+-- endpoint at its cap comes back when a token would be its, rather than
+-- polling. No limit (rate_limited false) or no bucket row (bucket_missing:
+-- OutboxRateBucketCreate, then again) changes nothing. It commits without
+-- waiting for its WAL flush: a token lost to a Postgres crash only lets
+-- one more request go.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
+    SELECT ep.rate_limit_per_second AS rate, ep.rate_limit_burst AS burst
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+),
+bucket AS MATERIALIZED (
+    SELECT b.endpoint_id, b.tat, b.queued_until, clock_timestamp() AS at,
+           interval '1 second' / e.rate AS spacing,
+           GREATEST(clock_timestamp(), b.tat - interval '1 second' * ((e.burst - 1) / e.rate)) AS due,
+           clock_timestamp() + interval '1 second' * LEAST(@max_sleep_seconds::float8, sqlc.arg(max_sleepers)::float8 / e.rate) AS sleep_until
+    FROM wharf_outbox_rate_buckets b, endpoint e
+    WHERE b.endpoint_id = @endpoint_id::uuid AND e.rate > 0
+    FOR NO KEY UPDATE OF b
+),
+decision AS (
+    SELECT k.endpoint_id, k.tat, k.queued_until, k.at, k.spacing, k.due,
+           (NOT @turn_only::boolean AND (@queued::boolean OR k.queued_until <= k.at) AND k.due <= k.sleep_until) AS granted,
+           GREATEST(k.queued_until, k.due) AS turn
+    FROM bucket k
+),
+take AS (
+    UPDATE wharf_outbox_rate_buckets b
+    SET tat = CASE WHEN d.granted THEN GREATEST(d.tat, d.at) + d.spacing ELSE d.tat END,
+        queued_until = CASE WHEN d.granted THEN d.queued_until ELSE d.turn + d.spacing END
+    FROM decision d
+    WHERE b.endpoint_id = d.endpoint_id
+      AND (d.granted OR d.turn <= d.at + interval '1 second' * @horizon_seconds::float8)
+    RETURNING d.granted
+)
+SELECT (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0)::boolean AS rate_limited,
+       COALESCE((SELECT t.granted FROM take t), false)::boolean AS token_granted,
+       EXISTS (SELECT 1 FROM take t WHERE NOT t.granted)::boolean AS ticketed,
+       COALESCE((SELECT extract(epoch FROM (CASE WHEN d.granted THEN d.due ELSE d.turn END) - d.at)
+                 FROM decision d), 0)::float8 AS wait_seconds,
+       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
+        AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
+FROM async_commit;
+
+-- name: OutboxRateBucketCreate :exec
+INSERT INTO wharf_outbox_rate_buckets (endpoint_id)
+SELECT ep.id FROM wharf_outbox_endpoints ep WHERE ep.id = @endpoint_id::uuid
+ON CONFLICT (endpoint_id) DO NOTHING;
+
+-- name: OutboxDeliveryThrottle :execrows
+-- Stores a delivery's turn for a rate limit token (OutboxRateTake), due
+-- turn_in_seconds from now by the database's clock, while the delivery is
+-- unfinished and of the job's generation. Like the turn, it commits without waiting for its WAL
+-- flush: a turn lost to a crash only loses the delivery its place in the
+-- queue.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE wharf_outbox_deliveries
+SET throttled_until = now() + make_interval(secs => @turn_in_seconds::float8)
+FROM async_commit
+WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending', 'retrying');
+
+-- name: OutboxCircuitProbeClaim :one
+-- Makes the delivery the probe of an endpoint whose circuit is open and
+-- whose cool-down is over, or half-open with a probe that expired (its
+-- worker died): the circuit turns half-open and the probe is the
+-- delivery's until probe_seconds from now. Only one worker can: the
+-- update re-checks the row it locks. No row means another delivery probes,
+-- or the circuit closed meanwhile (closed is true: go ahead).
+UPDATE wharf_outbox_endpoints ep
+SET circuit_state = CASE WHEN ep.circuit_state = 'closed' THEN 'closed' ELSE 'half_open' END,
+    circuit_probe_delivery_id = CASE WHEN ep.circuit_state = 'closed' THEN NULL ELSE @delivery_id::uuid END,
+    circuit_probe_expires_at = CASE WHEN ep.circuit_state = 'closed' THEN NULL
+                                    ELSE now() + make_interval(secs => @probe_seconds::float8) END
+WHERE ep.id = @endpoint_id::uuid
+  AND (ep.circuit_state = 'closed'
+       OR (ep.circuit_state = 'open' AND ep.circuit_open_until <= now())
+       OR (ep.circuit_state = 'half_open' AND ep.circuit_probe_expires_at <= now()))
+RETURNING (ep.circuit_state = 'closed')::boolean AS closed;
+
+-- name: OutboxCircuitProbeRelease :exec
+-- Gives up a probe that was not sent (its worker stopping, its endpoint at
+-- its concurrency cap or rate limit): another delivery may probe at once.
+UPDATE wharf_outbox_endpoints
+SET circuit_probe_expires_at = '-infinity'
+WHERE id = @endpoint_id::uuid AND circuit_state = 'half_open' AND circuit_probe_delivery_id = @delivery_id::uuid;
 
 -- name: OutboxLeaseAcquireCounted :one
 -- OutboxLeaseAcquire for an endpoint whose cap was lowered while more
@@ -258,9 +394,16 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 --
 -- A failure disables the endpoint when gone (410) or when it has been
 -- failing since before disable_before (NULL: never), decided once in
--- endpoint. A success skips the endpoint write while nothing would change
--- but a last_success_at newer than stale_before, so that busy endpoints do
--- not serialise on their row. endpoint locks the row it decides on (FOR NO
+-- endpoint. A failure also opens the endpoint's circuit (circuit_threshold
+-- 0: never) when it makes circuit_threshold consecutive failures of a
+-- closed circuit, or when the circuit is half-open (the probe failed, or a
+-- request sent before the circuit opened did): open for cooldown_seconds,
+-- doubled per opening since the circuit was last closed, at most
+-- max_cooldown_seconds, by the database's clock. A success closes it.
+--
+-- A success skips the endpoint write while nothing would change but a
+-- last_success_at newer than stale_before, so that busy endpoints do not
+-- serialise on their row. endpoint locks the row it decides on (FOR NO
 -- KEY UPDATE returns its latest committed version), so the decision and
 -- the write see the same failure streak even when attempts of one endpoint
 -- finish together.
@@ -322,11 +465,21 @@ endpoint AS (
                OR (NOT @succeeded::boolean
                    AND COALESCE(ep.failing_since, @now::timestamptz) <= sqlc.narg('disable_before')::timestamptz) IS TRUE)
                AS disable,
-           CASE WHEN @gone::boolean THEN @gone_reason::text ELSE @failing_reason::text END AS reason
+           CASE WHEN @gone::boolean THEN @gone_reason::text ELSE @failing_reason::text END AS reason,
+           (NOT @succeeded::boolean
+            AND @circuit_threshold::int > 0
+            AND (ep.circuit_state = 'half_open'
+                 OR (ep.circuit_state = 'closed' AND ep.consecutive_failures + 1 >= @circuit_threshold::int)))
+               AS open_circuit,
+           ep.circuit_state <> 'closed' AS was_open,
+           now() + interval '1 second' * LEAST(
+               power(2, LEAST(ep.circuit_openings, 30)) * @cooldown_seconds::float8,
+               @max_cooldown_seconds::float8) AS open_until
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
       AND (NOT @succeeded::boolean
            OR ep.consecutive_failures > 0
+           OR ep.circuit_state <> 'closed'
            OR ep.last_success_at IS NULL
            OR ep.last_success_at < @stale_before::timestamptz)
     FOR NO KEY UPDATE
@@ -339,10 +492,27 @@ health AS (
         last_failure_at = CASE WHEN @succeeded::boolean THEN ep.last_failure_at ELSE @now::timestamptz END,
         enabled = ep.enabled AND NOT e.disable,
         disabled_reason = CASE WHEN e.disable THEN e.reason ELSE ep.disabled_reason END,
-        disabled_at = CASE WHEN e.disable THEN @now::timestamptz ELSE ep.disabled_at END
+        disabled_at = CASE WHEN e.disable THEN @now::timestamptz ELSE ep.disabled_at END,
+        circuit_state = CASE WHEN @succeeded::boolean THEN 'closed'
+                             WHEN e.open_circuit THEN 'open'
+                             ELSE ep.circuit_state END,
+        circuit_opened_at = CASE WHEN @succeeded::boolean THEN NULL
+                                 WHEN e.open_circuit THEN now()
+                                 ELSE ep.circuit_opened_at END,
+        circuit_open_until = CASE WHEN @succeeded::boolean THEN NULL
+                                  WHEN e.open_circuit THEN e.open_until
+                                  ELSE ep.circuit_open_until END,
+        circuit_openings = CASE WHEN @succeeded::boolean THEN 0
+                                WHEN e.open_circuit THEN ep.circuit_openings + 1
+                                ELSE ep.circuit_openings END,
+        circuit_probe_delivery_id = CASE WHEN @succeeded::boolean OR e.open_circuit THEN NULL
+                                         ELSE ep.circuit_probe_delivery_id END,
+        circuit_probe_expires_at = CASE WHEN @succeeded::boolean OR e.open_circuit THEN NULL
+                                        ELSE ep.circuit_probe_expires_at END
     FROM endpoint e
     WHERE ep.id = e.id
-    RETURNING e.disable, ep.disabled_reason
+    RETURNING e.disable, ep.disabled_reason, e.open_circuit, ep.circuit_openings,
+              (e.was_open AND @succeeded::boolean) AS close_circuit
 ),
 delivery AS (
     UPDATE wharf_outbox_deliveries d
@@ -352,6 +522,7 @@ delivery AS (
         last_error = @error::text,
         next_attempt_at = sqlc.narg('next_attempt_at')::timestamptz,
         succeeded_at = CASE WHEN @succeeded::boolean THEN @now::timestamptz ELSE d.succeeded_at END,
+        throttled_until = NULL,
         updated_at = @now::timestamptz
     FROM current_delivery c
     WHERE d.id = c.id
@@ -359,7 +530,10 @@ delivery AS (
 )
 SELECT delivery.attempts,
        COALESCE((SELECT h.disable FROM health h), false)::boolean AS disabled_now,
-       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
+       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason,
+       COALESCE((SELECT h.open_circuit FROM health h), false)::boolean AS circuit_opened,
+       COALESCE((SELECT h.circuit_openings FROM health h), 0)::int AS circuit_openings,
+       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
 FROM delivery, async_commit;
 
 -- name: OutboxDeliveryMarkDead :execrows
@@ -396,7 +570,7 @@ LIMIT @max_rows::int;
 -- job of that generation). Returns the new generation.
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
-    generation = d.generation + 1
+    generation = d.generation + 1, throttled_until = NULL
 FROM wharf_outbox_endpoints ep
 WHERE d.id = @id::uuid
   AND ep.id = d.endpoint_id
@@ -416,7 +590,7 @@ RETURNING d.generation;
 -- scrubbed stay dead.
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
-    generation = d.generation + 1
+    generation = d.generation + 1, throttled_until = NULL
 WHERE d.endpoint_id = @endpoint_id::uuid
   AND d.status = 'dead'
   AND d.created_at >= @since::timestamptz
@@ -487,10 +661,12 @@ RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_ou
 -- name: OutboxGaugeByEndpoint :many
 -- The outbox's gauges per endpoint (every endpoint, 0 when it has none),
 -- from the partial index of unfinished deliveries (never the delivered
--- ones): deliveries to attempt or retry, and dead ones.
+-- ones): deliveries to attempt or retry, and dead ones; and whether the
+-- endpoint's circuit is open or half-open.
 SELECT ep.id AS endpoint_id,
        count(d.id) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
-       count(d.id) FILTER (WHERE d.status = 'dead')::bigint AS dead
+       count(d.id) FILTER (WHERE d.status = 'dead')::bigint AS dead,
+       (ep.circuit_state <> 'closed')::boolean AS circuit_open
 FROM wharf_outbox_endpoints ep
 LEFT JOIN wharf_outbox_deliveries d ON d.endpoint_id = ep.id AND d.status <> 'succeeded'
 GROUP BY ep.id;

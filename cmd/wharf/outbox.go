@@ -118,10 +118,11 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 			return nil
 		}
 		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tURL\tEVENTS\tTENANT\tENABLED\tFAILURES\tLAST SUCCESS\tDISABLED REASON")
+		fmt.Fprintln(tw, "ID\tURL\tEVENTS\tTENANT\tENABLED\tCIRCUIT\tRATE LIMIT\tFAILURES\tLAST SUCCESS\tDISABLED REASON")
 		for _, ep := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%d\t%s\t%s\n", ep.ID, oneLine(ep.URL, 60), strings.Join(ep.EventTypes, ","),
-				ep.Tenant, ep.Enabled, ep.ConsecutiveFailures, formatTime(ep.LastSuccessAt), oneLine(ep.DisabledReason, 40))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\t%s\t%s\t%d\t%s\t%s\n", ep.ID, oneLine(ep.URL, 60), strings.Join(ep.EventTypes, ","),
+				ep.Tenant, ep.Enabled, formatCircuit(ep), formatRateLimit(ep.RateLimit), ep.ConsecutiveFailures,
+				formatTime(ep.LastSuccessAt), oneLine(ep.DisabledReason, 40))
 		}
 		return tw.Flush()
 	case "add":
@@ -129,6 +130,8 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 		events := fs.String("events", "", "comma-separated event types (prefix.* and * allowed); none: every type")
 		tenant := fs.String("tenant", "", "the tenant whose events it receives")
 		description := fs.String("description", "", "a description")
+		rate := fs.Float64("rate", 0, "rate limit: requests per second, shared by every worker (0: none)")
+		burst := fs.Int("burst", 0, "with -rate: requests that may go at once (default 1)")
 		allowPrivate := fs.Bool("allow-private", false, "allow a private or loopback address (development)")
 		if _, err := parseInterleaved(fs, args); err != nil {
 			return err
@@ -136,11 +139,17 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 		if *url == "" {
 			return usageError{"-url is required"}
 		}
+		if *burst != 0 && *rate == 0 {
+			return usageError{"-burst needs -rate"}
+		}
 		ob, err := e.outbox(ctx, *allowPrivate)
 		if err != nil {
 			return err
 		}
 		params := &outbox.EndpointParams{URL: *url, Tenant: *tenant, Description: *description}
+		if *rate != 0 {
+			params.RateLimit = &outbox.RateLimit{PerSecond: *rate, Burst: *burst}
+		}
 		if *events != "" {
 			params.EventTypes = strings.Split(*events, ",")
 		}
@@ -183,7 +192,7 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 			if _, err := ob.EndpointEnable(ctx, id); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.out, "endpoint %s enabled\n", id)
+			fmt.Fprintf(e.out, "endpoint %s enabled; its circuit is closed\n", id)
 			if *recoverSince > 0 {
 				n, err := ob.EndpointRecover(ctx, id, time.Now().Add(-*recoverSince))
 				if err != nil {
@@ -368,6 +377,23 @@ func runOutboxReplay(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.out, "delivery %s replayed\n", id)
 	return nil
+}
+
+// formatCircuit describes an endpoint's circuit breaker: closed,
+// "open until <time>" or half_open (probing).
+func formatCircuit(ep *outbox.Endpoint) string {
+	if ep.CircuitState == outbox.CircuitOpen && ep.CircuitOpenUntil != nil {
+		return "open until " + ep.CircuitOpenUntil.Format(time.RFC3339)
+	}
+	return string(ep.CircuitState)
+}
+
+// formatRateLimit describes a rate limit, "-" for none.
+func formatRateLimit(r *outbox.RateLimit) string {
+	if r == nil {
+		return "-"
+	}
+	return r.String()
 }
 
 func formatTime(t *time.Time) string {

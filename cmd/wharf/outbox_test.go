@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/testdb"
@@ -101,4 +105,92 @@ func TestOutboxCommands(t *testing.T) {
 	code, _, errOut = cli(t, "-database-url", url, "outbox", "sideways")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, `unknown outbox command "sideways"`)
+}
+
+// The endpoints listing shows each endpoint's circuit and rate limit: a
+// circuit opened by failing deliveries reads "open until …" (and "open"
+// in -json), enabling closes it; add takes -rate and -burst.
+func TestOutboxEndpointsCircuitAndRate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	failing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(failing.Close)
+
+	code, out, _ := cli(t, "-database-url", url, "outbox", "endpoints", "add", "-url", "https://limited.example/h", "-events", "y", "-rate", "5", "-burst", "10")
+	require.Equal(t, 0, code, out)
+	code, _, errOut := cli(t, "-database-url", url, "outbox", "endpoints", "add", "-url", "https://b.example/h", "-burst", "10")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "-burst needs -rate")
+
+	// A delivery that fails once opens the circuit (threshold 1) for an hour.
+	ob, err := outbox.New(pool, &outbox.Config{
+		AllowPrivateNetworks: true, RetrySchedule: []time.Duration{0, time.Hour},
+		CircuitBreakerThreshold: 1, CircuitBreakerCooldown: time.Hour,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	ep, err := ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: failing.URL, EventTypes: []string{"x"}})
+	require.NoError(t, err)
+	workers := river.NewWorkers()
+	require.NoError(t, ob.AddWorkers(workers))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{ob.Queue(): {MaxWorkers: 2}},
+		Workers: workers, FetchCooldown: 5 * time.Millisecond, FetchPollInterval: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "x", Data: map[string]int{}})
+		return err
+	}))
+	require.Eventually(t, func() bool {
+		got, err := ob.EndpointGet(ctx, ep.ID)
+		require.NoError(t, err)
+		return got.CircuitState == outbox.CircuitOpen
+	}, 15*time.Second, 10*time.Millisecond)
+	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, client.Stop(stopCtx))
+
+	code, out, _ = cli(t, "-database-url", url, "outbox", "endpoints", "list")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "CIRCUIT")
+	require.Contains(t, out, "RATE LIMIT")
+	require.Contains(t, out, "5/s burst 10")
+	lines := strings.Split(out, "\n")
+	var failingLine string
+	for _, line := range lines {
+		if strings.HasPrefix(line, ep.ID.String()) {
+			failingLine = line
+		}
+	}
+	require.Contains(t, failingLine, "open until ")
+	require.Regexp(t, `^\S+\s+https://limited\.example/h\s+y\s+true\s+closed\s+5/s burst 10`, lines[1])
+
+	code, out, _ = cli(t, "-database-url", url, "outbox", "endpoints", "list", "-json")
+	require.Equal(t, 0, code)
+	var listed []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &m))
+		listed = append(listed, m)
+	}
+	require.Equal(t, "closed", listed[0]["CircuitState"])
+	require.Equal(t, map[string]any{"PerSecond": 5.0, "Burst": 10.0}, listed[0]["RateLimit"])
+	require.Equal(t, "open", listed[1]["CircuitState"])
+	require.NotNil(t, listed[1]["CircuitOpenUntil"])
+
+	code, out, _ = cli(t, "-database-url", url, "outbox", "endpoints", "enable", ep.ID.String())
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "circuit is closed")
+	code, out, _ = cli(t, "-database-url", url, "outbox", "endpoints", "list")
+	require.Equal(t, 0, code)
+	require.NotContains(t, out, "open until")
 }

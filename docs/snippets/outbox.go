@@ -103,3 +103,24 @@ func endpointAuth(ctx context.Context, ob *outbox.Outbox) error {
 	// readme:end
 	return err
 }
+
+// endpointLimits is the README's rate-limited endpoint and circuit
+// breaker settings.
+func endpointLimits(ctx context.Context, pool *pgxpool.Pool) error {
+	// readme:begin endpoint-limits
+	ob, err := outbox.New(pool, &outbox.Config{
+		CircuitBreakerThreshold:   20,          // consecutive failed attempts; -1 disables the breaker
+		CircuitBreakerCooldown:    time.Minute, // doubled after each failed probe…
+		CircuitBreakerMaxCooldown: 30 * time.Minute,
+	})
+	if err != nil {
+		return err
+	}
+	_, err = ob.EndpointEnsure(ctx, &outbox.EndpointParams{
+		URL:         "https://api.partner.example/webhooks",
+		MaxInFlight: 5,                                           // requests in flight at once
+		RateLimit:   &outbox.RateLimit{PerSecond: 10, Burst: 20}, // across every worker process
+	})
+	// readme:end
+	return err
+}

@@ -78,14 +78,18 @@ func Seed(tb testing.TB, pool *pgxpool.Pool) *Seeded {
 		}
 		return nil
 	})
+	// The failing endpoint's fourth failure, the last attempt of its
+	// second dead delivery, opens its circuit.
 	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet, AllowPrivateNetworks: true,
-		RetrySchedule: []time.Duration{0, time.Millisecond}, RetryJitter: -1})
+		RetrySchedule: []time.Duration{0, time.Millisecond}, RetryJitter: -1, CircuitBreakerThreshold: 4})
 	must(tb, err)
 
-	// The endpoint's URL carries a password, which pages must mask. A
-	// second endpoint, subscribed to order.refunded only, always gets 502.
+	// The endpoint's URL carries a password, which pages must mask; it has
+	// a rate limit. A second endpoint, subscribed to order.refunded only,
+	// always gets 502.
 	u := "http://ops:" + s.EndpointPassword + "@" + sink.Listener.Addr().String() + "/hooks"
-	ep, err := ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: u, Description: "orders service"})
+	ep, err := ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: u, Description: "orders service",
+		RateLimit: &outbox.RateLimit{PerSecond: 50, Burst: 10}})
 	must(tb, err)
 	s.Endpoint, s.EndpointURL = ep.ID, u
 	failing, err := ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: sink.URL + "/hooks?fail=1", Description: "always 502", EventTypes: []string{"order.refunded"}})

@@ -102,6 +102,7 @@ type WharfOutboxDelivery struct {
 	UpdatedAt      time.Time
 	SucceededAt    *time.Time
 	Generation     int32
+	ThrottledUntil *time.Time
 }
 
 type WharfOutboxEndpoint struct {
@@ -127,6 +128,14 @@ type WharfOutboxEndpoint struct {
 	UpdatedAt               time.Time
 	Headers                 json.RawMessage
 	Auth                    json.RawMessage
+	RateLimitPerSecond      float64
+	RateLimitBurst          int32
+	CircuitState            string
+	CircuitOpenedAt         *time.Time
+	CircuitOpenUntil        *time.Time
+	CircuitOpenings         int32
+	CircuitProbeDeliveryID  *uuid.UUID
+	CircuitProbeExpiresAt   *time.Time
 }
 
 type WharfOutboxEvent struct {
@@ -145,6 +154,12 @@ type WharfOutboxLease struct {
 	Slot       int32
 	DeliveryID *uuid.UUID
 	ExpiresAt  time.Time
+}
+
+type WharfOutboxRateBucket struct {
+	EndpointID  uuid.UUID
+	Tat         time.Time
+	QueuedUntil time.Time
 }
 
 type WharfPartitionDrop struct {

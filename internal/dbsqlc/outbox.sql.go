@@ -93,13 +93,23 @@ endpoint AS (
                OR (NOT $6::boolean
                    AND COALESCE(ep.failing_since, $14::timestamptz) <= $15::timestamptz) IS TRUE)
                AS disable,
-           CASE WHEN $13::boolean THEN $16::text ELSE $17::text END AS reason
+           CASE WHEN $13::boolean THEN $16::text ELSE $17::text END AS reason,
+           (NOT $6::boolean
+            AND $18::int > 0
+            AND (ep.circuit_state = 'half_open'
+                 OR (ep.circuit_state = 'closed' AND ep.consecutive_failures + 1 >= $18::int)))
+               AS open_circuit,
+           ep.circuit_state <> 'closed' AS was_open,
+           now() + interval '1 second' * LEAST(
+               power(2, LEAST(ep.circuit_openings, 30)) * $19::float8,
+               $20::float8) AS open_until
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = $1::uuid
       AND (NOT $6::boolean
            OR ep.consecutive_failures > 0
+           OR ep.circuit_state <> 'closed'
            OR ep.last_success_at IS NULL
-           OR ep.last_success_at < $18::timestamptz)
+           OR ep.last_success_at < $21::timestamptz)
     FOR NO KEY UPDATE
 ),
 health AS (
@@ -110,19 +120,37 @@ health AS (
         last_failure_at = CASE WHEN $6::boolean THEN ep.last_failure_at ELSE $14::timestamptz END,
         enabled = ep.enabled AND NOT e.disable,
         disabled_reason = CASE WHEN e.disable THEN e.reason ELSE ep.disabled_reason END,
-        disabled_at = CASE WHEN e.disable THEN $14::timestamptz ELSE ep.disabled_at END
+        disabled_at = CASE WHEN e.disable THEN $14::timestamptz ELSE ep.disabled_at END,
+        circuit_state = CASE WHEN $6::boolean THEN 'closed'
+                             WHEN e.open_circuit THEN 'open'
+                             ELSE ep.circuit_state END,
+        circuit_opened_at = CASE WHEN $6::boolean THEN NULL
+                                 WHEN e.open_circuit THEN now()
+                                 ELSE ep.circuit_opened_at END,
+        circuit_open_until = CASE WHEN $6::boolean THEN NULL
+                                  WHEN e.open_circuit THEN e.open_until
+                                  ELSE ep.circuit_open_until END,
+        circuit_openings = CASE WHEN $6::boolean THEN 0
+                                WHEN e.open_circuit THEN ep.circuit_openings + 1
+                                ELSE ep.circuit_openings END,
+        circuit_probe_delivery_id = CASE WHEN $6::boolean OR e.open_circuit THEN NULL
+                                         ELSE ep.circuit_probe_delivery_id END,
+        circuit_probe_expires_at = CASE WHEN $6::boolean OR e.open_circuit THEN NULL
+                                        ELSE ep.circuit_probe_expires_at END
     FROM endpoint e
     WHERE ep.id = e.id
-    RETURNING e.disable, ep.disabled_reason
+    RETURNING e.disable, ep.disabled_reason, e.open_circuit, ep.circuit_openings,
+              (e.was_open AND $6::boolean) AS close_circuit
 ),
 delivery AS (
     UPDATE wharf_outbox_deliveries d
-    SET status = $19::text,
+    SET status = $22::text,
         attempts = d.attempts + 1,
         last_status_code = $7::int,
         last_error = $10::text,
-        next_attempt_at = $20::timestamptz,
+        next_attempt_at = $23::timestamptz,
         succeeded_at = CASE WHEN $6::boolean THEN $14::timestamptz ELSE d.succeeded_at END,
+        throttled_until = NULL,
         updated_at = $14::timestamptz
     FROM current_delivery c
     WHERE d.id = c.id
@@ -130,37 +158,46 @@ delivery AS (
 )
 SELECT delivery.attempts,
        COALESCE((SELECT h.disable FROM health h), false)::boolean AS disabled_now,
-       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason
+       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason,
+       COALESCE((SELECT h.open_circuit FROM health h), false)::boolean AS circuit_opened,
+       COALESCE((SELECT h.circuit_openings FROM health h), 0)::int AS circuit_openings,
+       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
 FROM delivery, async_commit
 `
 
 type OutboxAttemptRecordParams struct {
-	EndpointID        uuid.UUID
-	DeliveryID        uuid.UUID
-	Generation        int32
-	AttemptID         uuid.UUID
-	AttemptedAt       time.Time
-	Succeeded         bool
-	StatusCode        *int32
-	ResponseBody      []byte
-	ResponseTruncated bool
-	Error             string
-	DurationUs        int64
-	LeaseSlot         int32
-	Gone              bool
-	Now               time.Time
-	DisableBefore     *time.Time
-	GoneReason        string
-	FailingReason     string
-	StaleBefore       time.Time
-	DeliveryStatus    string
-	NextAttemptAt     *time.Time
+	EndpointID         uuid.UUID
+	DeliveryID         uuid.UUID
+	Generation         int32
+	AttemptID          uuid.UUID
+	AttemptedAt        time.Time
+	Succeeded          bool
+	StatusCode         *int32
+	ResponseBody       []byte
+	ResponseTruncated  bool
+	Error              string
+	DurationUs         int64
+	LeaseSlot          int32
+	Gone               bool
+	Now                time.Time
+	DisableBefore      *time.Time
+	GoneReason         string
+	FailingReason      string
+	CircuitThreshold   int32
+	CooldownSeconds    float64
+	MaxCooldownSeconds float64
+	StaleBefore        time.Time
+	DeliveryStatus     string
+	NextAttemptAt      *time.Time
 }
 
 type OutboxAttemptRecordRow struct {
-	Attempts       int32
-	DisabledNow    bool
-	DisabledReason string
+	Attempts        int32
+	DisabledNow     bool
+	DisabledReason  string
+	CircuitOpened   bool
+	CircuitOpenings int32
+	CircuitClosed   bool
 }
 
 // Records one attempt in one statement: the attempt row, the delivery's new
@@ -174,9 +211,16 @@ type OutboxAttemptRecordRow struct {
 //
 // A failure disables the endpoint when gone (410) or when it has been
 // failing since before disable_before (NULL: never), decided once in
-// endpoint. A success skips the endpoint write while nothing would change
-// but a last_success_at newer than stale_before, so that busy endpoints do
-// not serialise on their row. endpoint locks the row it decides on (FOR NO
+// endpoint. A failure also opens the endpoint's circuit (circuit_threshold
+// 0: never) when it makes circuit_threshold consecutive failures of a
+// closed circuit, or when the circuit is half-open (the probe failed, or a
+// request sent before the circuit opened did): open for cooldown_seconds,
+// doubled per opening since the circuit was last closed, at most
+// max_cooldown_seconds, by the database's clock. A success closes it.
+//
+// A success skips the endpoint write while nothing would change but a
+// last_success_at newer than stale_before, so that busy endpoints do not
+// serialise on their row. endpoint locks the row it decides on (FOR NO
 // KEY UPDATE returns its latest committed version), so the decision and
 // the write see the same failure streak even when attempts of one endpoint
 // finish together.
@@ -217,13 +261,73 @@ func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptReco
 		arg.DisableBefore,
 		arg.GoneReason,
 		arg.FailingReason,
+		arg.CircuitThreshold,
+		arg.CooldownSeconds,
+		arg.MaxCooldownSeconds,
 		arg.StaleBefore,
 		arg.DeliveryStatus,
 		arg.NextAttemptAt,
 	)
 	var i OutboxAttemptRecordRow
-	err := row.Scan(&i.Attempts, &i.DisabledNow, &i.DisabledReason)
+	err := row.Scan(
+		&i.Attempts,
+		&i.DisabledNow,
+		&i.DisabledReason,
+		&i.CircuitOpened,
+		&i.CircuitOpenings,
+		&i.CircuitClosed,
+	)
 	return i, err
+}
+
+const outboxCircuitProbeClaim = `-- name: OutboxCircuitProbeClaim :one
+UPDATE wharf_outbox_endpoints ep
+SET circuit_state = CASE WHEN ep.circuit_state = 'closed' THEN 'closed' ELSE 'half_open' END,
+    circuit_probe_delivery_id = CASE WHEN ep.circuit_state = 'closed' THEN NULL ELSE $1::uuid END,
+    circuit_probe_expires_at = CASE WHEN ep.circuit_state = 'closed' THEN NULL
+                                    ELSE now() + make_interval(secs => $2::float8) END
+WHERE ep.id = $3::uuid
+  AND (ep.circuit_state = 'closed'
+       OR (ep.circuit_state = 'open' AND ep.circuit_open_until <= now())
+       OR (ep.circuit_state = 'half_open' AND ep.circuit_probe_expires_at <= now()))
+RETURNING (ep.circuit_state = 'closed')::boolean AS closed
+`
+
+type OutboxCircuitProbeClaimParams struct {
+	DeliveryID   uuid.UUID
+	ProbeSeconds float64
+	EndpointID   uuid.UUID
+}
+
+// Makes the delivery the probe of an endpoint whose circuit is open and
+// whose cool-down is over, or half-open with a probe that expired (its
+// worker died): the circuit turns half-open and the probe is the
+// delivery's until probe_seconds from now. Only one worker can: the
+// update re-checks the row it locks. No row means another delivery probes,
+// or the circuit closed meanwhile (closed is true: go ahead).
+func (q *Queries) OutboxCircuitProbeClaim(ctx context.Context, arg OutboxCircuitProbeClaimParams) (bool, error) {
+	row := q.db.QueryRow(ctx, outboxCircuitProbeClaim, arg.DeliveryID, arg.ProbeSeconds, arg.EndpointID)
+	var closed bool
+	err := row.Scan(&closed)
+	return closed, err
+}
+
+const outboxCircuitProbeRelease = `-- name: OutboxCircuitProbeRelease :exec
+UPDATE wharf_outbox_endpoints
+SET circuit_probe_expires_at = '-infinity'
+WHERE id = $1::uuid AND circuit_state = 'half_open' AND circuit_probe_delivery_id = $2::uuid
+`
+
+type OutboxCircuitProbeReleaseParams struct {
+	EndpointID uuid.UUID
+	DeliveryID uuid.UUID
+}
+
+// Gives up a probe that was not sent (its worker stopping, its endpoint at
+// its concurrency cap or rate limit): another delivery may probe at once.
+func (q *Queries) OutboxCircuitProbeRelease(ctx context.Context, arg OutboxCircuitProbeReleaseParams) error {
+	_, err := q.db.Exec(ctx, outboxCircuitProbeRelease, arg.EndpointID, arg.DeliveryID)
+	return err
 }
 
 const outboxDeliveryEarlierPending = `-- name: OutboxDeliveryEarlierPending :one
@@ -260,7 +364,7 @@ func (q *Queries) OutboxDeliveryEarlierPending(ctx context.Context, arg OutboxDe
 }
 
 const outboxDeliveryGet = `-- name: OutboxDeliveryGet :one
-SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at, generation FROM wharf_outbox_deliveries WHERE id = $1::uuid
+SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at, generation, throttled_until FROM wharf_outbox_deliveries WHERE id = $1::uuid
 `
 
 func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (WharfOutboxDelivery, error) {
@@ -282,17 +386,20 @@ func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (WharfOut
 		&i.UpdatedAt,
 		&i.SucceededAt,
 		&i.Generation,
+		&i.ThrottledUntil,
 	)
 	return i, err
 }
 
 const outboxDeliveryGetForWork = `-- name: OutboxDeliveryGetForWork :one
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts, d.generation,
+       d.status, d.attempts, d.generation, d.throttled_until,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
+       ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
-       COALESCE(ev.trace_context, '')::text AS trace_context
+       COALESCE(ev.trace_context, '')::text AS trace_context,
+       now()::timestamptz AS db_now
 FROM wharf_outbox_deliveries d
 JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
@@ -309,6 +416,7 @@ type OutboxDeliveryGetForWorkRow struct {
 	Status                  string
 	Attempts                int32
 	Generation              int32
+	ThrottledUntil          *time.Time
 	Url                     string
 	Secret                  string
 	PreviousSecret          *string
@@ -319,12 +427,19 @@ type OutboxDeliveryGetForWorkRow struct {
 	Enabled                 bool
 	Headers                 json.RawMessage
 	Auth                    json.RawMessage
+	RateLimitPerSecond      float64
+	CircuitState            string
+	CircuitOpenUntil        *time.Time
+	CircuitProbeExpiresAt   *time.Time
 	Payload                 []byte
 	TraceContext            string
+	DbNow                   time.Time
 }
 
 // Everything a delivery attempt needs; payload is NULL when the event row is
-// gone or its payload was scrubbed by retention.
+// gone or its payload was scrubbed by retention. db_now is the database's
+// clock, which the circuit's and the rate limit's times are set by: waits
+// are measured against it, never a node's clock.
 func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (OutboxDeliveryGetForWorkRow, error) {
 	row := q.db.QueryRow(ctx, outboxDeliveryGetForWork, id)
 	var i OutboxDeliveryGetForWorkRow
@@ -338,6 +453,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.Status,
 		&i.Attempts,
 		&i.Generation,
+		&i.ThrottledUntil,
 		&i.Url,
 		&i.Secret,
 		&i.PreviousSecret,
@@ -348,14 +464,19 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.Enabled,
 		&i.Headers,
 		&i.Auth,
+		&i.RateLimitPerSecond,
+		&i.CircuitState,
+		&i.CircuitOpenUntil,
+		&i.CircuitProbeExpiresAt,
 		&i.Payload,
 		&i.TraceContext,
+		&i.DbNow,
 	)
 	return i, err
 }
 
 const outboxDeliveryList = `-- name: OutboxDeliveryList :many
-SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation FROM wharf_outbox_deliveries d
+SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation, d.throttled_until FROM wharf_outbox_deliveries d
 WHERE ($1::uuid IS NULL OR d.endpoint_id = $1::uuid)
   AND ($2::uuid IS NULL OR d.event_id = $2::uuid)
   AND ($3::text IS NULL OR d.status = $3::text)
@@ -414,6 +535,7 @@ func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryList
 			&i.UpdatedAt,
 			&i.SucceededAt,
 			&i.Generation,
+			&i.ThrottledUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -457,7 +579,7 @@ func (q *Queries) OutboxDeliveryMarkDead(ctx context.Context, arg OutboxDelivery
 const outboxDeliveryRequeue = `-- name: OutboxDeliveryRequeue :one
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz,
-    generation = d.generation + 1
+    generation = d.generation + 1, throttled_until = NULL
 FROM wharf_outbox_endpoints ep
 WHERE d.id = $2::uuid
   AND ep.id = d.endpoint_id
@@ -492,7 +614,7 @@ func (q *Queries) OutboxDeliveryRequeue(ctx context.Context, arg OutboxDeliveryR
 const outboxDeliveryRequeueDead = `-- name: OutboxDeliveryRequeueDead :many
 UPDATE wharf_outbox_deliveries d
 SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz,
-    generation = d.generation + 1
+    generation = d.generation + 1, throttled_until = NULL
 WHERE d.endpoint_id = $2::uuid
   AND d.status = 'dead'
   AND d.created_at >= $3::timestamptz
@@ -538,6 +660,35 @@ func (q *Queries) OutboxDeliveryRequeueDead(ctx context.Context, arg OutboxDeliv
 	return items, nil
 }
 
+const outboxDeliveryThrottle = `-- name: OutboxDeliveryThrottle :execrows
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE wharf_outbox_deliveries
+SET throttled_until = now() + make_interval(secs => $1::float8)
+FROM async_commit
+WHERE id = $2::uuid AND generation = $3::int AND status IN ('pending', 'retrying')
+`
+
+type OutboxDeliveryThrottleParams struct {
+	TurnInSeconds float64
+	ID            uuid.UUID
+	Generation    int32
+}
+
+// Stores a delivery's turn for a rate limit token (OutboxRateTake), due
+// turn_in_seconds from now by the database's clock, while the delivery is
+// unfinished and of the job's generation. Like the turn, it commits without waiting for its WAL
+// flush: a turn lost to a crash only loses the delivery its place in the
+// queue.
+func (q *Queries) OutboxDeliveryThrottle(ctx context.Context, arg OutboxDeliveryThrottleParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxDeliveryThrottle, arg.TurnInSeconds, arg.ID, arg.Generation)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxEndpointDelete = `-- name: OutboxEndpointDelete :execrows
 DELETE FROM wharf_outbox_endpoints WHERE id = $1::uuid
 `
@@ -557,7 +708,7 @@ SET disabled_reason = CASE WHEN enabled THEN $1::text ELSE disabled_reason END,
     enabled = false,
     updated_at = $2::timestamptz
 WHERE id = $3::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
 `
 
 type OutboxEndpointDisableParams struct {
@@ -593,6 +744,14 @@ func (q *Queries) OutboxEndpointDisable(ctx context.Context, arg OutboxEndpointD
 		&i.UpdatedAt,
 		&i.Headers,
 		&i.Auth,
+		&i.RateLimitPerSecond,
+		&i.RateLimitBurst,
+		&i.CircuitState,
+		&i.CircuitOpenedAt,
+		&i.CircuitOpenUntil,
+		&i.CircuitOpenings,
+		&i.CircuitProbeDeliveryID,
+		&i.CircuitProbeExpiresAt,
 	)
 	return i, err
 }
@@ -604,9 +763,15 @@ SET enabled = true,
     disabled_at = NULL,
     consecutive_failures = 0,
     failing_since = NULL,
+    circuit_state = 'closed',
+    circuit_opened_at = NULL,
+    circuit_open_until = NULL,
+    circuit_openings = 0,
+    circuit_probe_delivery_id = NULL,
+    circuit_probe_expires_at = NULL,
     updated_at = $1::timestamptz
 WHERE id = $2::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
 `
 
 type OutboxEndpointEnableParams struct {
@@ -615,7 +780,7 @@ type OutboxEndpointEnableParams struct {
 }
 
 // Enabling forgets the failure streak, so the endpoint is not disabled again
-// by its first failure.
+// by its first failure, and closes its circuit.
 func (q *Queries) OutboxEndpointEnable(ctx context.Context, arg OutboxEndpointEnableParams) (WharfOutboxEndpoint, error) {
 	row := q.db.QueryRow(ctx, outboxEndpointEnable, arg.Now, arg.ID)
 	var i WharfOutboxEndpoint
@@ -642,12 +807,20 @@ func (q *Queries) OutboxEndpointEnable(ctx context.Context, arg OutboxEndpointEn
 		&i.UpdatedAt,
 		&i.Headers,
 		&i.Auth,
+		&i.RateLimitPerSecond,
+		&i.RateLimitBurst,
+		&i.CircuitState,
+		&i.CircuitOpenedAt,
+		&i.CircuitOpenUntil,
+		&i.CircuitOpenings,
+		&i.CircuitProbeDeliveryID,
+		&i.CircuitProbeExpiresAt,
 	)
 	return i, err
 }
 
 const outboxEndpointGet = `-- name: OutboxEndpointGet :one
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth FROM wharf_outbox_endpoints WHERE id = $1::uuid
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints WHERE id = $1::uuid
 `
 
 func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOutboxEndpoint, error) {
@@ -676,6 +849,14 @@ func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOut
 		&i.UpdatedAt,
 		&i.Headers,
 		&i.Auth,
+		&i.RateLimitPerSecond,
+		&i.RateLimitBurst,
+		&i.CircuitState,
+		&i.CircuitOpenedAt,
+		&i.CircuitOpenUntil,
+		&i.CircuitOpenings,
+		&i.CircuitProbeDeliveryID,
+		&i.CircuitProbeExpiresAt,
 	)
 	return i, err
 }
@@ -683,28 +864,31 @@ func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOut
 const outboxEndpointInsert = `-- name: OutboxEndpointInsert :one
 INSERT INTO wharf_outbox_endpoints (
     id, url, description, event_types, tenant, secret, max_in_flight, timeout_ms,
-    ordered, headers, auth, created_at, updated_at
+    ordered, headers, auth, rate_limit_per_second, rate_limit_burst, created_at, updated_at
 ) VALUES (
     $1::uuid, $2::text, $3::text, $4::text[], $5::text,
     $6::text, $7::int, $8::int, $9::boolean,
-    $10::jsonb, $11::jsonb, $12::timestamptz, $12::timestamptz
+    $10::jsonb, $11::jsonb, $12::float8, $13::int,
+    $14::timestamptz, $14::timestamptz
 )
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
 `
 
 type OutboxEndpointInsertParams struct {
-	ID          uuid.UUID
-	Url         string
-	Description string
-	EventTypes  []string
-	Tenant      string
-	Secret      string
-	MaxInFlight int32
-	TimeoutMs   int32
-	Ordered     bool
-	Headers     json.RawMessage
-	Auth        json.RawMessage
-	Now         time.Time
+	ID                 uuid.UUID
+	Url                string
+	Description        string
+	EventTypes         []string
+	Tenant             string
+	Secret             string
+	MaxInFlight        int32
+	TimeoutMs          int32
+	Ordered            bool
+	Headers            json.RawMessage
+	Auth               json.RawMessage
+	RateLimitPerSecond float64
+	RateLimitBurst     int32
+	Now                time.Time
 }
 
 func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointInsertParams) (WharfOutboxEndpoint, error) {
@@ -720,6 +904,8 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 		arg.Ordered,
 		arg.Headers,
 		arg.Auth,
+		arg.RateLimitPerSecond,
+		arg.RateLimitBurst,
 		arg.Now,
 	)
 	var i WharfOutboxEndpoint
@@ -746,12 +932,20 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 		&i.UpdatedAt,
 		&i.Headers,
 		&i.Auth,
+		&i.RateLimitPerSecond,
+		&i.RateLimitBurst,
+		&i.CircuitState,
+		&i.CircuitOpenedAt,
+		&i.CircuitOpenUntil,
+		&i.CircuitOpenings,
+		&i.CircuitProbeDeliveryID,
+		&i.CircuitProbeExpiresAt,
 	)
 	return i, err
 }
 
 const outboxEndpointList = `-- name: OutboxEndpointList :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints
 WHERE ($1::text IS NULL OR tenant = $1::text)
   AND ($2::timestamptz IS NULL
        OR (created_at, id) > ($2::timestamptz, $3::uuid))
@@ -805,6 +999,14 @@ func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointList
 			&i.UpdatedAt,
 			&i.Headers,
 			&i.Auth,
+			&i.RateLimitPerSecond,
+			&i.RateLimitBurst,
+			&i.CircuitState,
+			&i.CircuitOpenedAt,
+			&i.CircuitOpenUntil,
+			&i.CircuitOpenings,
+			&i.CircuitProbeDeliveryID,
+			&i.CircuitProbeExpiresAt,
 		); err != nil {
 			return nil, err
 		}
@@ -910,7 +1112,7 @@ SET previous_secret = secret,
     secret = $2::text,
     updated_at = $3::timestamptz
 WHERE id = $4::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
 `
 
 type OutboxEndpointRotateSecretParams struct {
@@ -951,11 +1153,24 @@ func (q *Queries) OutboxEndpointRotateSecret(ctx context.Context, arg OutboxEndp
 		&i.UpdatedAt,
 		&i.Headers,
 		&i.Auth,
+		&i.RateLimitPerSecond,
+		&i.RateLimitBurst,
+		&i.CircuitState,
+		&i.CircuitOpenedAt,
+		&i.CircuitOpenUntil,
+		&i.CircuitOpenings,
+		&i.CircuitProbeDeliveryID,
+		&i.CircuitProbeExpiresAt,
 	)
 	return i, err
 }
 
 const outboxEndpointUpdate = `-- name: OutboxEndpointUpdate :one
+WITH requeue AS (
+    UPDATE wharf_outbox_rate_buckets
+    SET queued_until = '-infinity'
+    WHERE endpoint_id = $12::uuid AND $9::float8 IS NOT NULL
+)
 UPDATE wharf_outbox_endpoints
 SET url = COALESCE($1::text, url),
     description = COALESCE($2::text, description),
@@ -965,25 +1180,31 @@ SET url = COALESCE($1::text, url),
     ordered = COALESCE($6::boolean, ordered),
     headers = COALESCE($7::jsonb, headers),
     auth = COALESCE($8::jsonb, auth),
-    updated_at = $9::timestamptz
-WHERE id = $10::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth
+    rate_limit_per_second = COALESCE($9::float8, rate_limit_per_second),
+    rate_limit_burst = COALESCE($10::int, rate_limit_burst),
+    updated_at = $11::timestamptz
+WHERE id = $12::uuid
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
 `
 
 type OutboxEndpointUpdateParams struct {
-	Url         *string
-	Description *string
-	EventTypes  []string
-	MaxInFlight *int32
-	TimeoutMs   *int32
-	Ordered     *bool
-	Headers     []byte
-	Auth        []byte
-	Now         time.Time
-	ID          uuid.UUID
+	Url                *string
+	Description        *string
+	EventTypes         []string
+	MaxInFlight        *int32
+	TimeoutMs          *int32
+	Ordered            *bool
+	Headers            []byte
+	Auth               []byte
+	RateLimitPerSecond *float64
+	RateLimitBurst     *int32
+	Now                time.Time
+	ID                 uuid.UUID
 }
 
-// NULL parameters leave their column unchanged.
+// NULL parameters leave their column unchanged. A new rate limit empties
+// the queue of deliveries waiting for its tokens (they keep their turns,
+// taken at the old rate; others need not queue behind them).
 func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUpdateParams) (WharfOutboxEndpoint, error) {
 	row := q.db.QueryRow(ctx, outboxEndpointUpdate,
 		arg.Url,
@@ -994,6 +1215,8 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 		arg.Ordered,
 		arg.Headers,
 		arg.Auth,
+		arg.RateLimitPerSecond,
+		arg.RateLimitBurst,
 		arg.Now,
 		arg.ID,
 	)
@@ -1021,12 +1244,20 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 		&i.UpdatedAt,
 		&i.Headers,
 		&i.Auth,
+		&i.RateLimitPerSecond,
+		&i.RateLimitBurst,
+		&i.CircuitState,
+		&i.CircuitOpenedAt,
+		&i.CircuitOpenUntil,
+		&i.CircuitOpenings,
+		&i.CircuitProbeDeliveryID,
+		&i.CircuitProbeExpiresAt,
 	)
 	return i, err
 }
 
 const outboxEndpointsByURL = `-- name: OutboxEndpointsByURL :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints
 WHERE tenant = $1 AND url = $2
 ORDER BY created_at, id
 LIMIT 2
@@ -1071,6 +1302,14 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 			&i.UpdatedAt,
 			&i.Headers,
 			&i.Auth,
+			&i.RateLimitPerSecond,
+			&i.RateLimitBurst,
+			&i.CircuitState,
+			&i.CircuitOpenedAt,
+			&i.CircuitOpenUntil,
+			&i.CircuitOpenings,
+			&i.CircuitProbeDeliveryID,
+			&i.CircuitProbeExpiresAt,
 		); err != nil {
 			return nil, err
 		}
@@ -1085,21 +1324,24 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 const outboxGaugeByEndpoint = `-- name: OutboxGaugeByEndpoint :many
 SELECT ep.id AS endpoint_id,
        count(d.id) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
-       count(d.id) FILTER (WHERE d.status = 'dead')::bigint AS dead
+       count(d.id) FILTER (WHERE d.status = 'dead')::bigint AS dead,
+       (ep.circuit_state <> 'closed')::boolean AS circuit_open
 FROM wharf_outbox_endpoints ep
 LEFT JOIN wharf_outbox_deliveries d ON d.endpoint_id = ep.id AND d.status <> 'succeeded'
 GROUP BY ep.id
 `
 
 type OutboxGaugeByEndpointRow struct {
-	EndpointID uuid.UUID
-	Pending    int64
-	Dead       int64
+	EndpointID  uuid.UUID
+	Pending     int64
+	Dead        int64
+	CircuitOpen bool
 }
 
 // The outbox's gauges per endpoint (every endpoint, 0 when it has none),
 // from the partial index of unfinished deliveries (never the delivered
-// ones): deliveries to attempt or retry, and dead ones.
+// ones): deliveries to attempt or retry, and dead ones; and whether the
+// endpoint's circuit is open or half-open.
 func (q *Queries) OutboxGaugeByEndpoint(ctx context.Context) ([]OutboxGaugeByEndpointRow, error) {
 	rows, err := q.db.Query(ctx, outboxGaugeByEndpoint)
 	if err != nil {
@@ -1109,7 +1351,12 @@ func (q *Queries) OutboxGaugeByEndpoint(ctx context.Context) ([]OutboxGaugeByEnd
 	var items []OutboxGaugeByEndpointRow
 	for rows.Next() {
 		var i OutboxGaugeByEndpointRow
-		if err := rows.Scan(&i.EndpointID, &i.Pending, &i.Dead); err != nil {
+		if err := rows.Scan(
+			&i.EndpointID,
+			&i.Pending,
+			&i.Dead,
+			&i.CircuitOpen,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1393,4 +1640,125 @@ func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([
 		return nil, err
 	}
 	return items, nil
+}
+
+const outboxRateBucketCreate = `-- name: OutboxRateBucketCreate :exec
+INSERT INTO wharf_outbox_rate_buckets (endpoint_id)
+SELECT ep.id FROM wharf_outbox_endpoints ep WHERE ep.id = $1::uuid
+ON CONFLICT (endpoint_id) DO NOTHING
+`
+
+func (q *Queries) OutboxRateBucketCreate(ctx context.Context, endpointID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, outboxRateBucketCreate, endpointID)
+	return err
+}
+
+const outboxRateTake = `-- name: OutboxRateTake :one
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
+    SELECT ep.rate_limit_per_second AS rate, ep.rate_limit_burst AS burst
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $1::uuid
+),
+bucket AS MATERIALIZED (
+    SELECT b.endpoint_id, b.tat, b.queued_until, clock_timestamp() AS at,
+           interval '1 second' / e.rate AS spacing,
+           GREATEST(clock_timestamp(), b.tat - interval '1 second' * ((e.burst - 1) / e.rate)) AS due,
+           clock_timestamp() + interval '1 second' * LEAST($2::float8, $3::float8 / e.rate) AS sleep_until
+    FROM wharf_outbox_rate_buckets b, endpoint e
+    WHERE b.endpoint_id = $1::uuid AND e.rate > 0
+    FOR NO KEY UPDATE OF b
+),
+decision AS (
+    SELECT k.endpoint_id, k.tat, k.queued_until, k.at, k.spacing, k.due,
+           (NOT $4::boolean AND ($5::boolean OR k.queued_until <= k.at) AND k.due <= k.sleep_until) AS granted,
+           GREATEST(k.queued_until, k.due) AS turn
+    FROM bucket k
+),
+take AS (
+    UPDATE wharf_outbox_rate_buckets b
+    SET tat = CASE WHEN d.granted THEN GREATEST(d.tat, d.at) + d.spacing ELSE d.tat END,
+        queued_until = CASE WHEN d.granted THEN d.queued_until ELSE d.turn + d.spacing END
+    FROM decision d
+    WHERE b.endpoint_id = d.endpoint_id
+      AND (d.granted OR d.turn <= d.at + interval '1 second' * $6::float8)
+    RETURNING d.granted
+)
+SELECT (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0)::boolean AS rate_limited,
+       COALESCE((SELECT t.granted FROM take t), false)::boolean AS token_granted,
+       EXISTS (SELECT 1 FROM take t WHERE NOT t.granted)::boolean AS ticketed,
+       COALESCE((SELECT extract(epoch FROM (CASE WHEN d.granted THEN d.due ELSE d.turn END) - d.at)
+                 FROM decision d), 0)::float8 AS wait_seconds,
+       (COALESCE((SELECT e.rate FROM endpoint e), 0) > 0
+        AND NOT EXISTS (SELECT 1 FROM bucket))::boolean AS bucket_missing
+FROM async_commit
+`
+
+type OutboxRateTakeParams struct {
+	EndpointID      uuid.UUID
+	MaxSleepSeconds float64
+	MaxSleepers     float64
+	TurnOnly        bool
+	Queued          bool
+	HorizonSeconds  float64
+}
+
+type OutboxRateTakeRow struct {
+	RateLimited   bool
+	TokenGranted  bool
+	Ticketed      bool
+	WaitSeconds   float64
+	BucketMissing bool
+}
+
+// Takes a token of the endpoint's rate limit for a delivery, right after
+// it took its concurrency slot (if the endpoint has a cap: a slot without
+// a token is given back at once). The limit is read here, not passed in.
+// A statement of its own, short, so that the bucket's row, which every
+// take of the endpoint locks in turn, is held briefly: folded into
+// OutboxLeaseAcquire it was held for that whole statement, and an
+// endpoint limited far above its traffic delivered 40% less.
+//
+// The endpoint's bucket row is locked (lock order: slot, then bucket; no
+// statement holding a bucket row waits for another lock) and the GCRA
+// gives the time due at which one more request conforms to the limit. Its
+// clock is clock_timestamp() as the row is locked (a locked row is read
+// again once its lock is granted), not now(): a take that waited for the
+// lock must not be granted a token as of before its wait, which would let
+// its request go closer to the previous one than the limit allows. A token
+// due within max_sleep_seconds (and within max_sleepers tokens' time:
+// fewer at high rates) is taken (token_granted; wait_seconds until it is
+// due: the caller waits that long in the worker, then sends). While
+// deliveries wait their turn (queued_until is ahead) only those whose turn
+// has come (queued) take one: a delivery that has not waited goes to the
+// back of the queue. A delivery that gets no token gets a turn instead
+// (ticketed, in wait_seconds; the caller stores it and snoozes until
+// then), one token after the last, unless that is beyond horizon_seconds:
+// then nothing changes and the caller asks again later. With turn_only it
+// takes no token and only gives the delivery a turn: one of a capped
+// endpoint at its cap comes back when a token would be its, rather than
+// polling. No limit (rate_limited false) or no bucket row (bucket_missing:
+// OutboxRateBucketCreate, then again) changes nothing. It commits without
+// waiting for its WAL flush: a token lost to a Postgres crash only lets
+// one more request go.
+func (q *Queries) OutboxRateTake(ctx context.Context, arg OutboxRateTakeParams) (OutboxRateTakeRow, error) {
+	row := q.db.QueryRow(ctx, outboxRateTake,
+		arg.EndpointID,
+		arg.MaxSleepSeconds,
+		arg.MaxSleepers,
+		arg.TurnOnly,
+		arg.Queued,
+		arg.HorizonSeconds,
+	)
+	var i OutboxRateTakeRow
+	err := row.Scan(
+		&i.RateLimited,
+		&i.TokenGranted,
+		&i.Ticketed,
+		&i.WaitSeconds,
+		&i.BucketMissing,
+	)
+	return i, err
 }
