@@ -162,34 +162,16 @@ func (h *Handler) endpointList(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, "The endpoints could not be read.", err)
 		return
 	}
-	since := h.now().Add(-h.cfg.ChartWindow)
-	outcomes, err := h.queries.DashboardAttemptOutcomes(ctx, since)
-	if err != nil {
-		h.fail(w, r, http.StatusInternalServerError, "The endpoints could not be read.", err)
-		return
-	}
-	gauges, err := h.queries.OutboxGaugeByEndpoint(ctx)
+	health, _, err := h.endpointHealth(ctx, h.now().Add(-h.cfg.ChartWindow))
 	if err != nil {
 		h.fail(w, r, http.StatusInternalServerError, "The endpoints could not be read.", err)
 		return
 	}
 	rows := make([]*endpointRow, len(eps))
-	byID := make(map[uuid.UUID]*endpointRow, len(eps))
 	for i, e := range eps {
 		rows[i] = &endpointRow{Endpoint: e, URL: redactURL(e.URL)}
-		byID[e.ID] = rows[i]
-	}
-	for _, o := range outcomes {
-		if row := byID[o.EndpointID]; row != nil {
-			row.Attempts += o.Attempts
-			if o.Outcome == "2xx" {
-				row.Success += o.Attempts
-			}
-		}
-	}
-	for _, g := range gauges {
-		if row := byID[g.EndpointID]; row != nil {
-			row.Pending, row.Dead = g.Pending, g.Dead
+		if got := health[e.ID]; got != nil {
+			rows[i].Attempts, rows[i].Success, rows[i].Pending, rows[i].Dead = got.Attempts, got.Succeeded, got.Pending, got.Dead
 		}
 	}
 	h.render(w, r, http.StatusOK, "endpoints", map[string]any{"Title": "Endpoints", "Endpoints": rows,

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -180,42 +181,9 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 // endpoints (overviewEndpoints of them) and their outcome bars.
 func (h *Handler) endpointOverview(r *http.Request, since time.Time) ([]*endpointOverview, []stackedRow, error) {
 	ctx := r.Context()
-	outcomes, err := h.queries.DashboardAttemptOutcomes(ctx, since)
+	byID, perOutcome, err := h.endpointHealth(ctx, since)
 	if err != nil {
 		return nil, nil, err
-	}
-	gauges, err := h.queries.OutboxGaugeByEndpoint(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	byID := map[uuid.UUID]*endpointOverview{}
-	perOutcome := map[uuid.UUID][]int64{}
-	get := func(id uuid.UUID) *endpointOverview {
-		e := byID[id]
-		if e == nil {
-			e = &endpointOverview{ID: id}
-			byID[id] = e
-			perOutcome[id] = make([]int64, len(outcomeSegments))
-		}
-		return e
-	}
-	for _, o := range outcomes {
-		e := get(o.EndpointID)
-		e.Attempts += o.Attempts
-		i := len(outcomeSegments) - 1 // "other": an answer outside 2xx–5xx
-		for j, s := range outcomeSegments {
-			if s.Name == o.Outcome {
-				i = j
-			}
-		}
-		perOutcome[o.EndpointID][i] += o.Attempts
-		if o.Outcome == "2xx" {
-			e.Succeeded += o.Attempts
-		}
-	}
-	for _, g := range gauges {
-		e := get(g.EndpointID)
-		e.Pending, e.Dead = g.Pending, g.Dead
 	}
 	list := make([]*endpointOverview, 0, len(byID))
 	for _, e := range byID {
@@ -281,4 +249,48 @@ func redactURL(raw string) string {
 		out += "?…"
 	}
 	return out
+}
+
+// endpointHealth reads, per endpoint, the attempts since a time (in all
+// and by outcome segment) and the pending and dead deliveries now: every
+// endpoint with either.
+func (h *Handler) endpointHealth(ctx context.Context, since time.Time) (map[uuid.UUID]*endpointOverview, map[uuid.UUID][]int64, error) {
+	outcomes, err := h.queries.DashboardAttemptOutcomes(ctx, since)
+	if err != nil {
+		return nil, nil, err
+	}
+	gauges, err := h.queries.OutboxGaugeByEndpoint(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	byID := map[uuid.UUID]*endpointOverview{}
+	perOutcome := map[uuid.UUID][]int64{}
+	get := func(id uuid.UUID) *endpointOverview {
+		e := byID[id]
+		if e == nil {
+			e = &endpointOverview{ID: id}
+			byID[id] = e
+			perOutcome[id] = make([]int64, len(outcomeSegments))
+		}
+		return e
+	}
+	for _, o := range outcomes {
+		e := get(o.EndpointID)
+		e.Attempts += o.Attempts
+		i := len(outcomeSegments) - 1 // "other": an answer outside 2xx–5xx
+		for j, s := range outcomeSegments {
+			if s.Name == o.Outcome {
+				i = j
+			}
+		}
+		perOutcome[o.EndpointID][i] += o.Attempts
+		if o.Outcome == "2xx" {
+			e.Succeeded += o.Attempts
+		}
+	}
+	for _, g := range gauges {
+		e := get(g.EndpointID)
+		e.Pending, e.Dead = g.Pending, g.Dead
+	}
+	return byID, perOutcome, nil
 }
