@@ -112,7 +112,7 @@ func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[DeliveryArgs])
 
 func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	log := o.config.Logger.With("delivery_id", job.Args.DeliveryID, "job_id", job.ID, "attempt", job.Attempt)
-	row, err := o.queries.OutboxDeliveryGetForWork(ctx, job.Args.DeliveryID)
+	row, err := o.loadDelivery(ctx, job.Args.DeliveryID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		log.InfoContext(ctx, "outbox: delivery no longer exists (endpoint deleted); nothing to send")
 		return nil
@@ -132,16 +132,16 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		// before River marked the job done).
 		return nil
 	case !row.Enabled:
-		return o.deadWithoutAttempt(ctx, log, &row, "endpoint disabled")
+		return o.deadWithoutAttempt(ctx, log, row, "endpoint disabled")
 	case row.Payload == nil:
-		return o.deadWithoutAttempt(ctx, log, &row, "event no longer stored")
+		return o.deadWithoutAttempt(ctx, log, row, "event no longer stored")
 	case job.Attempt > o.retries.attemptLimit(job):
 		// Only reachable when a run ended without recording its outcome
 		// (a crash, a panic, a failure to record) after the last attempt.
-		return o.deadWithoutAttempt(ctx, log, &row, "attempts exhausted; the outcome of the last one is unknown")
+		return o.deadWithoutAttempt(ctx, log, row, "attempts exhausted; the outcome of the last one is unknown")
 	}
 
-	wait, probeDue := o.circuitGate(&row)
+	wait, probeDue := o.circuitGate(row)
 	if wait > 0 {
 		return o.snooze(ctx, deferCircuit, wait)
 	}
@@ -150,7 +150,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return fmt.Errorf("outbox: delivery %s: %w", row.ID, authErr)
 	}
 	if row.Ordered && row.OrderingKey != "" {
-		wait, blocked, err := o.orderingWait(ctx, &row)
+		wait, blocked, err := o.orderingWait(ctx, row)
 		if err != nil {
 			return o.databaseError(ctx, log, job, "ordering check", err)
 		}
@@ -163,12 +163,12 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	// from Config.SecretKeys, or a value altered, makes an attempt that
 	// sends nothing, whose error says which, retried on the schedule (the
 	// key may be on its way to this node).
-	secrets, err := o.signingSecrets(&row, o.config.now())
+	secrets, err := o.signingSecrets(row, o.config.now())
 	if err == nil {
 		err = authErr
 	}
 	if err != nil {
-		return o.finishAttempt(context.WithoutCancel(ctx), log, job, &row, noLease, o.config.now(), &sendOutcome{err: err})
+		return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, noLease, o.config.now(), &sendOutcome{err: err})
 	}
 
 	// An endpoint stored with a longer timeout than MaxEndpointTimeout
@@ -178,7 +178,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	probe := false
 	if probeDue {
 		var ok bool
-		probe, ok, err = o.claimProbe(ctx, &row, timeout)
+		probe, ok, err = o.claimProbe(ctx, row, timeout)
 		if err != nil {
 			return o.databaseError(ctx, log, job, "claim the circuit's probe", err)
 		}
@@ -186,10 +186,10 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			return o.snooze(ctx, deferCircuit, o.retries.busy())
 		}
 	}
-	adm, err := o.admit(ctx, job, &row, timeout)
+	adm, err := o.admit(ctx, job, row, timeout)
 	if err != nil || adm.wait > 0 {
 		if probe {
-			o.releaseProbe(context.WithoutCancel(ctx), &row)
+			o.releaseProbe(context.WithoutCancel(ctx), row)
 		}
 		if err != nil {
 			return o.databaseError(ctx, log, job, "take a concurrency slot and rate limit token", err)
@@ -201,7 +201,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		// The client is stopping: River makes the job available again.
 		o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
 		if probe {
-			o.releaseProbe(context.WithoutCancel(ctx), &row)
+			o.releaseProbe(context.WithoutCancel(ctx), row)
 		}
 		return err
 	}
@@ -243,12 +243,12 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			// River makes the job available again.
 			o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
 			if probe {
-				o.releaseProbe(context.WithoutCancel(ctx), &row)
+				o.releaseProbe(context.WithoutCancel(ctx), row)
 			}
 			return ctx.Err()
 		}
 	}
-	return o.finishAttempt(context.WithoutCancel(ctx), log, job, &row, slot, attemptedAt, out)
+	return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, slot, attemptedAt, out)
 }
 
 // finishAttempt records an attempt, updates endpoint health and returns

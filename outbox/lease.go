@@ -53,10 +53,20 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 	if row.RateLimitPerSecond > 0 {
 		lease += rateMaxSleep // the slot is held while the token is awaited
 	}
-	for range acquireTries {
-		slot, err := o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
-			EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(),
-		})
+	for try := range acquireTries {
+		var slot int32
+		var err error
+		if try == 0 {
+			// With the deliveries of the node asking at the same time.
+			slot, err = o.takeSlot(ctx, leaseAsk{endpointID: row.EndpointID, deliveryID: row.ID, seconds: lease.Seconds()})
+			if err == nil && slot == noLease {
+				err = pgx.ErrNoRows
+			}
+		} else {
+			slot, err = o.queries.OutboxLeaseAcquire(ctx, dbsqlc.OutboxLeaseAcquireParams{
+				EndpointID: row.EndpointID, DeliveryID: row.ID, LeaseSeconds: lease.Seconds(),
+			})
+		}
 		if err == nil {
 			return o.withToken(ctx, row, slot, queued)
 		}

@@ -70,6 +70,7 @@ type Outbox struct {
 	metrics    *metrics
 	tracer     trace.Tracer
 	guard      *ssrfGuard
+	combined   *combiners
 }
 
 // New returns an Outbox storing its state through pool. cfg may be nil for
@@ -100,7 +101,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		return nil, err
 	}
 	client := newHTTPClient(config)
-	return &Outbox{
+	o := &Outbox{
 		pool:       pool,
 		queries:    dbsqlc.New(pool),
 		config:     config,
@@ -113,7 +114,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		metrics:    m,
 		tracer:     telemetry.Tracer(config.TracerProvider, "outbox"),
 		guard:      newSSRFGuard(config),
-	}, nil
+	}
+	o.combined = o.newCombiners()
+	return o, nil
 }
 
 // AddWorkers registers the outbox's delivery worker in workers, the

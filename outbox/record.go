@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -55,6 +54,25 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (*record
 	if err := o.partitions.Ensure(ctx, nil, attemptsTable, rec.attemptedAt); err != nil {
 		return nil, err
 	}
+	params, err := o.attemptParams(rec)
+	if err != nil {
+		return nil, err
+	}
+	// With the attempts of the node that finish at the same time, in one
+	// transaction.
+	res, err := o.combined.record.Do(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	out := &recorded{circuitOpened: res.CircuitOpened, circuitOpenings: int(res.CircuitOpenings), circuitClosed: res.CircuitClosed}
+	if res.DisabledNow {
+		out.disabledReason = res.DisabledReason
+	}
+	return out, nil
+}
+
+// attemptParams are the parameters of OutboxAttemptRecord for rec.
+func (o *Outbox) attemptParams(rec *attemptRecord) (*dbsqlc.OutboxAttemptRecordParams, error) {
 	attemptID, err := uuid.NewV7()
 	if err != nil {
 		return nil, err
@@ -70,7 +88,7 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (*record
 		before := now.Add(-o.config.DisableAfter)
 		disableBefore = &before
 	}
-	res, err := o.queries.OutboxAttemptRecord(ctx, dbsqlc.OutboxAttemptRecordParams{
+	return &dbsqlc.OutboxAttemptRecordParams{
 		Now:                now,
 		AttemptID:          attemptID,
 		AttemptedAt:        rec.attemptedAt,
@@ -94,13 +112,5 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (*record
 		StaleBefore:        now.Add(-time.Second),
 		DeliveryStatus:     string(rec.status),
 		NextAttemptAt:      rec.nextAttemptAt,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("record attempt: %w", err)
-	}
-	out := &recorded{circuitOpened: res.CircuitOpened, circuitOpenings: int(res.CircuitOpenings), circuitClosed: res.CircuitClosed}
-	if res.DisabledNow {
-		out.disabledReason = res.DisabledReason
-	}
-	return out, nil
+	}, nil
 }

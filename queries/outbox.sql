@@ -145,6 +145,22 @@ JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
 WHERE d.id = @id::uuid;
 
+-- name: OutboxDeliveryGetForWorkMany :many
+-- OutboxDeliveryGetForWork of many deliveries at once, for the jobs that
+-- start together: a row per delivery that still exists.
+SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
+       d.status, d.attempts, d.generation, d.throttled_until,
+       ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
+       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
+       ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
+       COALESCE(ev.trace_context, '')::text AS trace_context,
+       now()::timestamptz AS db_now
+FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
+LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
+WHERE d.id = ANY((@ids::text[])::uuid[]);
+
 -- name: OutboxDeliveryEarlierPending :one
 -- The first unfinished delivery to the same endpoint with the same ordering
 -- key published before seq, if any.
@@ -199,6 +215,52 @@ WHERE l.ctid = (
     LIMIT 1
     FOR UPDATE OF f SKIP LOCKED)
 RETURNING l.slot;
+
+-- name: OutboxLeaseAcquireMany :many
+-- OutboxLeaseAcquire for many deliveries to one endpoint at once: each
+-- delivery, in the order given, takes a free slot under the cap (the ones
+-- free longest) that no other worker is taking at this moment, while there
+-- are some. A delivery without a row takes its slot as OutboxLeaseAcquire
+-- says. It commits as OutboxLeaseAcquire does.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
+    SELECT ep.max_in_flight
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_outbox_leases above
+          WHERE above.endpoint_id = ep.id
+            AND above.slot >= ep.max_in_flight
+            AND above.expires_at > now())
+),
+free AS MATERIALIZED (
+    SELECT f.slot, f.expires_at
+    FROM wharf_outbox_leases f, endpoint
+    WHERE f.endpoint_id = @endpoint_id::uuid
+      AND f.slot < endpoint.max_in_flight
+      AND f.expires_at <= now()
+    ORDER BY f.expires_at
+    LIMIT cardinality(@delivery_ids::text[])
+    FOR UPDATE OF f SKIP LOCKED
+),
+numbered AS (
+    SELECT free.slot, row_number() OVER (ORDER BY free.expires_at, free.slot) AS n
+    FROM free
+),
+wanted AS (
+    SELECT w.delivery_id, w.n
+    FROM unnest((@delivery_ids::text[])::uuid[]) WITH ORDINALITY AS w(delivery_id, n)
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = wanted.delivery_id,
+    expires_at = now() + make_interval(secs => @lease_seconds::float8)
+FROM numbered
+JOIN wanted ON wanted.n = numbered.n
+CROSS JOIN async_commit
+WHERE l.endpoint_id = @endpoint_id::uuid AND l.slot = numbered.slot
+RETURNING l.delivery_id::uuid AS delivery_id, l.slot;
 
 -- name: OutboxRateTake :one
 -- Takes a token of the endpoint's rate limit for a delivery, right after
@@ -382,8 +444,10 @@ UPDATE wharf_outbox_leases
 SET delivery_id = NULL, expires_at = '-infinity'
 WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @delivery_id::uuid;
 
--- name: OutboxAttemptRecord :one
--- Records one attempt in one statement: the attempt row, the delivery's new
+-- name: OutboxAttemptRecord :batchone
+-- Records one attempt in one statement (a batch of them is pipelined in one
+-- transaction, sorted by endpoint and delivery so that batches lock rows in
+-- one order): the attempt row, the delivery's new
 -- state, the release of the attempt's lease (slot -1 when it held none) and
 -- the endpoint's health. Only the job of the delivery's current generation
 -- records, and only while the delivery is pending or retrying: a job that a

@@ -52,234 +52,6 @@ func (q *Queries) OutboxAttemptList(ctx context.Context, deliveryID uuid.UUID) (
 	return items, nil
 }
 
-const outboxAttemptRecord = `-- name: OutboxAttemptRecord :one
-WITH async_commit AS (
-    SELECT set_config('synchronous_commit', 'off', true) AS setting
-),
-endpoint_lock AS (
-    SELECT ep.id
-    FROM wharf_outbox_endpoints ep
-    WHERE ep.id = $1::uuid
-    FOR KEY SHARE
-),
-current_delivery AS (
-    SELECT d.id, d.endpoint_id, d.event_id, d.attempts
-    FROM wharf_outbox_deliveries d
-    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
-    WHERE d.id = $2::uuid
-      AND d.generation = $3::int
-      AND d.status IN ('pending', 'retrying')
-    FOR UPDATE OF d
-),
-attempt AS (
-    INSERT INTO wharf_outbox_attempts (
-        id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
-        status_code, response_body, response_truncated, error, duration_us
-    )
-    SELECT $4::uuid, $5::timestamptz, d.id, d.endpoint_id, d.event_id,
-           d.attempts + 1, CASE WHEN $6::boolean THEN 'succeeded' ELSE 'failed' END,
-           $7::int, $8::bytea, $9::boolean,
-           $10::text, $11::bigint
-    FROM current_delivery d
-),
-lease AS (
-    UPDATE wharf_outbox_leases
-    SET delivery_id = NULL, expires_at = '-infinity'
-    WHERE endpoint_id = $1::uuid AND slot = $12::int AND delivery_id = $2::uuid
-),
-endpoint AS (
-    SELECT ep.id,
-           ep.enabled AND ($13::boolean
-               OR (NOT $6::boolean
-                   AND COALESCE(ep.failing_since, $14::timestamptz) <= $15::timestamptz) IS TRUE)
-               AS disable,
-           CASE WHEN $13::boolean THEN $16::text ELSE $17::text END AS reason,
-           (NOT $6::boolean
-            AND $18::int > 0
-            AND (ep.circuit_state = 'half_open'
-                 OR (ep.circuit_state = 'closed' AND ep.consecutive_failures + 1 >= $18::int)))
-               AS open_circuit,
-           ep.circuit_state <> 'closed' AS was_open,
-           now() + interval '1 second' * LEAST(
-               power(2, LEAST(ep.circuit_openings, 30)) * $19::float8,
-               $20::float8) AS open_until
-    FROM wharf_outbox_endpoints ep
-    WHERE ep.id = $1::uuid
-      AND (NOT $6::boolean
-           OR ep.consecutive_failures > 0
-           OR ep.circuit_state <> 'closed'
-           OR ep.last_success_at IS NULL
-           OR ep.last_success_at < $21::timestamptz)
-    FOR NO KEY UPDATE
-),
-health AS (
-    UPDATE wharf_outbox_endpoints ep
-    SET consecutive_failures = CASE WHEN $6::boolean THEN 0 ELSE ep.consecutive_failures + 1 END,
-        failing_since = CASE WHEN $6::boolean THEN NULL ELSE COALESCE(ep.failing_since, $14::timestamptz) END,
-        last_success_at = CASE WHEN $6::boolean THEN $14::timestamptz ELSE ep.last_success_at END,
-        last_failure_at = CASE WHEN $6::boolean THEN ep.last_failure_at ELSE $14::timestamptz END,
-        enabled = ep.enabled AND NOT e.disable,
-        disabled_reason = CASE WHEN e.disable THEN e.reason ELSE ep.disabled_reason END,
-        disabled_at = CASE WHEN e.disable THEN $14::timestamptz ELSE ep.disabled_at END,
-        circuit_state = CASE WHEN $6::boolean THEN 'closed'
-                             WHEN e.open_circuit THEN 'open'
-                             ELSE ep.circuit_state END,
-        circuit_opened_at = CASE WHEN $6::boolean THEN NULL
-                                 WHEN e.open_circuit THEN now()
-                                 ELSE ep.circuit_opened_at END,
-        circuit_open_until = CASE WHEN $6::boolean THEN NULL
-                                  WHEN e.open_circuit THEN e.open_until
-                                  ELSE ep.circuit_open_until END,
-        circuit_openings = CASE WHEN $6::boolean THEN 0
-                                WHEN e.open_circuit THEN ep.circuit_openings + 1
-                                ELSE ep.circuit_openings END,
-        circuit_probe_delivery_id = CASE WHEN $6::boolean OR e.open_circuit THEN NULL
-                                         ELSE ep.circuit_probe_delivery_id END,
-        circuit_probe_expires_at = CASE WHEN $6::boolean OR e.open_circuit THEN NULL
-                                        ELSE ep.circuit_probe_expires_at END
-    FROM endpoint e
-    WHERE ep.id = e.id
-    RETURNING e.disable, ep.disabled_reason, e.open_circuit, ep.circuit_openings,
-              (e.was_open AND $6::boolean) AS close_circuit
-),
-delivery AS (
-    UPDATE wharf_outbox_deliveries d
-    SET status = $22::text,
-        attempts = d.attempts + 1,
-        last_status_code = $7::int,
-        last_error = $10::text,
-        next_attempt_at = $23::timestamptz,
-        succeeded_at = CASE WHEN $6::boolean THEN $14::timestamptz ELSE d.succeeded_at END,
-        throttled_until = NULL,
-        updated_at = $14::timestamptz
-    FROM current_delivery c
-    WHERE d.id = c.id
-    RETURNING d.attempts
-)
-SELECT delivery.attempts,
-       COALESCE((SELECT h.disable FROM health h), false)::boolean AS disabled_now,
-       COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason,
-       COALESCE((SELECT h.open_circuit FROM health h), false)::boolean AS circuit_opened,
-       COALESCE((SELECT h.circuit_openings FROM health h), 0)::int AS circuit_openings,
-       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
-FROM delivery, async_commit
-`
-
-type OutboxAttemptRecordParams struct {
-	EndpointID         uuid.UUID
-	DeliveryID         uuid.UUID
-	Generation         int32
-	AttemptID          uuid.UUID
-	AttemptedAt        time.Time
-	Succeeded          bool
-	StatusCode         *int32
-	ResponseBody       []byte
-	ResponseTruncated  bool
-	Error              string
-	DurationUs         int64
-	LeaseSlot          int32
-	Gone               bool
-	Now                time.Time
-	DisableBefore      *time.Time
-	GoneReason         string
-	FailingReason      string
-	CircuitThreshold   int32
-	CooldownSeconds    float64
-	MaxCooldownSeconds float64
-	StaleBefore        time.Time
-	DeliveryStatus     string
-	NextAttemptAt      *time.Time
-}
-
-type OutboxAttemptRecordRow struct {
-	Attempts        int32
-	DisabledNow     bool
-	DisabledReason  string
-	CircuitOpened   bool
-	CircuitOpenings int32
-	CircuitClosed   bool
-}
-
-// Records one attempt in one statement: the attempt row, the delivery's new
-// state, the release of the attempt's lease (slot -1 when it held none) and
-// the endpoint's health. Only the job of the delivery's current generation
-// records, and only while the delivery is pending or retrying: a job that a
-// replay superseded, or that runs after the delivery finished, changes
-// neither the delivery nor its attempt log (the endpoint's health and the
-// lease are still settled: the request was real). No row means that, or
-// that the delivery no longer exists.
-//
-// A failure disables the endpoint when gone (410) or when it has been
-// failing since before disable_before (NULL: never), decided once in
-// endpoint. A failure also opens the endpoint's circuit (circuit_threshold
-// 0: never) when it makes circuit_threshold consecutive failures of a
-// closed circuit, or when the circuit is half-open (the probe failed, or a
-// request sent before the circuit opened did): open for cooldown_seconds,
-// doubled per opening since the circuit was last closed, at most
-// max_cooldown_seconds, by the database's clock. A success closes it.
-//
-// A success skips the endpoint write while nothing would change but a
-// last_success_at newer than stale_before, so that busy endpoints do not
-// serialise on their row. endpoint locks the row it decides on (FOR NO
-// KEY UPDATE returns its latest committed version), so the decision and
-// the write see the same failure streak even when attempts of one endpoint
-// finish together.
-//
-// Lock order: endpoint row, then delivery row, then lease row, as
-// EndpointDelete takes them (it deletes the endpoint, and its cascade then
-// the endpoint's deliveries and leases) and as every other statement that
-// locks more than one of them does. endpoint_lock therefore takes the
-// endpoint row first, in KEY SHARE mode: it waits only for a deletion, and
-// neither records of the same endpoint nor the health write (NO KEY UPDATE)
-// wait for it. current_delivery joins it, so the delivery row is locked
-// after it, and not at all once the endpoint is deleted. Locking the
-// delivery first, a record could hold the delivery while waiting for an
-// endpoint whose deletion waited for that delivery: a deadlock (40P01).
-//
-// The statement commits without waiting for its WAL flush
-// (synchronous_commit off for this transaction only): River records the
-// job's outcome afterwards with a synchronous commit, which flushes this
-// commit too, as WAL is flushed in order. If Postgres crashes before that,
-// River's record is lost as well and the job is retried: at least once,
-// as after a worker crash.
-func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg OutboxAttemptRecordParams) (OutboxAttemptRecordRow, error) {
-	row := q.db.QueryRow(ctx, outboxAttemptRecord,
-		arg.EndpointID,
-		arg.DeliveryID,
-		arg.Generation,
-		arg.AttemptID,
-		arg.AttemptedAt,
-		arg.Succeeded,
-		arg.StatusCode,
-		arg.ResponseBody,
-		arg.ResponseTruncated,
-		arg.Error,
-		arg.DurationUs,
-		arg.LeaseSlot,
-		arg.Gone,
-		arg.Now,
-		arg.DisableBefore,
-		arg.GoneReason,
-		arg.FailingReason,
-		arg.CircuitThreshold,
-		arg.CooldownSeconds,
-		arg.MaxCooldownSeconds,
-		arg.StaleBefore,
-		arg.DeliveryStatus,
-		arg.NextAttemptAt,
-	)
-	var i OutboxAttemptRecordRow
-	err := row.Scan(
-		&i.Attempts,
-		&i.DisabledNow,
-		&i.DisabledReason,
-		&i.CircuitOpened,
-		&i.CircuitOpenings,
-		&i.CircuitClosed,
-	)
-	return i, err
-}
-
 const outboxCircuitProbeClaim = `-- name: OutboxCircuitProbeClaim :one
 UPDATE wharf_outbox_endpoints ep
 SET circuit_state = CASE WHEN ep.circuit_state = 'closed' THEN 'closed' ELSE 'half_open' END,
@@ -473,6 +245,101 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.DbNow,
 	)
 	return i, err
+}
+
+const outboxDeliveryGetForWorkMany = `-- name: OutboxDeliveryGetForWorkMany :many
+SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
+       d.status, d.attempts, d.generation, d.throttled_until,
+       ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
+       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
+       ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
+       COALESCE(ev.trace_context, '')::text AS trace_context,
+       now()::timestamptz AS db_now
+FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
+LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
+WHERE d.id = ANY(($1::text[])::uuid[])
+`
+
+type OutboxDeliveryGetForWorkManyRow struct {
+	ID                      uuid.UUID
+	Seq                     int64
+	EventID                 uuid.UUID
+	EventCreatedAt          time.Time
+	EndpointID              uuid.UUID
+	OrderingKey             string
+	Status                  string
+	Attempts                int32
+	Generation              int32
+	ThrottledUntil          *time.Time
+	Url                     string
+	Secret                  string
+	PreviousSecret          *string
+	PreviousSecretExpiresAt *time.Time
+	MaxInFlight             int32
+	TimeoutMs               int32
+	Ordered                 bool
+	Enabled                 bool
+	Headers                 json.RawMessage
+	Auth                    json.RawMessage
+	RateLimitPerSecond      float64
+	CircuitState            string
+	CircuitOpenUntil        *time.Time
+	CircuitProbeExpiresAt   *time.Time
+	Payload                 []byte
+	TraceContext            string
+	DbNow                   time.Time
+}
+
+// OutboxDeliveryGetForWork of many deliveries at once, for the jobs that
+// start together: a row per delivery that still exists.
+func (q *Queries) OutboxDeliveryGetForWorkMany(ctx context.Context, ids []string) ([]OutboxDeliveryGetForWorkManyRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveryGetForWorkMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxDeliveryGetForWorkManyRow
+	for rows.Next() {
+		var i OutboxDeliveryGetForWorkManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Seq,
+			&i.EventID,
+			&i.EventCreatedAt,
+			&i.EndpointID,
+			&i.OrderingKey,
+			&i.Status,
+			&i.Attempts,
+			&i.Generation,
+			&i.ThrottledUntil,
+			&i.Url,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.PreviousSecretExpiresAt,
+			&i.MaxInFlight,
+			&i.TimeoutMs,
+			&i.Ordered,
+			&i.Enabled,
+			&i.Headers,
+			&i.Auth,
+			&i.RateLimitPerSecond,
+			&i.CircuitState,
+			&i.CircuitOpenUntil,
+			&i.CircuitProbeExpiresAt,
+			&i.Payload,
+			&i.TraceContext,
+			&i.DbNow,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxDeliveryList = `-- name: OutboxDeliveryList :many
@@ -1488,6 +1355,84 @@ func (q *Queries) OutboxLeaseAcquireCounted(ctx context.Context, arg OutboxLease
 	var slot int32
 	err := row.Scan(&slot)
 	return slot, err
+}
+
+const outboxLeaseAcquireMany = `-- name: OutboxLeaseAcquireMany :many
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+endpoint AS MATERIALIZED (
+    SELECT ep.max_in_flight
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $2::uuid
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_outbox_leases above
+          WHERE above.endpoint_id = ep.id
+            AND above.slot >= ep.max_in_flight
+            AND above.expires_at > now())
+),
+free AS MATERIALIZED (
+    SELECT f.slot, f.expires_at
+    FROM wharf_outbox_leases f, endpoint
+    WHERE f.endpoint_id = $2::uuid
+      AND f.slot < endpoint.max_in_flight
+      AND f.expires_at <= now()
+    ORDER BY f.expires_at
+    LIMIT cardinality($3::text[])
+    FOR UPDATE OF f SKIP LOCKED
+),
+numbered AS (
+    SELECT free.slot, row_number() OVER (ORDER BY free.expires_at, free.slot) AS n
+    FROM free
+),
+wanted AS (
+    SELECT w.delivery_id, w.n
+    FROM unnest(($3::text[])::uuid[]) WITH ORDINALITY AS w(delivery_id, n)
+)
+UPDATE wharf_outbox_leases l
+SET delivery_id = wanted.delivery_id,
+    expires_at = now() + make_interval(secs => $1::float8)
+FROM numbered
+JOIN wanted ON wanted.n = numbered.n
+CROSS JOIN async_commit
+WHERE l.endpoint_id = $2::uuid AND l.slot = numbered.slot
+RETURNING l.delivery_id::uuid AS delivery_id, l.slot
+`
+
+type OutboxLeaseAcquireManyParams struct {
+	LeaseSeconds float64
+	EndpointID   uuid.UUID
+	DeliveryIds  []string
+}
+
+type OutboxLeaseAcquireManyRow struct {
+	DeliveryID uuid.UUID
+	Slot       int32
+}
+
+// OutboxLeaseAcquire for many deliveries to one endpoint at once: each
+// delivery, in the order given, takes a free slot under the cap (the ones
+// free longest) that no other worker is taking at this moment, while there
+// are some. A delivery without a row takes its slot as OutboxLeaseAcquire
+// says. It commits as OutboxLeaseAcquire does.
+func (q *Queries) OutboxLeaseAcquireMany(ctx context.Context, arg OutboxLeaseAcquireManyParams) ([]OutboxLeaseAcquireManyRow, error) {
+	rows, err := q.db.Query(ctx, outboxLeaseAcquireMany, arg.LeaseSeconds, arg.EndpointID, arg.DeliveryIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxLeaseAcquireManyRow
+	for rows.Next() {
+		var i OutboxLeaseAcquireManyRow
+		if err := rows.Scan(&i.DeliveryID, &i.Slot); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxLeaseCount = `-- name: OutboxLeaseCount :one

@@ -1,0 +1,161 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCombinerBatchesWhileBusy holds the first batch in run until every
+// other caller has joined the next one: the others then run together, in
+// one call, and each gets its own result or error.
+func TestCombinerBatchesWhileBusy(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var batches [][]int
+	c := NewCombiner(100, 1, time.Minute, func(_ context.Context, ins []int) ([]string, []error) {
+		mu.Lock()
+		batches = append(batches, append([]int(nil), ins...))
+		first := len(batches) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		outs := make([]string, len(ins))
+		errs := make([]error, len(ins))
+		for i, in := range ins {
+			outs[i] = fmt.Sprint(in * 10)
+			if in%3 == 0 {
+				errs[i] = fmt.Errorf("no multiples of three: %d", in)
+			}
+		}
+		return outs, errs
+	})
+
+	first := make(chan string)
+	go func() {
+		out, err := c.Do(context.Background(), 1)
+		require.NoError(t, err)
+		first <- out
+	}()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(batches) == 1
+	}, 10*time.Second, time.Millisecond)
+
+	const n = 20
+	type result struct {
+		in  int
+		out string
+		err error
+	}
+	results := make(chan result, n)
+	for i := 2; i < 2+n; i++ {
+		go func() {
+			out, err := c.Do(context.Background(), i)
+			results <- result{i, out, err}
+		}()
+	}
+	// Every caller joins the open batch before the first one ends.
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.open != nil && len(c.open.ins) == n
+	}, 10*time.Second, time.Millisecond)
+	close(release)
+	require.Equal(t, "10", <-first)
+	for range n {
+		r := <-results
+		if r.in%3 == 0 {
+			require.ErrorContains(t, r.err, fmt.Sprint(r.in))
+			require.Empty(t, r.out)
+		} else {
+			require.NoError(t, r.err)
+			require.Equal(t, fmt.Sprint(r.in*10), r.out)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, batches, 2)
+	require.Len(t, batches[1], n)
+}
+
+// TestCombinerLimits: a batch closes at its maximum size; a lone call runs
+// at once; a panic or a wrong number of results fails the whole batch with
+// an error, and the combiner goes on.
+func TestCombinerLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var sizes []int
+	var mu sync.Mutex
+	release := make(chan struct{})
+	c := NewCombiner(3, 1, time.Minute, func(_ context.Context, ins []int) ([]int, []error) {
+		mu.Lock()
+		sizes = append(sizes, len(ins))
+		mu.Unlock()
+		if ins[0] == 0 {
+			<-release
+		}
+		switch ins[0] {
+		case -1:
+			panic("boom")
+		case -2:
+			return nil, nil
+		}
+		return ins, nil
+	})
+	out, err := c.Do(ctx, 7)
+	require.NoError(t, err)
+	require.Equal(t, 7, out)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = c.Do(ctx, 0) })
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 2 }, 10*time.Second, time.Millisecond)
+	for i := 1; i <= 5; i++ {
+		wg.Go(func() {
+			got, err := c.Do(ctx, i)
+			require.NoError(t, err)
+			require.Equal(t, i, got)
+		})
+	}
+	require.Eventually(t, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.open != nil && len(c.open.ins) == 2 // 3 filled one batch, 2 wait in the next
+	}, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	require.Equal(t, []int{1, 1}, sizes[:2])
+	require.ElementsMatch(t, []int{3, 2}, sizes[2:]) // the two waiting leaders take the slot in either order
+
+	_, err = c.Do(ctx, -1)
+	require.ErrorContains(t, err, "panicked: boom")
+	_, err = c.Do(ctx, -2)
+	require.ErrorContains(t, err, "0 results for 1 calls")
+	out, err = c.Do(ctx, 8)
+	require.NoError(t, err)
+	require.Equal(t, 8, out)
+}
+
+// TestCombinerOutlivesCallers: a caller whose context ends still gets its
+// batch's result (its statement may have committed), and the batch runs on
+// a context that the leader's cancellation does not end, bounded by the
+// combiner's timeout.
+func TestCombinerOutlivesCallers(t *testing.T) {
+	t.Parallel()
+	c := NewCombiner(10, 1, 50*time.Millisecond, func(ctx context.Context, ins []int) ([]int, []error) {
+		<-ctx.Done()
+		return ins, Fail(len(ins), context.Cause(ctx))
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := c.Do(ctx, 1)
+	require.True(t, errors.Is(err, context.DeadlineExceeded), "the batch ran until the combiner's timeout, not the caller's cancellation: %v", err)
+}
