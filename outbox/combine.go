@@ -30,16 +30,24 @@ const (
 
 // combiners are an Outbox's combined statements.
 type combiners struct {
-	load   *shared.Combiner[uuid.UUID, *dbsqlc.OutboxDeliveryGetForWorkRow]
-	lease  *shared.Combiner[leaseAsk, int32]
-	record *shared.Combiner[*dbsqlc.OutboxAttemptRecordParams, *dbsqlc.OutboxAttemptRecordRow]
+	load  *shared.Combiner[uuid.UUID, *dbsqlc.OutboxDeliveryGetForWorkRow]
+	lease *shared.Combiner[leaseAsk, int32]
+	// record batches the attempts of one endpoint only: a batch locks one
+	// endpoint row, in the order every statement takes it (endpoint, then
+	// delivery, then lease), and an endpoint whose row is held elsewhere
+	// (an application's EndpointUpdateTx, a deletion) delays its own
+	// attempts' records only.
+	record *shared.KeyedCombiner[uuid.UUID, *dbsqlc.OutboxAttemptRecordParams, *dbsqlc.OutboxAttemptRecordRow]
 }
 
 func (o *Outbox) newCombiners() *combiners {
 	return &combiners{
-		load:   shared.NewCombiner(combineMax, combineSlots, recordTimeout, o.loadMany),
-		lease:  shared.NewCombiner(combineMax, combineSlots, recordTimeout, o.leaseMany),
-		record: shared.NewCombiner(combineMax, combineSlots, recordTimeout, o.recordMany),
+		load:  shared.NewCombiner(combineMax, combineSlots, recordTimeout, o.loadMany),
+		lease: shared.NewCombiner(combineMax, combineSlots, recordTimeout, o.leaseMany),
+		record: shared.NewKeyedCombiner(combineMax, combineSlots, recordTimeout,
+			func(ctx context.Context, _ uuid.UUID, params []*dbsqlc.OutboxAttemptRecordParams) ([]*dbsqlc.OutboxAttemptRecordRow, []error) {
+				return o.recordMany(ctx, params)
+			}),
 	}
 }
 
@@ -105,8 +113,13 @@ func (o *Outbox) leaseMany(ctx context.Context, asks []leaseAsk) ([]int32, []err
 		done[g] = true
 		var members []int
 		var ids []string
+		asked := map[uuid.UUID]bool{}
 		for j := i; j < len(asks); j++ {
-			if asks[j].endpointID == g.endpointID && asks[j].seconds == g.seconds {
+			// A delivery asking twice at once (two runs of its job: a
+			// rescue of a run still going) asks once here; its other
+			// asks get no slot and take the single-delivery path.
+			if asks[j].endpointID == g.endpointID && asks[j].seconds == g.seconds && !asked[asks[j].deliveryID] {
+				asked[asks[j].deliveryID] = true
 				members = append(members, j)
 				ids = append(ids, asks[j].deliveryID.String())
 			}
@@ -136,11 +149,15 @@ func (o *Outbox) leaseMany(ctx context.Context, asks []leaseAsk) ([]int32, []err
 	return slots, errs
 }
 
-// recordMany records attempts in one pipelined transaction, sorted by
-// endpoint and delivery so that concurrent batches lock rows in one order.
-// Should the transaction fail, each attempt is recorded on its own, so that
-// one attempt's failure is its own.
+// recordMany records attempts in pipelined transactions, one per endpoint
+// (the Combiner gives it one endpoint's attempts; a mixed call is split),
+// each sorted by lease slot, then delivery: every statement that locks
+// more than one of an endpoint's slots (OutboxLeaseAcquireCounted) locks
+// them in slot order. Should a transaction fail, each of its attempts is
+// recorded on its own, so that one attempt's failure is only its own.
+// Every transaction gets recordTimeout of its own.
 func (o *Outbox) recordMany(ctx context.Context, params []*dbsqlc.OutboxAttemptRecordParams) ([]*dbsqlc.OutboxAttemptRecordRow, []error) {
+	ctx = context.WithoutCancel(ctx)
 	outs := make([]*dbsqlc.OutboxAttemptRecordRow, len(params))
 	errs := make([]error, len(params))
 	order := make([]int, len(params))
@@ -149,20 +166,30 @@ func (o *Outbox) recordMany(ctx context.Context, params []*dbsqlc.OutboxAttemptR
 	}
 	slices.SortFunc(order, func(a, b int) int {
 		pa, pb := params[a], params[b]
-		return cmp.Or(slices.Compare(pa.EndpointID[:], pb.EndpointID[:]), slices.Compare(pa.DeliveryID[:], pb.DeliveryID[:]))
+		return cmp.Or(slices.Compare(pa.EndpointID[:], pb.EndpointID[:]),
+			cmp.Compare(pa.LeaseSlot, pb.LeaseSlot), slices.Compare(pa.DeliveryID[:], pb.DeliveryID[:]))
 	})
-	failed := o.recordBatch(ctx, params, order, outs, errs)
-	if failed == nil || len(params) == 1 {
-		if failed != nil {
-			errs[0] = failed
+	for len(order) > 0 {
+		n := 1
+		for n < len(order) && params[order[n]].EndpointID == params[order[0]].EndpointID {
+			n++
 		}
-		return outs, errs
-	}
-	// The transaction rolled back: nothing of it was recorded.
-	for _, i := range order {
-		outs[i], errs[i] = nil, nil
-		if err := o.recordBatch(ctx, params, []int{i}, outs, errs); err != nil {
-			errs[i] = err
+		group := order[:n]
+		order = order[n:]
+		failed := o.recordBatch(ctx, params, group, outs, errs)
+		if failed == nil {
+			continue
+		}
+		if len(group) == 1 {
+			errs[group[0]] = failed
+			continue
+		}
+		// The transaction rolled back: nothing of it was recorded.
+		for _, i := range group {
+			outs[i], errs[i] = nil, nil
+			if err := o.recordBatch(ctx, params, []int{i}, outs, errs); err != nil {
+				errs[i] = err
+			}
 		}
 	}
 	return outs, errs
@@ -175,6 +202,8 @@ func (o *Outbox) recordMany(ctx context.Context, params []*dbsqlc.OutboxAttemptR
 func (o *Outbox) recordBatch(ctx context.Context, params []*dbsqlc.OutboxAttemptRecordParams, order []int,
 	outs []*dbsqlc.OutboxAttemptRecordRow, errs []error,
 ) error {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
 	batch := make([]dbsqlc.OutboxAttemptRecordParams, len(order))
 	for k, i := range order {
 		batch[k] = *params[i]
@@ -192,8 +221,8 @@ func (o *Outbox) recordBatch(ctx context.Context, params []*dbsqlc.OutboxAttempt
 			failed = cmp.Or(failed, err)
 		}
 	})
-	// Closing reads the end of the transaction: whether it committed.
-	if err := results.Close(); err != nil && !errors.Is(err, dbsqlc.ErrBatchAlreadyClosed) {
+	// Closing again returns how the transaction ended: whether it committed.
+	if err := results.Close(); err != nil {
 		failed = cmp.Or(failed, err)
 	}
 	if failed != nil {

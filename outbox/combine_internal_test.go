@@ -1,10 +1,12 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
+	"sort"
 	"testing"
 	"time"
 
@@ -127,4 +129,225 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	require.Equal(t, 2, attempts)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE expires_at > now() AND delivery_id IS NOT NULL`).Scan(&held))
 	require.Equal(t, 1, held, "the recorded attempts gave their slots back; the failed one still holds its slot")
+}
+
+func combineSetup(t *testing.T, maxInFlight []int, events int) (*Outbox, *pgxpool.Pool, []uuid.UUID, []*dbsqlc.OutboxDeliveryGetForWorkRow) {
+	ctx := context.Background()
+	pool := testdb.New(t)
+	o, err := New(pool, &Config{AllowPrivateNetworks: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	var eps []uuid.UUID
+	for _, m := range maxInFlight {
+		ep, err := o.EndpointCreate(ctx, &EndpointParams{URL: "https://example.com/hook", MaxInFlight: m})
+		require.NoError(t, err)
+		eps = append(eps, ep.ID)
+	}
+	evs := make([]*Event, events)
+	for i := range evs {
+		evs[i] = &Event{Type: "combine.test", Data: json.RawMessage(`{}`)}
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := o.PublishManyTx(ctx, tx, evs)
+		return err
+	}))
+	rows, err := pool.Query(ctx, `SELECT id FROM wharf_outbox_deliveries ORDER BY seq`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	require.NoError(t, err)
+	loaded, errs := o.loadMany(ctx, ids)
+	for _, e := range errs {
+		require.NoError(t, e)
+	}
+	require.NoError(t, o.partitions.Ensure(ctx, nil, attemptsTable, time.Now()))
+	return o, pool, eps, loaded
+}
+
+func combineParams(t *testing.T, o *Outbox, row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, ok bool) *dbsqlc.OutboxAttemptRecordParams {
+	out := &sendOutcome{statusCode: 204, duration: time.Millisecond}
+	status := StatusSucceeded
+	var next *time.Time
+	if !ok {
+		out = &sendOutcome{statusCode: 500, duration: time.Millisecond}
+		status = StatusRetrying
+		n := time.Now().Add(time.Minute)
+		next = &n
+	}
+	p, err := o.attemptParams(&attemptRecord{row: row, slot: slot, attemptedAt: time.Now(), status: status, out: out, nextAttemptAt: next})
+	require.NoError(t, err)
+	return p
+}
+
+func waitLocked(t *testing.T, pool *pgxpool.Pool, n int) {
+	require.Eventually(t, func() bool {
+		var c int
+		require.NoError(t, pool.QueryRow(context.Background(),
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&c))
+		return c >= n
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestRecordBatchLocksSlotsInOrder: a record batch releases its endpoint's
+// lease rows in slot order, as OutboxLeaseAcquireCounted locks them (in
+// delivery order the two deadlocked, found by review).
+func TestRecordBatchLocksSlotsInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, pool, eps, rows := combineSetup(t, []int{4}, 3)
+	require.Len(t, rows, 3)
+	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 3}))
+	sort.Slice(rows[:2], func(i, j int) bool { return bytes.Compare(rows[i].ID[:], rows[j].ID[:]) < 0 })
+	first, second, third := rows[0], rows[1], rows[2]
+	// first holds slot 3, second slot 1.
+	_, err := pool.Exec(ctx, `UPDATE wharf_outbox_leases SET delivery_id = $2, expires_at = now() + interval '1 hour' WHERE endpoint_id = $1 AND slot = 3`, eps[0], first.ID)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE wharf_outbox_leases SET delivery_id = $2, expires_at = now() + interval '1 hour' WHERE endpoint_id = $1 AND slot = 1`, eps[0], second.ID)
+	require.NoError(t, err)
+	var deadlocks0 int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks0))
+
+	// Something holds the second delivery's row for a moment (its own
+	// record elsewhere, a replay...), so that the batch pauses between
+	// its two statements.
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = holder.Exec(ctx, `SELECT 1 FROM wharf_outbox_deliveries WHERE id = $1 FOR UPDATE`, second.ID)
+	require.NoError(t, err)
+
+	type res struct{ errs []error }
+	batchDone := make(chan res, 1)
+	go func() {
+		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
+		defer cancel()
+		_, errs := o.recordMany(bctx, []*dbsqlc.OutboxAttemptRecordParams{combineParams(t, o, first, 3, true), combineParams(t, o, second, 1, true)})
+		batchDone <- res{errs}
+	}()
+	waitLocked(t, pool, 1)
+	countedDone := make(chan error, 1)
+	go func() {
+		_, err := o.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{EndpointID: eps[0], DeliveryID: third.ID, LeaseSeconds: 60})
+		countedDone <- err
+	}()
+	// The batch holds none of the endpoint's slots while it waits for a
+	// delivery, so the counted acquisition, which locks every slot, goes
+	// through (locking slot 3 before slot 1, the batch held slot 3 as it
+	// waited, and the two deadlocked once the delivery was free).
+	var cerr error
+	select {
+	case cerr = <-countedDone:
+	case <-time.After(recordTimeout / 2): // the batch gives up after recordTimeout, freeing what it held
+		_ = holder.Rollback(ctx)
+		<-batchDone
+		t.Fatal("OutboxLeaseAcquireCounted waited for a slot the record batch held")
+	}
+	require.NoError(t, holder.Commit(ctx))
+	r := <-batchDone
+	var deadlocks1 int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&deadlocks1))
+	require.NoError(t, cerr)
+	for _, err := range r.errs {
+		require.NoError(t, err)
+	}
+	require.Zero(t, deadlocks1-deadlocks0, "deadlock between a record batch and OutboxLeaseAcquireCounted")
+}
+
+// TestLeaseManyDeliveryAskingTwice: two runs of one delivery's job asking
+// in one lease batch do not both get the same slot (and leave a second one
+// held until it expired, found by review): the second gets none from the
+// batch.
+func TestLeaseManyDeliveryAskingTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, pool, eps, rows := combineSetup(t, []int{3}, 1)
+	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 2}))
+	ask := leaseAsk{endpointID: eps[0], deliveryID: rows[0].ID, seconds: 60}
+	slots, errs := o.leaseMany(ctx, []leaseAsk{ask, ask})
+	require.Nil(t, errs)
+	var held int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE expires_at > now()`).Scan(&held))
+	require.NotEqual(t, int32(noLease), slots[0])
+	require.Equal(t, int32(noLease), slots[1], "the second ask takes the single-delivery path")
+	require.Equal(t, 1, held)
+}
+
+// TestRecordBatchOneEndpointEach: an application transaction that updates
+// endpoint B, then A, does not deadlock with recording attempts of A and B
+// together (one transaction held A's row while it waited for B's, found by
+// review): each endpoint's attempts are recorded in a transaction of their
+// own.
+func TestRecordBatchOneEndpointEach(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, pool, eps, rows := combineSetup(t, []int{0, 0}, 1)
+	byEP := map[uuid.UUID]*dbsqlc.OutboxDeliveryGetForWorkRow{}
+	for _, r := range rows {
+		byEP[r.EndpointID] = r
+	}
+	lo, hi := eps[0], eps[1]
+	if bytes.Compare(lo[:], hi[:]) > 0 {
+		lo, hi = hi, lo
+	}
+	var d0, d1 int64
+	require.NoError(t, pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&d0))
+	app, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = o.EndpointUpdateTx(ctx, app, hi, &EndpointUpdateParams{})
+	require.NoError(t, err)
+	batchDone := make(chan []error, 1)
+	go func() {
+		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
+		defer cancel()
+		_, errs := o.recordMany(bctx, []*dbsqlc.OutboxAttemptRecordParams{combineParams(t, o, byEP[lo], noLease, false), combineParams(t, o, byEP[hi], noLease, false)})
+		batchDone <- errs
+	}()
+	waitLocked(t, pool, 1)
+	_, appErr := o.EndpointUpdateTx(ctx, app, lo, &EndpointUpdateParams{})
+	_ = app.Rollback(ctx)
+	errs := <-batchDone
+	require.NoError(t, pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&d1))
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.NoError(t, appErr)
+	require.Zero(t, d1-d0)
+}
+
+// TestRecordCombinerPerEndpoint: while endpoint B's row is locked (an
+// application's transaction updating it), B's attempt waits, and an
+// attempt of endpoint A recorded meanwhile is not held behind it (one
+// batch of both kept A waiting, and failing, for as long: found by
+// review).
+func TestRecordCombinerPerEndpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, pool, eps, rows := combineSetup(t, []int{0, 0}, 1)
+	byEP := map[uuid.UUID]*dbsqlc.OutboxDeliveryGetForWorkRow{}
+	for _, r := range rows {
+		byEP[r.EndpointID] = r
+	}
+	a, b := byEP[eps[0]], byEP[eps[1]]
+	locker, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = locker.Exec(ctx, `SELECT 1 FROM wharf_outbox_endpoints WHERE id = $1 FOR UPDATE`, b.EndpointID)
+	require.NoError(t, err)
+
+	bDone := make(chan error, 1)
+	go func() {
+		p := combineParams(t, o, b, noLease, false)
+		_, err := o.combined.record.Do(ctx, p.EndpointID, p)
+		bDone <- err
+	}()
+	waitLocked(t, pool, 1)
+	p := combineParams(t, o, a, noLease, false)
+	_, err = o.combined.record.Do(ctx, p.EndpointID, p)
+	require.NoError(t, err)
+	select {
+	case err := <-bDone:
+		t.Fatalf("B's record ended while its endpoint was locked: %v", err)
+	default:
+	}
+	require.NoError(t, locker.Rollback(ctx))
+	require.NoError(t, <-bDone)
+	var attempts int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_attempts`).Scan(&attempts))
+	require.Equal(t, 2, attempts)
 }

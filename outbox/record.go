@@ -60,7 +60,7 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (*record
 	}
 	// With the attempts of the node that finish at the same time, in one
 	// transaction.
-	res, err := o.combined.record.Do(ctx, params)
+	res, err := o.combined.record.Do(ctx, params.EndpointID, params)
 	if err != nil {
 		return nil, err
 	}

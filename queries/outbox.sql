@@ -445,9 +445,10 @@ SET delivery_id = NULL, expires_at = '-infinity'
 WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @delivery_id::uuid;
 
 -- name: OutboxAttemptRecord :batchone
--- Records one attempt in one statement (a batch of them is pipelined in one
--- transaction, sorted by endpoint and delivery so that batches lock rows in
--- one order): the attempt row, the delivery's new
+-- Records one attempt in one statement (the attempts of one endpoint that
+-- finish together are pipelined in one transaction, sorted by lease slot,
+-- then delivery: a transaction locks one endpoint row, and the endpoint's
+-- slots in slot order, as OutboxLeaseAcquireCounted does): the attempt row, the delivery's new
 -- state, the release of the attempt's lease (slot -1 when it held none) and
 -- the endpoint's health. Only the job of the delivery's current generation
 -- records, and only while the delivery is pending or retrying: a job that a

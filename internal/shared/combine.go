@@ -16,7 +16,8 @@ import (
 // and the busier the database, the larger the batches.
 //
 // A batch runs on a context of its own (the leader's values, without its
-// cancellation, bounded by the Combiner's timeout): one caller going away
+// cancellation, bounded by the Combiner's timeout from when it starts; its
+// wait for a slot is bounded by the timeout too): one caller going away
 // must not fail the others. A caller waits for its batch whatever happens
 // to its own context, as a statement it joined may be committing its work.
 type Combiner[In, Out any] struct {
@@ -88,17 +89,21 @@ func (c *Combiner[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 // it.
 func (c *Combiner[In, Out]) lead(ctx context.Context, batch *combined[In, Out]) {
 	defer close(batch.done)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
+	wait := time.NewTimer(c.timeout)
 	select {
 	case c.slots <- struct{}{}:
-	case <-ctx.Done():
+		wait.Stop()
+	case <-wait.C:
 		c.closeBatch(batch)
-		batch.fail(fmt.Errorf("no database slot within %s: %w", c.timeout, ctx.Err()))
+		batch.fail(fmt.Errorf("no database slot within %s: %w", c.timeout, context.DeadlineExceeded))
 		return
 	}
 	defer func() { <-c.slots }()
 	c.closeBatch(batch)
+	// The batch's own time starts once it runs.
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
 			batch.fail(fmt.Errorf("combined statement panicked: %v", r))
@@ -138,4 +143,54 @@ func Fail(n int, err error) []error {
 		errs[i] = err
 	}
 	return errs
+}
+
+// KeyedCombiner is a Combiner per key: calls of one key are combined, and
+// calls of different keys never share a batch, nor wait for one another's
+// slots. A key's Combiner lives while calls of the key are under way.
+type KeyedCombiner[K comparable, In, Out any] struct {
+	newCombiner func(key K) *Combiner[In, Out]
+
+	mu    sync.Mutex
+	byKey map[K]*keyedEntry[In, Out]
+}
+
+type keyedEntry[In, Out any] struct {
+	c     *Combiner[In, Out]
+	calls int
+}
+
+// NewKeyedCombiner returns a KeyedCombiner whose batches of key run run(ctx,
+// key, ins), with NewCombiner's limits per key.
+func NewKeyedCombiner[K comparable, In, Out any](maxSize, slots int, timeout time.Duration,
+	run func(ctx context.Context, key K, ins []In) ([]Out, []error),
+) *KeyedCombiner[K, In, Out] {
+	return &KeyedCombiner[K, In, Out]{
+		newCombiner: func(key K) *Combiner[In, Out] {
+			return NewCombiner(maxSize, slots, timeout, func(ctx context.Context, ins []In) ([]Out, []error) {
+				return run(ctx, key, ins)
+			})
+		},
+		byKey: map[K]*keyedEntry[In, Out]{},
+	}
+}
+
+// Do runs in in the next batch of key and returns its output.
+func (k *KeyedCombiner[K, In, Out]) Do(ctx context.Context, key K, in In) (Out, error) {
+	k.mu.Lock()
+	e := k.byKey[key]
+	if e == nil {
+		e = &keyedEntry[In, Out]{c: k.newCombiner(key)}
+		k.byKey[key] = e
+	}
+	e.calls++
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		if e.calls--; e.calls == 0 {
+			delete(k.byKey, key)
+		}
+		k.mu.Unlock()
+	}()
+	return e.c.Do(ctx, in)
 }

@@ -159,3 +159,38 @@ func TestCombinerOutlivesCallers(t *testing.T) {
 	_, err := c.Do(ctx, 1)
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "the batch ran until the combiner's timeout, not the caller's cancellation: %v", err)
 }
+
+// TestKeyedCombiner: calls of one key share batches, calls of another key
+// never wait for them, and a key's combiner is gone once its calls are.
+func TestKeyedCombiner(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	c := NewKeyedCombiner(10, 1, time.Minute, func(_ context.Context, key string, ins []int) ([]string, []error) {
+		if key == "slow" {
+			started <- struct{}{}
+			<-release
+		}
+		outs := make([]string, len(ins))
+		for i, in := range ins {
+			outs[i] = fmt.Sprintf("%s:%d", key, in)
+		}
+		return outs, nil
+	})
+	ctx := context.Background()
+	slow := make(chan string)
+	go func() {
+		out, err := c.Do(ctx, "slow", 1)
+		require.NoError(t, err)
+		slow <- out
+	}()
+	<-started
+	out, err := c.Do(ctx, "fast", 2)
+	require.NoError(t, err)
+	require.Equal(t, "fast:2", out, "another key's batch does not wait for the held one")
+	close(release)
+	require.Equal(t, "slow:1", <-slow)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Empty(t, c.byKey)
+}
