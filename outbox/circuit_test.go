@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,45 +32,72 @@ func (b *testBundle) awaitCircuit(t *testing.T, id uuid.UUID, state outbox.Circu
 	return ep
 }
 
-// The circuit breaker across two worker nodes: a failing endpoint's
-// circuit opens after the threshold of consecutive failures (visible in
-// EndpointGet and the metrics); while it is open the queued deliveries
-// wait without using attempts, and after each cool-down exactly one
-// delivery probes, however many wait on either node; a failed probe opens
-// it again, for twice as long (up to the maximum). Once the endpoint
+// circuitTestConfig is the outbox config of the circuit breaker's tests
+// across nodes: the circuit opens after 3 consecutive failures, for 400 ms
+// and then 800 ms, and a delivery has twelve attempts 10 ms apart.
+func circuitTestConfig() *outbox.Config {
+	cfg := testConfig()
+	cfg.RetrySchedule = slices.Repeat([]time.Duration{10 * time.Millisecond}, 12)
+	cfg.CircuitBreakerThreshold = 3
+	cfg.CircuitBreakerCooldown = 400 * time.Millisecond
+	cfg.CircuitBreakerMaxCooldown = 2 * cfg.CircuitBreakerCooldown
+	return cfg
+}
+
+// The circuit breaker across two worker nodes in this process: a failing
+// endpoint's circuit opens after the threshold of consecutive failures
+// (visible in EndpointGet and the metrics); while it is open the queued
+// deliveries wait without using attempts, and after each cool-down exactly
+// one delivery probes, however many wait on either node; a failed probe
+// opens it again, for twice as long (up to the maximum). Once the endpoint
 // recovers, the next probe closes the circuit and everything is delivered.
 func TestCircuitBreakerAcrossNodes(t *testing.T) {
 	t.Parallel()
+	testCircuitBreakerAcross(t, inOneProcess)
+}
+
+// TestCircuitBreakerAcrossNodes with each node a process of its own,
+// sharing nothing but the database.
+func TestCircuitBreakerAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs subprocesses")
+	}
+	testCircuitBreakerAcross(t, inTwoProcesses)
+}
+
+// testCircuitBreakerAcross runs the test of the circuit breaker across the
+// nodes start starts (with circuitTestConfig).
+func testCircuitBreakerAcross(t *testing.T, start workerNodes) {
 	ctx := context.Background()
 	const (
-		threshold = 3
-		cooldown  = 400 * time.Millisecond
-		events    = 20
-		late      = 10 // published once the circuit is open
-		probes    = 3  // failed probes before the endpoint recovers
+		events = 20
+		late   = 10 // published once the circuit is open
+		probes = 3  // failed probes before the endpoint recovers
 	)
+	cfg := circuitTestConfig()
+	threshold, cooldown := cfg.CircuitBreakerThreshold, cfg.CircuitBreakerCooldown
 	url := testdb.NewURL(t)
-	metrics := telemetrytest.NewMetrics(t)
-	cfg := testConfig()
-	cfg.MeterProvider = metrics.Provider
-	cfg.RetrySchedule = slices.Repeat([]time.Duration{10 * time.Millisecond}, 12)
-	cfg.CircuitBreakerThreshold = threshold
-	cfg.CircuitBreakerCooldown = cooldown
-	cfg.CircuitBreakerMaxCooldown = 2 * cooldown
 
+	// failed holds the numbers of the requests answered 503: a request
+	// that arrived as the sink turned healthy was answered one way or the
+	// other.
 	var healthy atomic.Bool
-	s := newSink(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+	var failed sync.Map
+	s := newSink(t, func(n int, w http.ResponseWriter, _ *http.Request) {
 		if healthy.Load() {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
+		failed.Store(n, true)
 		w.WriteHeader(http.StatusServiceUnavailable)
 	})
-	a := startNode(t, url, "a", cfg)
-	startNode(t, url, "b", cfg)
-	b := &testBundle{pool: a.pool, outbox: a.outbox}
+	done := start(t, url, "circuit")
+	// The gauges read the database: this outbox's show every node's.
+	metrics := telemetrytest.NewMetrics(t)
+	cfg.MeterProvider = metrics.Provider
+	b := openBundle(t, url, cfg)
 	ep := b.endpoint(t, s.URL(), &outbox.EndpointParams{MaxInFlight: outbox.NoMaxInFlight})
-
 	batch := make([]*outbox.Event, events)
 	for i := range batch {
 		batch[i] = &outbox.Event{Type: "circuit.test", Data: map[string]int{"n": i}}
@@ -88,35 +116,52 @@ func TestCircuitBreakerAcrossNodes(t *testing.T) {
 
 	// The attempts that were under way when it opened arrived long before
 	// its cool-down ended; any request after that is a probe.
-	probeArrivals := func() []time.Time {
-		var at []time.Time
+	isProbe := func(r received) bool { return !r.At.Before(open.CircuitOpenUntil.Add(-5 * time.Millisecond)) }
+	require.Eventually(t, func() bool {
+		n := 0
 		for _, r := range s.all() {
-			if !r.At.Before(open.CircuitOpenUntil.Add(-5 * time.Millisecond)) {
-				at = append(at, r.At)
+			if isProbe(r) {
+				n++
 			}
 		}
-		slices.SortFunc(at, time.Time.Compare)
-		return at
-	}
-	require.Eventually(t, func() bool { return len(probeArrivals()) >= probes }, 15*time.Second, 5*time.Millisecond)
+		return n >= probes
+	}, 15*time.Second, 5*time.Millisecond)
 	healthy.Store(true)
 	healthyAt := time.Now()
-	failedProbes := probeArrivals()
-	for i := 1; i < len(failedProbes); i++ {
-		gap := failedProbes[i].Sub(failedProbes[i-1])
-		require.GreaterOrEqual(t, gap, cooldown, "one probe per cool-down, across both nodes (probe %d came %s after the one before)", i, gap)
-	}
 
 	all := append(published, queued...)
 	for _, res := range all {
 		b.awaitDelivery(t, ep.ID, res.EventID, outbox.StatusSucceeded)
 	}
+	// The probes: those that failed, then the first success. Each came a
+	// cool-down after the one before, whichever node sent it: one at a
+	// time across both nodes, and nothing else while the circuit was open.
+	var failedProbes, probesSent []received
 	var firstSuccess time.Time
-	for _, r := range s.all() {
-		if r.At.After(healthyAt) && (firstSuccess.IsZero() || r.At.Before(firstSuccess)) {
-			firstSuccess = r.At
+	for i, r := range s.all() {
+		if _, ok := failed.Load(i + 1); !ok {
+			if firstSuccess.IsZero() || r.At.Before(firstSuccess) {
+				firstSuccess = r.At
+			}
+		} else if isProbe(r) {
+			failedProbes = append(failedProbes, r)
 		}
 	}
+	for _, r := range s.all() {
+		if isProbe(r) && !r.At.After(firstSuccess) {
+			probesSent = append(probesSent, r)
+		}
+	}
+	slices.SortFunc(probesSent, func(a, b received) int { return a.At.Compare(b.At) })
+	require.GreaterOrEqual(t, len(failedProbes), probes)
+	require.Len(t, probesSent, len(failedProbes)+1, "the failed probes and the one that closed the circuit")
+	probeNodes := []string{probesSent[0].Header.Get(nodeHeader)}
+	for i := 1; i < len(probesSent); i++ {
+		gap := probesSent[i].At.Sub(probesSent[i-1].At)
+		require.GreaterOrEqual(t, gap, cooldown, "one probe per cool-down, across both nodes (probe %d came %s after the one before)", i, gap)
+		probeNodes = append(probeNodes, probesSent[i].Header.Get(nodeHeader))
+	}
+	t.Logf("probes sent by nodes %v", probeNodes)
 	recovery := firstSuccess.Sub(healthyAt)
 	t.Logf("recovery: first success %s after the endpoint became healthy (cool-down at most %s)", recovery, 2*cooldown)
 	require.Less(t, recovery, 2*cooldown+2*time.Second, "the next probe after the cool-down closes it")
@@ -147,17 +192,20 @@ func TestCircuitBreakerAcrossNodes(t *testing.T) {
 		}
 	}
 	require.Len(t, s.all(), total)
+	byNode := s.byNode()
+	require.Positive(t, byNode["a"], "node a sent some")
+	require.Positive(t, byNode["b"], "node b sent some")
 	require.GreaterOrEqual(t, lateFirstTry, late-len(failedProbes))
 	t.Logf("%d requests for %d deliveries, %d failed probes", total, len(all), len(failedProbes))
 
 	data = metrics.Collect(t)
 	require.Equal(t, int64(0), telemetrytest.GaugeBy(t, data["wharf_outbox_circuit_open"], "endpoint_id")[ep.ID.String()])
-	openings := telemetrytest.SumBy(t, data["wharf_outbox_circuit_openings"], "endpoint_id")[ep.ID.String()]
+	counted := done()
 	// The first opening and one per failed probe (a request sent before the
 	// circuit opened and answered while it was half-open would reopen it
 	// in the probe's stead).
-	require.Equal(t, int64(1+len(failedProbes)), openings)
-	require.Positive(t, telemetrytest.SumBy(t, data["wharf_outbox_deferred"], "reason")["circuit_open"])
+	require.Equal(t, int64(1+len(failedProbes)), counted.Openings[ep.ID.String()])
+	require.Positive(t, counted.Deferred["circuit_open"])
 }
 
 // The breaker leaves endpoint disabling alone: probes that keep failing

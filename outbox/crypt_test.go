@@ -15,8 +15,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/testdb"
@@ -75,16 +73,8 @@ func requireNoPlaintext(t *testing.T, row storedRow, secrets ...string) {
 // the client before it returns: a node running for a while.
 func withRiver(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox, fn func()) {
 	t.Helper()
-	workers := river.NewWorkers()
-	require.NoError(t, ob.AddWorkers(workers))
-	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(ob, workers, 20))
-	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(ctx))
-	}()
+	client := startClient(t, pool, ob, nil)
+	defer stopClient(t, client)
 	fn()
 }
 

@@ -65,17 +65,34 @@ func riverConfig(ob *outbox.Outbox, workers *river.Workers, maxWorkers int) *riv
 // when the test ends.
 func startRiver(t testing.TB, pool *pgxpool.Pool, ob *outbox.Outbox) *river.Client[pgx.Tx] {
 	t.Helper()
+	return startClient(t, pool, ob, nil)
+}
+
+// startClient starts a River client working ob's deliveries, its config
+// riverConfig's with 20 workers changed by tune (when not nil), and stops
+// it when the test ends.
+func startClient(tb testing.TB, pool *pgxpool.Pool, ob *outbox.Outbox, tune func(*river.Config)) *river.Client[pgx.Tx] {
+	tb.Helper()
 	workers := river.NewWorkers()
-	require.NoError(t, ob.AddWorkers(workers))
-	client, err := river.NewClient(riverpgxv5.New(pool), riverConfig(ob, workers, 20))
-	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(ctx))
-	})
+	require.NoError(tb, ob.AddWorkers(workers))
+	cfg := riverConfig(ob, workers, 20)
+	if tune != nil {
+		tune(cfg)
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(tb, err)
+	require.NoError(tb, client.Start(context.Background()))
+	tb.Cleanup(func() { stopClient(tb, client) })
 	return client
+}
+
+// stopClient stops client, waiting up to 10 seconds for its jobs. A
+// stopped client stops at once.
+func stopClient(tb testing.TB, client *river.Client[pgx.Tx]) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(tb, client.Stop(ctx))
 }
 
 type testBundle struct {

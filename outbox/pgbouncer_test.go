@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/telemetrytest"
@@ -101,18 +99,7 @@ func TestPublishAndDeliverThroughPgBouncer(t *testing.T) {
 // transaction pooling).
 func startPooledRiver(t *testing.T, pool *pgxpool.Pool, ob *outbox.Outbox) {
 	t.Helper()
-	workers := river.NewWorkers()
-	require.NoError(t, ob.AddWorkers(workers))
-	cfg := riverConfig(ob, workers, 20)
-	cfg.PollOnly = true
-	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
-	require.NoError(t, err)
-	require.NoError(t, client.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		require.NoError(t, client.Stop(ctx), fmt.Sprintf("stop %s", ob.Queue()))
-	})
+	startClient(t, pool, ob, func(cfg *river.Config) { cfg.PollOnly = true })
 }
 
 // TestLimitsThroughPgBouncer: the rate limit (with and without a
