@@ -176,7 +176,12 @@ func (o *Outbox) recordMany(ctx context.Context, params []*dbsqlc.OutboxAttemptR
 		}
 		group := order[:n]
 		order = order[n:]
-		failed := o.recordBatch(ctx, params, group, outs, errs)
+		var failed error
+		if allSucceeded(params, group) {
+			failed = o.recordSucceeded(ctx, params, group, outs, errs)
+		} else {
+			failed = o.recordBatch(ctx, params, group, outs, errs)
+		}
 		if failed == nil {
 			continue
 		}
@@ -239,4 +244,67 @@ func uuidStrings(ids []uuid.UUID) []string {
 		out[i] = id.String()
 	}
 	return out
+}
+
+// allSucceeded reports whether the attempts params[i], i in group, are
+// successes of distinct deliveries, more than one: what
+// OutboxAttemptRecordSucceeded records in one statement.
+func allSucceeded(params []*dbsqlc.OutboxAttemptRecordParams, group []int) bool {
+	if len(group) < 2 {
+		return false
+	}
+	seen := make(map[uuid.UUID]bool, len(group))
+	for _, i := range group {
+		p := params[i]
+		if !p.Succeeded || p.Gone || p.Error != "" || p.StatusCode == nil || seen[p.DeliveryID] {
+			return false
+		}
+		seen[p.DeliveryID] = true
+	}
+	return true
+}
+
+// recordSucceeded records the successful attempts params[i], i in group,
+// all of one endpoint, in one statement, setting outs[i] and errs[i]
+// (pgx.ErrNoRows: the delivery was not the attempt's to record) as
+// recordBatch does. It returns an error when the statement failed, which
+// then recorded nothing.
+func (o *Outbox) recordSucceeded(ctx context.Context, params []*dbsqlc.OutboxAttemptRecordParams, group []int,
+	outs []*dbsqlc.OutboxAttemptRecordRow, errs []error,
+) error {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	arg := dbsqlc.OutboxAttemptRecordSucceededParams{EndpointID: params[group[0]].EndpointID}
+	for _, i := range group {
+		p := params[i]
+		arg.DeliveryIds = append(arg.DeliveryIds, p.DeliveryID.String())
+		arg.Generations = append(arg.Generations, p.Generation)
+		arg.AttemptIds = append(arg.AttemptIds, p.AttemptID.String())
+		arg.AttemptedAts = append(arg.AttemptedAts, p.AttemptedAt)
+		arg.StatusCodes = append(arg.StatusCodes, *p.StatusCode)
+		arg.ResponseBodies = append(arg.ResponseBodies, p.ResponseBody)
+		arg.ResponseTruncated = append(arg.ResponseTruncated, p.ResponseTruncated)
+		arg.DurationsUs = append(arg.DurationsUs, p.DurationUs)
+		arg.LeaseSlots = append(arg.LeaseSlots, p.LeaseSlot)
+		if p.Now.After(arg.Now) {
+			arg.Now, arg.StaleBefore = p.Now, p.StaleBefore
+		}
+	}
+	rows, err := o.queries.OutboxAttemptRecordSucceeded(ctx, arg)
+	if err != nil {
+		return fmt.Errorf("record attempts: %w", err)
+	}
+	byID := make(map[uuid.UUID]dbsqlc.OutboxAttemptRecordSucceededRow, len(rows))
+	for _, r := range rows {
+		byID[r.DeliveryID] = r
+	}
+	for _, i := range group {
+		r, ok := byID[params[i].DeliveryID]
+		if !ok {
+			errs[i] = pgx.ErrNoRows
+			continue
+		}
+		outs[i] = &dbsqlc.OutboxAttemptRecordRow{Attempts: r.Attempts, CircuitClosed: r.CircuitClosed}
+	}
+	return nil
 }

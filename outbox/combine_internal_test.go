@@ -129,6 +129,35 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	require.Equal(t, 2, attempts)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE expires_at > now() AND delivery_id IS NOT NULL`).Scan(&held))
 	require.Equal(t, 1, held, "the recorded attempts gave their slots back; the failed one still holds its slot")
+
+	// Successes only, of distinct deliveries: one statement for all. The
+	// endpoint was failing with its circuit open; the successes close it
+	// (reported by one attempt), and the superseded attempt records
+	// nothing.
+	_, err = pool.Exec(ctx, `UPDATE wharf_outbox_endpoints SET consecutive_failures = 3, failing_since = now(),
+		circuit_state = 'open', circuit_opened_at = now(), circuit_open_until = now(), circuit_openings = 1 WHERE id = $1`, ep.ID)
+	require.NoError(t, err)
+	params = []*dbsqlc.OutboxAttemptRecordParams{record(2, now), record(3, now), record(4, now)}
+	params[2].Generation++
+	require.True(t, allSucceeded(params, []int{0, 1, 2}))
+	outs, errs = o.recordMany(ctx, params)
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.ErrorIs(t, errs[2], pgx.ErrNoRows)
+	require.Equal(t, int32(1), outs[0].Attempts)
+	require.True(t, outs[0].CircuitClosed != outs[1].CircuitClosed, "one attempt reports the circuit closed")
+	var state string
+	var failures int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT circuit_state, consecutive_failures FROM wharf_outbox_endpoints WHERE id = $1`, ep.ID).Scan(&state, &failures))
+	require.Equal(t, "closed", state)
+	require.Zero(t, failures)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_attempts`).Scan(&attempts))
+	require.Equal(t, 4, attempts)
+	var succeeded int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_deliveries WHERE status = 'succeeded' AND attempts = 1 AND last_error = ''`).Scan(&succeeded))
+	require.Equal(t, 4, succeeded)
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE expires_at > now() AND delivery_id IS NOT NULL`).Scan(&held))
+	require.Zero(t, held, "every recorded attempt gave its slot back")
 }
 
 func combineSetup(t *testing.T, maxInFlight []int, events int) (*Outbox, *pgxpool.Pool, []uuid.UUID, []*dbsqlc.OutboxDeliveryGetForWorkRow) {

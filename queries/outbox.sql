@@ -601,6 +601,115 @@ SELECT delivery.attempts,
        COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
 FROM delivery, async_commit;
 
+-- name: OutboxAttemptRecordSucceeded :many
+-- OutboxAttemptRecord for successful attempts (2xx) of one endpoint, many
+-- in one statement: the attempt rows, the deliveries' new state, the
+-- release of their leases and the endpoint's health (written at most once,
+-- when it is not already healthy and fresh), exactly as one
+-- OutboxAttemptRecord per attempt would leave them. A row per attempt
+-- recorded; an attempt without a row is no longer its delivery's to record.
+-- Rows are locked in the order every statement takes them: the endpoint
+-- (KEY SHARE), the deliveries, the lease slots in slot order, then the
+-- endpoint again for its health. It commits as OutboxAttemptRecord does.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+input AS (
+    SELECT (@delivery_ids::text[])[n]::uuid AS delivery_id,
+           (@generations::int[])[n] AS generation,
+           (@attempt_ids::text[])[n]::uuid AS attempt_id,
+           (@attempted_ats::timestamptz[])[n] AS attempted_at,
+           (@status_codes::int[])[n] AS status_code,
+           (@response_bodies::bytea[])[n] AS response_body,
+           (@response_truncated::boolean[])[n] AS response_truncated,
+           (@durations_us::bigint[])[n] AS duration_us,
+           (@lease_slots::int[])[n] AS lease_slot
+    FROM generate_subscripts(@delivery_ids::text[], 1) AS n
+),
+endpoint_lock AS (
+    SELECT ep.id
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+    FOR KEY SHARE
+),
+current_delivery AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id, d.event_id, d.attempts, i.attempt_id, i.attempted_at, i.status_code,
+           i.response_body, i.response_truncated, i.duration_us
+    FROM wharf_outbox_deliveries d
+    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
+    JOIN input i ON i.delivery_id = d.id AND i.generation = d.generation
+    WHERE d.status IN ('pending', 'retrying')
+    ORDER BY i.lease_slot, d.id
+    FOR UPDATE OF d
+),
+attempt AS (
+    INSERT INTO wharf_outbox_attempts (
+        id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
+        status_code, response_body, response_truncated, error, duration_us
+    )
+    SELECT c.attempt_id, c.attempted_at, c.id, c.endpoint_id, c.event_id, c.attempts + 1, 'succeeded',
+           c.status_code, c.response_body, c.response_truncated, '', c.duration_us
+    FROM current_delivery c
+),
+held_slots AS MATERIALIZED (
+    SELECT l.slot
+    FROM wharf_outbox_leases l
+    JOIN input i ON l.slot = i.lease_slot AND l.delivery_id = i.delivery_id
+    WHERE l.endpoint_id = @endpoint_id::uuid
+    ORDER BY l.slot
+    FOR UPDATE OF l
+),
+lease AS (
+    UPDATE wharf_outbox_leases l
+    SET delivery_id = NULL, expires_at = '-infinity'
+    FROM held_slots h
+    WHERE l.endpoint_id = @endpoint_id::uuid AND l.slot = h.slot
+),
+endpoint AS (
+    SELECT ep.id, ep.circuit_state <> 'closed' AS was_open
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid
+      AND EXISTS (SELECT 1 FROM input)
+      AND (ep.consecutive_failures > 0
+           OR ep.circuit_state <> 'closed'
+           OR ep.last_success_at IS NULL
+           OR ep.last_success_at < @stale_before::timestamptz)
+    FOR NO KEY UPDATE
+),
+health AS (
+    UPDATE wharf_outbox_endpoints ep
+    SET consecutive_failures = 0,
+        failing_since = NULL,
+        last_success_at = @now::timestamptz,
+        circuit_state = 'closed',
+        circuit_opened_at = NULL,
+        circuit_open_until = NULL,
+        circuit_openings = 0,
+        circuit_probe_delivery_id = NULL,
+        circuit_probe_expires_at = NULL
+    FROM endpoint e
+    WHERE ep.id = e.id
+    RETURNING e.was_open AS close_circuit
+),
+delivery AS (
+    UPDATE wharf_outbox_deliveries d
+    SET status = 'succeeded',
+        attempts = d.attempts + 1,
+        last_status_code = c.status_code,
+        last_error = '',
+        next_attempt_at = NULL,
+        succeeded_at = @now::timestamptz,
+        throttled_until = NULL,
+        updated_at = @now::timestamptz
+    FROM current_delivery c
+    WHERE d.id = c.id
+    RETURNING d.id, d.attempts
+)
+SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
+       (row_number() OVER (ORDER BY delivery.id) = 1
+        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed
+FROM delivery, async_commit;
+
 -- name: OutboxDeliveryMarkDead :execrows
 -- Dead-letters an unfinished delivery of generation without an attempt (its
 -- endpoint was disabled, its event is gone, its attempts ran out or its job

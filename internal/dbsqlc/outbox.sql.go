@@ -52,6 +52,170 @@ func (q *Queries) OutboxAttemptList(ctx context.Context, deliveryID uuid.UUID) (
 	return items, nil
 }
 
+const outboxAttemptRecordSucceeded = `-- name: OutboxAttemptRecordSucceeded :many
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+),
+input AS (
+    SELECT ($1::text[])[n]::uuid AS delivery_id,
+           ($2::int[])[n] AS generation,
+           ($3::text[])[n]::uuid AS attempt_id,
+           ($4::timestamptz[])[n] AS attempted_at,
+           ($5::int[])[n] AS status_code,
+           ($6::bytea[])[n] AS response_body,
+           ($7::boolean[])[n] AS response_truncated,
+           ($8::bigint[])[n] AS duration_us,
+           ($9::int[])[n] AS lease_slot
+    FROM generate_subscripts($1::text[], 1) AS n
+),
+endpoint_lock AS (
+    SELECT ep.id
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $10::uuid
+    FOR KEY SHARE
+),
+current_delivery AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id, d.event_id, d.attempts, i.attempt_id, i.attempted_at, i.status_code,
+           i.response_body, i.response_truncated, i.duration_us
+    FROM wharf_outbox_deliveries d
+    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
+    JOIN input i ON i.delivery_id = d.id AND i.generation = d.generation
+    WHERE d.status IN ('pending', 'retrying')
+    ORDER BY i.lease_slot, d.id
+    FOR UPDATE OF d
+),
+attempt AS (
+    INSERT INTO wharf_outbox_attempts (
+        id, attempted_at, delivery_id, endpoint_id, event_id, attempt, status,
+        status_code, response_body, response_truncated, error, duration_us
+    )
+    SELECT c.attempt_id, c.attempted_at, c.id, c.endpoint_id, c.event_id, c.attempts + 1, 'succeeded',
+           c.status_code, c.response_body, c.response_truncated, '', c.duration_us
+    FROM current_delivery c
+),
+held_slots AS MATERIALIZED (
+    SELECT l.slot
+    FROM wharf_outbox_leases l
+    JOIN input i ON l.slot = i.lease_slot AND l.delivery_id = i.delivery_id
+    WHERE l.endpoint_id = $10::uuid
+    ORDER BY l.slot
+    FOR UPDATE OF l
+),
+lease AS (
+    UPDATE wharf_outbox_leases l
+    SET delivery_id = NULL, expires_at = '-infinity'
+    FROM held_slots h
+    WHERE l.endpoint_id = $10::uuid AND l.slot = h.slot
+),
+endpoint AS (
+    SELECT ep.id, ep.circuit_state <> 'closed' AS was_open
+    FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $10::uuid
+      AND EXISTS (SELECT 1 FROM input)
+      AND (ep.consecutive_failures > 0
+           OR ep.circuit_state <> 'closed'
+           OR ep.last_success_at IS NULL
+           OR ep.last_success_at < $11::timestamptz)
+    FOR NO KEY UPDATE
+),
+health AS (
+    UPDATE wharf_outbox_endpoints ep
+    SET consecutive_failures = 0,
+        failing_since = NULL,
+        last_success_at = $12::timestamptz,
+        circuit_state = 'closed',
+        circuit_opened_at = NULL,
+        circuit_open_until = NULL,
+        circuit_openings = 0,
+        circuit_probe_delivery_id = NULL,
+        circuit_probe_expires_at = NULL
+    FROM endpoint e
+    WHERE ep.id = e.id
+    RETURNING e.was_open AS close_circuit
+),
+delivery AS (
+    UPDATE wharf_outbox_deliveries d
+    SET status = 'succeeded',
+        attempts = d.attempts + 1,
+        last_status_code = c.status_code,
+        last_error = '',
+        next_attempt_at = NULL,
+        succeeded_at = $12::timestamptz,
+        throttled_until = NULL,
+        updated_at = $12::timestamptz
+    FROM current_delivery c
+    WHERE d.id = c.id
+    RETURNING d.id, d.attempts
+)
+SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
+       (row_number() OVER (ORDER BY delivery.id) = 1
+        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed
+FROM delivery, async_commit
+`
+
+type OutboxAttemptRecordSucceededParams struct {
+	DeliveryIds       []string
+	Generations       []int32
+	AttemptIds        []string
+	AttemptedAts      []time.Time
+	StatusCodes       []int32
+	ResponseBodies    [][]byte
+	ResponseTruncated []bool
+	DurationsUs       []int64
+	LeaseSlots        []int32
+	EndpointID        uuid.UUID
+	StaleBefore       time.Time
+	Now               time.Time
+}
+
+type OutboxAttemptRecordSucceededRow struct {
+	DeliveryID    uuid.UUID
+	Attempts      int32
+	CircuitClosed bool
+}
+
+// OutboxAttemptRecord for successful attempts (2xx) of one endpoint, many
+// in one statement: the attempt rows, the deliveries' new state, the
+// release of their leases and the endpoint's health (written at most once,
+// when it is not already healthy and fresh), exactly as one
+// OutboxAttemptRecord per attempt would leave them. A row per attempt
+// recorded; an attempt without a row is no longer its delivery's to record.
+// Rows are locked in the order every statement takes them: the endpoint
+// (KEY SHARE), the deliveries, the lease slots in slot order, then the
+// endpoint again for its health. It commits as OutboxAttemptRecord does.
+func (q *Queries) OutboxAttemptRecordSucceeded(ctx context.Context, arg OutboxAttemptRecordSucceededParams) ([]OutboxAttemptRecordSucceededRow, error) {
+	rows, err := q.db.Query(ctx, outboxAttemptRecordSucceeded,
+		arg.DeliveryIds,
+		arg.Generations,
+		arg.AttemptIds,
+		arg.AttemptedAts,
+		arg.StatusCodes,
+		arg.ResponseBodies,
+		arg.ResponseTruncated,
+		arg.DurationsUs,
+		arg.LeaseSlots,
+		arg.EndpointID,
+		arg.StaleBefore,
+		arg.Now,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxAttemptRecordSucceededRow
+	for rows.Next() {
+		var i OutboxAttemptRecordSucceededRow
+		if err := rows.Scan(&i.DeliveryID, &i.Attempts, &i.CircuitClosed); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxCircuitProbeClaim = `-- name: OutboxCircuitProbeClaim :one
 UPDATE wharf_outbox_endpoints ep
 SET circuit_state = CASE WHEN ep.circuit_state = 'closed' THEN 'closed' ELSE 'half_open' END,
