@@ -58,7 +58,7 @@ func (o *Outbox) loadDelivery(ctx context.Context, id uuid.UUID) (*dbsqlc.Outbox
 }
 
 func (o *Outbox) loadMany(ctx context.Context, ids []uuid.UUID) ([]*dbsqlc.OutboxDeliveryGetForWorkRow, []error) {
-	rows, err := o.queries.OutboxDeliveryGetForWorkMany(ctx, uuidStrings(ids))
+	rows, err := o.queries.OutboxDeliveryGetForWorkMany(ctx, dbsqlc.UUIDTexts(ids))
 	if err != nil {
 		return make([]*dbsqlc.OutboxDeliveryGetForWorkRow, len(ids)), shared.Fail(len(ids), err)
 	}
@@ -236,16 +236,6 @@ func (o *Outbox) recordBatch(ctx context.Context, params []*dbsqlc.OutboxAttempt
 	return nil
 }
 
-// uuidStrings returns ids as text, the form a uuid[] parameter takes in
-// every query mode (PgBouncer's included).
-func uuidStrings(ids []uuid.UUID) []string {
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = id.String()
-	}
-	return out
-}
-
 // allSucceeded reports whether the attempts params[i], i in group, are
 // successes of distinct deliveries, more than one: what
 // OutboxAttemptRecordSucceeded records in one statement.
@@ -286,6 +276,7 @@ func (o *Outbox) recordSucceeded(ctx context.Context, params []*dbsqlc.OutboxAtt
 		arg.ResponseTruncated = append(arg.ResponseTruncated, p.ResponseTruncated)
 		arg.DurationsUs = append(arg.DurationsUs, p.DurationUs)
 		arg.LeaseSlots = append(arg.LeaseSlots, p.LeaseSlot)
+		arg.Nows = append(arg.Nows, p.Now)
 		if p.Now.After(arg.Now) {
 			arg.Now, arg.StaleBefore = p.Now, p.StaleBefore
 		}

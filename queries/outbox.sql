@@ -448,7 +448,8 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- Records one attempt in one statement (the attempts of one endpoint that
 -- finish together are pipelined in one transaction, sorted by lease slot,
 -- then delivery: a transaction locks one endpoint row, and the endpoint's
--- slots in slot order, as OutboxLeaseAcquireCounted does): the attempt row, the delivery's new
+-- slots in slot order, as OutboxLeaseAcquireCounted does; successes only
+-- go through OutboxAttemptRecordSucceeded instead): the attempt row, the delivery's new
 -- state, the release of the attempt's lease (slot -1 when it held none) and
 -- the endpoint's health. Only the job of the delivery's current generation
 -- records, and only while the delivery is pending or retrying: a job that a
@@ -483,6 +484,9 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- after it, and not at all once the endpoint is deleted. Locking the
 -- delivery first, a record could hold the delivery while waiting for an
 -- endpoint whose deletion waited for that delivery: a deadlock (40P01).
+-- Postgres runs the health write (endpoint, NO KEY UPDATE) before the
+-- lease's release: no statement locks a lease slot and then the endpoint
+-- in that mode, and none may.
 --
 -- The statement commits without waiting for its WAL flush
 -- (synchronous_commit off for this transaction only): River records the
@@ -603,14 +607,18 @@ FROM delivery, async_commit;
 
 -- name: OutboxAttemptRecordSucceeded :many
 -- OutboxAttemptRecord for successful attempts (2xx) of one endpoint, many
--- in one statement: the attempt rows, the deliveries' new state, the
--- release of their leases and the endpoint's health (written at most once,
--- when it is not already healthy and fresh), exactly as one
--- OutboxAttemptRecord per attempt would leave them. A row per attempt
--- recorded; an attempt without a row is no longer its delivery's to record.
--- Rows are locked in the order every statement takes them: the endpoint
--- (KEY SHARE), the deliveries, the lease slots in slot order, then the
--- endpoint again for its health. It commits as OutboxAttemptRecord does.
+-- in one statement: the attempt rows, the deliveries' new state (each at
+-- its attempt's own time, nows), the release of their leases and the
+-- endpoint's health, written at most once (when it is not already healthy
+-- and fresh), with the latest success's time (now). A row per attempt
+-- recorded; an attempt without a row is no longer its delivery's to
+-- record. An attempt that closes the circuit is reported by the first row
+-- (OutboxAttemptRecord reports it on the attempt that closed it, or not at
+-- all when that attempt was superseded). Rows are locked as
+-- OutboxAttemptRecord locks them: the endpoint (KEY SHARE), the
+-- deliveries, the endpoint (NO KEY UPDATE, when its health is written),
+-- then the lease slots in slot order. It commits as OutboxAttemptRecord
+-- does.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
@@ -623,7 +631,8 @@ input AS (
            (@response_bodies::bytea[])[n] AS response_body,
            (@response_truncated::boolean[])[n] AS response_truncated,
            (@durations_us::bigint[])[n] AS duration_us,
-           (@lease_slots::int[])[n] AS lease_slot
+           (@lease_slots::int[])[n] AS lease_slot,
+           (@nows::timestamptz[])[n] AS now
     FROM generate_subscripts(@delivery_ids::text[], 1) AS n
 ),
 endpoint_lock AS (
@@ -634,7 +643,7 @@ endpoint_lock AS (
 ),
 current_delivery AS MATERIALIZED (
     SELECT d.id, d.endpoint_id, d.event_id, d.attempts, i.attempt_id, i.attempted_at, i.status_code,
-           i.response_body, i.response_truncated, i.duration_us
+           i.response_body, i.response_truncated, i.duration_us, i.now
     FROM wharf_outbox_deliveries d
     JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
     JOIN input i ON i.delivery_id = d.id AND i.generation = d.generation
@@ -698,9 +707,9 @@ delivery AS (
         last_status_code = c.status_code,
         last_error = '',
         next_attempt_at = NULL,
-        succeeded_at = @now::timestamptz,
+        succeeded_at = c.now,
         throttled_until = NULL,
-        updated_at = @now::timestamptz
+        updated_at = c.now
     FROM current_delivery c
     WHERE d.id = c.id
     RETURNING d.id, d.attempts

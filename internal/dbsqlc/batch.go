@@ -175,7 +175,8 @@ type OutboxAttemptRecordRow struct {
 // Records one attempt in one statement (the attempts of one endpoint that
 // finish together are pipelined in one transaction, sorted by lease slot,
 // then delivery: a transaction locks one endpoint row, and the endpoint's
-// slots in slot order, as OutboxLeaseAcquireCounted does): the attempt row, the delivery's new
+// slots in slot order, as OutboxLeaseAcquireCounted does; successes only
+// go through OutboxAttemptRecordSucceeded instead): the attempt row, the delivery's new
 // state, the release of the attempt's lease (slot -1 when it held none) and
 // the endpoint's health. Only the job of the delivery's current generation
 // records, and only while the delivery is pending or retrying: a job that a
@@ -210,6 +211,9 @@ type OutboxAttemptRecordRow struct {
 // after it, and not at all once the endpoint is deleted. Locking the
 // delivery first, a record could hold the delivery while waiting for an
 // endpoint whose deletion waited for that delivery: a deadlock (40P01).
+// Postgres runs the health write (endpoint, NO KEY UPDATE) before the
+// lease's release: no statement locks a lease slot and then the endpoint
+// in that mode, and none may.
 //
 // The statement commits without waiting for its WAL flush
 // (synchronous_commit off for this transaction only): River records the

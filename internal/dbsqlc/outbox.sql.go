@@ -65,18 +65,19 @@ input AS (
            ($6::bytea[])[n] AS response_body,
            ($7::boolean[])[n] AS response_truncated,
            ($8::bigint[])[n] AS duration_us,
-           ($9::int[])[n] AS lease_slot
+           ($9::int[])[n] AS lease_slot,
+           ($10::timestamptz[])[n] AS now
     FROM generate_subscripts($1::text[], 1) AS n
 ),
 endpoint_lock AS (
     SELECT ep.id
     FROM wharf_outbox_endpoints ep
-    WHERE ep.id = $10::uuid
+    WHERE ep.id = $11::uuid
     FOR KEY SHARE
 ),
 current_delivery AS MATERIALIZED (
     SELECT d.id, d.endpoint_id, d.event_id, d.attempts, i.attempt_id, i.attempted_at, i.status_code,
-           i.response_body, i.response_truncated, i.duration_us
+           i.response_body, i.response_truncated, i.duration_us, i.now
     FROM wharf_outbox_deliveries d
     JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
     JOIN input i ON i.delivery_id = d.id AND i.generation = d.generation
@@ -97,7 +98,7 @@ held_slots AS MATERIALIZED (
     SELECT l.slot
     FROM wharf_outbox_leases l
     JOIN input i ON l.slot = i.lease_slot AND l.delivery_id = i.delivery_id
-    WHERE l.endpoint_id = $10::uuid
+    WHERE l.endpoint_id = $11::uuid
     ORDER BY l.slot
     FOR UPDATE OF l
 ),
@@ -105,24 +106,24 @@ lease AS (
     UPDATE wharf_outbox_leases l
     SET delivery_id = NULL, expires_at = '-infinity'
     FROM held_slots h
-    WHERE l.endpoint_id = $10::uuid AND l.slot = h.slot
+    WHERE l.endpoint_id = $11::uuid AND l.slot = h.slot
 ),
 endpoint AS (
     SELECT ep.id, ep.circuit_state <> 'closed' AS was_open
     FROM wharf_outbox_endpoints ep
-    WHERE ep.id = $10::uuid
+    WHERE ep.id = $11::uuid
       AND EXISTS (SELECT 1 FROM input)
       AND (ep.consecutive_failures > 0
            OR ep.circuit_state <> 'closed'
            OR ep.last_success_at IS NULL
-           OR ep.last_success_at < $11::timestamptz)
+           OR ep.last_success_at < $12::timestamptz)
     FOR NO KEY UPDATE
 ),
 health AS (
     UPDATE wharf_outbox_endpoints ep
     SET consecutive_failures = 0,
         failing_since = NULL,
-        last_success_at = $12::timestamptz,
+        last_success_at = $13::timestamptz,
         circuit_state = 'closed',
         circuit_opened_at = NULL,
         circuit_open_until = NULL,
@@ -140,9 +141,9 @@ delivery AS (
         last_status_code = c.status_code,
         last_error = '',
         next_attempt_at = NULL,
-        succeeded_at = $12::timestamptz,
+        succeeded_at = c.now,
         throttled_until = NULL,
-        updated_at = $12::timestamptz
+        updated_at = c.now
     FROM current_delivery c
     WHERE d.id = c.id
     RETURNING d.id, d.attempts
@@ -163,6 +164,7 @@ type OutboxAttemptRecordSucceededParams struct {
 	ResponseTruncated []bool
 	DurationsUs       []int64
 	LeaseSlots        []int32
+	Nows              []time.Time
 	EndpointID        uuid.UUID
 	StaleBefore       time.Time
 	Now               time.Time
@@ -175,14 +177,18 @@ type OutboxAttemptRecordSucceededRow struct {
 }
 
 // OutboxAttemptRecord for successful attempts (2xx) of one endpoint, many
-// in one statement: the attempt rows, the deliveries' new state, the
-// release of their leases and the endpoint's health (written at most once,
-// when it is not already healthy and fresh), exactly as one
-// OutboxAttemptRecord per attempt would leave them. A row per attempt
-// recorded; an attempt without a row is no longer its delivery's to record.
-// Rows are locked in the order every statement takes them: the endpoint
-// (KEY SHARE), the deliveries, the lease slots in slot order, then the
-// endpoint again for its health. It commits as OutboxAttemptRecord does.
+// in one statement: the attempt rows, the deliveries' new state (each at
+// its attempt's own time, nows), the release of their leases and the
+// endpoint's health, written at most once (when it is not already healthy
+// and fresh), with the latest success's time (now). A row per attempt
+// recorded; an attempt without a row is no longer its delivery's to
+// record. An attempt that closes the circuit is reported by the first row
+// (OutboxAttemptRecord reports it on the attempt that closed it, or not at
+// all when that attempt was superseded). Rows are locked as
+// OutboxAttemptRecord locks them: the endpoint (KEY SHARE), the
+// deliveries, the endpoint (NO KEY UPDATE, when its health is written),
+// then the lease slots in slot order. It commits as OutboxAttemptRecord
+// does.
 func (q *Queries) OutboxAttemptRecordSucceeded(ctx context.Context, arg OutboxAttemptRecordSucceededParams) ([]OutboxAttemptRecordSucceededRow, error) {
 	rows, err := q.db.Query(ctx, outboxAttemptRecordSucceeded,
 		arg.DeliveryIds,
@@ -194,6 +200,7 @@ func (q *Queries) OutboxAttemptRecordSucceeded(ctx context.Context, arg OutboxAt
 		arg.ResponseTruncated,
 		arg.DurationsUs,
 		arg.LeaseSlots,
+		arg.Nows,
 		arg.EndpointID,
 		arg.StaleBefore,
 		arg.Now,
