@@ -363,31 +363,51 @@ func TestConfigProblemsAreAllReported(t *testing.T) {
 	require.True(t, errors.Is(err, dashboard.ErrInvalidConfig))
 }
 
-// The overview shows the same numbers and charts whether its hours come
-// from the rollup or are counted live.
+// The overview and the endpoints page show the same numbers and charts
+// whether their hours (received messages, delivery attempts) come from the
+// rollup or are counted live, a deleted endpoint's attempts included.
 func TestOverviewSameWithRollup(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)
-	inboxSection := func() string {
+	ctx := context.Background()
+	// The failing endpoint is deleted: its attempts stay, labelled
+	// "(deleted)" on the overview, absent from the endpoints page.
+	dead, err := f.outbox.DeliveryGet(ctx, f.seed.DeadDelivery)
+	require.NoError(t, err)
+	require.NoError(t, f.outbox.EndpointDelete(ctx, dead.EndpointID))
+	sections := func() []string {
 		code, body := f.get(t, "/")
 		require.Equal(t, http.StatusOK, code)
-		start := strings.Index(body, "<section>")
-		end := strings.Index(body, "</section>")
-		require.True(t, start >= 0 && end > start)
-		return body[start:end]
+		found := regexp.MustCompile(`(?s)<section>.*?</section>`).FindAllString(body, -1)
+		require.Len(t, found, 2, "inbox and outbox")
+		return found
 	}
-	before := inboxSection()
-	require.Contains(t, before, "Messages per hour from billing")
+	endpointsPage := func() [][]string {
+		code, body := f.get(t, "/outbox/endpoints")
+		require.Equal(t, http.StatusOK, code)
+		found := regexp.MustCompile(`(?s)<tr id="ep-([0-9a-f-]+)">.*?<td class="num">([^<]*)<br><small>(\d+) attempts</small></td>`).FindAllStringSubmatch(body, -1)
+		require.Len(t, found, 1, "the remaining endpoint")
+		return found
+	}
+	before, beforeEndpoints := sections(), endpointsPage()
+	require.Contains(t, before[0], "Messages per hour from billing")
+	require.Contains(t, before[1], "Delivery attempts by outcome per endpoint")
+	require.Contains(t, before[1], dead.EndpointID.String()+" (deleted)")
+	require.Equal(t, []string{f.seed.Endpoint.String(), "100.0%", "5"}, beforeEndpoints[0][1:])
 
 	// A clock past the end of today: every seeded hour has ended.
 	tomorrow := time.Now().UTC().Truncate(24 * time.Hour).Add(24*time.Hour + 10*time.Minute)
 	m, err := jobs.NewMaintainer(f.pool, &jobs.Config{Now: func() time.Time { return tomorrow }})
 	require.NoError(t, err)
-	_, err = m.Rollup(context.Background())
+	_, err = m.Rollup(ctx)
 	require.NoError(t, err)
-	var rolled int64
-	require.NoError(t, f.pool.QueryRow(context.Background(), "SELECT COALESCE(sum(received), 0) FROM wharf_inbox_hourly").Scan(&rolled))
+	var rolled, rolledAttempts, attempts int64
+	require.NoError(t, f.pool.QueryRow(ctx, `SELECT (SELECT COALESCE(sum(received), 0) FROM wharf_inbox_hourly),
+		(SELECT COALESCE(sum(attempts), 0) FROM wharf_outbox_attempts_hourly), (SELECT count(*) FROM wharf_outbox_attempts)`).
+		Scan(&rolled, &rolledAttempts, &attempts))
 	require.EqualValues(t, 17, rolled, "every seeded message is in the rollup")
+	require.Equal(t, attempts, rolledAttempts, "every seeded attempt is in the rollup")
 
-	require.Equal(t, before, inboxSection())
+	require.Equal(t, before, sections())
+	require.Equal(t, beforeEndpoints, endpointsPage())
 }

@@ -253,7 +253,8 @@ func redactURL(raw string) string {
 
 // endpointHealth reads, per endpoint, the attempts since a time (in all
 // and by outcome segment) and the pending and dead deliveries now: every
-// endpoint with either.
+// endpoint with either. The attempts of ended hours come from the rollup,
+// the rest is counted live (DashboardAttemptOutcomes).
 func (h *Handler) endpointHealth(ctx context.Context, since time.Time) (map[uuid.UUID]*endpointOverview, map[uuid.UUID][]int64, error) {
 	outcomes, err := h.queries.DashboardAttemptOutcomes(ctx, since)
 	if err != nil {

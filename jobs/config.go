@@ -80,7 +80,8 @@ type Config struct {
 	// leader starts). Defaults to DefaultInterval (1h).
 	Interval time.Duration
 	// RollupInterval is how often the rollup job counts the inbox messages
-	// of the hours that ended (the dashboard's overview reads the counts).
+	// and outbox delivery attempts of the hours that ended (the dashboard
+	// reads the counts).
 	// Defaults to DefaultRollupInterval (5m).
 	RollupInterval time.Duration
 	// BatchSize bounds each DELETE or UPDATE of a pruning pass, keeping

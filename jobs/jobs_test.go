@@ -596,7 +596,8 @@ func TestPeriodicJobsRunOnStart(t *testing.T) {
 	require.Equal(t, jobs.PruneResult{Dropped: []string{}, Deferred: []jobs.DeferredPartition{}}, pruned)
 	var rolled jobs.RollupResult
 	require.NoError(t, json.Unmarshal([]byte(outputs["wharf_rollup"]), &rolled))
-	require.Equal(t, jobs.RollupKept, rolled.Until.Sub(rolled.From), "a first rollup counts RollupKept of hours")
+	require.Equal(t, jobs.RollupKept, rolled.Inbox.Until.Sub(rolled.Inbox.From), "a first rollup counts RollupKept of hours")
+	require.Equal(t, jobs.RollupKept, rolled.Attempts.Until.Sub(rolled.Attempts.From), "a first rollup counts RollupKept of hours")
 }
 
 // runPeriodicJobs starts a River client with the periodic jobs of cfg

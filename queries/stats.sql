@@ -52,11 +52,22 @@ ORDER BY k.duplicate_count DESC, k.source, k.event_id
 LIMIT @max_rows::int;
 
 -- name: StatsEndpointAttempts :many
--- Delivery attempts per endpoint since a time, and how many succeeded.
+-- Delivery attempts per endpoint in [from_at, until_at), and how many
+-- were answered 2xx (an attempt succeeds exactly then), counted from the
+-- attempts: the hours the rollup does not cover.
 SELECT a.endpoint_id,
        count(*)::bigint AS attempts,
-       count(*) FILTER (WHERE a.status = 'succeeded')::bigint AS succeeded
+       count(*) FILTER (WHERE a.status_code BETWEEN 200 AND 299)::bigint AS succeeded
 FROM wharf_outbox_attempts a
-WHERE a.attempted_at >= @since::timestamptz
-GROUP BY a.endpoint_id
-ORDER BY a.endpoint_id;
+WHERE a.attempted_at >= @from_at::timestamptz AND a.attempted_at < @until_at::timestamptz
+GROUP BY a.endpoint_id;
+
+-- name: StatsRolledEndpointAttempts :many
+-- Delivery attempts per endpoint in [from_at, until_at), and how many
+-- were answered 2xx, from the hourly rollup.
+SELECT h.endpoint_id,
+       sum(h.attempts)::bigint AS attempts,
+       COALESCE(sum(h.attempts) FILTER (WHERE h.outcome = '2xx'), 0)::bigint AS succeeded
+FROM wharf_outbox_attempts_hourly h
+WHERE h.hour >= @from_at::timestamptz AND h.hour < @until_at::timestamptz
+GROUP BY h.endpoint_id;

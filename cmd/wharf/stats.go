@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
@@ -90,7 +91,7 @@ func runStats(ctx context.Context, e *env, args []string) error {
 		return sd
 	}
 	// Received: the hours the rollup job counted, and the rest live.
-	rolled, live, err := receivedRanges(ctx, q, since)
+	rolled, live, err := rollupRanges(ctx, q, "inbox_hourly", since)
 	if err != nil {
 		return err
 	}
@@ -149,14 +150,8 @@ func runStats(ctx context.Context, e *env, args []string) error {
 			report.Duplicated = append(report.Duplicated, duplicated{Source: r.Source, EventID: r.EventID, Duplicates: r.Duplicates})
 		}
 	}
-	attempts, err := q.StatsEndpointAttempts(ctx, since)
-	if err != nil {
+	if report.Endpoints, err = endpointAttempts(ctx, q, since); err != nil {
 		return err
-	}
-	for _, a := range attempts {
-		report.Endpoints = append(report.Endpoints, endpointStats{
-			EndpointID: a.EndpointID.String(), Attempts: a.Attempts, Succeeded: a.Succeeded, SuccessRate: ratio(a.Succeeded, a.Attempts),
-		})
 	}
 
 	if *asJSON {
@@ -191,12 +186,58 @@ func runStats(ctx context.Context, e *env, args []string) error {
 	return tw.Flush()
 }
 
-// receivedRanges splits [since, the future) into the ranges the hourly
-// rollup covers ([its watermark - jobs.RollupKept, its watermark), once the
-// rollup job has run) and the ranges to count from the messages.
-func receivedRanges(ctx context.Context, q *dbsqlc.Queries, since time.Time) (rolled, live [][2]time.Time, err error) {
+// endpointAttempts counts the delivery attempts per endpoint since a time,
+// and those answered 2xx: the hours the attempts' rollup counted from it,
+// the rest from the attempts.
+func endpointAttempts(ctx context.Context, q *dbsqlc.Queries, since time.Time) ([]endpointStats, error) {
+	rolled, live, err := rollupRanges(ctx, q, "outbox_attempts_hourly", since)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[uuid.UUID]*endpointStats{}
+	add := func(id uuid.UUID, attempts, succeeded int64) {
+		ep := byID[id]
+		if ep == nil {
+			ep = &endpointStats{EndpointID: id.String()}
+			byID[id] = ep
+		}
+		ep.Attempts += attempts
+		ep.Succeeded += succeeded
+	}
+	for _, r := range rolled {
+		rows, err := q.StatsRolledEndpointAttempts(ctx, dbsqlc.StatsRolledEndpointAttemptsParams{FromAt: r[0], UntilAt: r[1]})
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			add(row.EndpointID, row.Attempts, row.Succeeded)
+		}
+	}
+	for _, r := range live {
+		rows, err := q.StatsEndpointAttempts(ctx, dbsqlc.StatsEndpointAttemptsParams{FromAt: r[0], UntilAt: r[1]})
+		if err != nil {
+			return nil, err
+		}
+		for _, row := range rows {
+			add(row.EndpointID, row.Attempts, row.Succeeded)
+		}
+	}
+	out := make([]endpointStats, 0, len(byID))
+	for _, ep := range byID {
+		ep.SuccessRate = ratio(ep.Succeeded, ep.Attempts)
+		out = append(out, *ep)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].EndpointID < out[j].EndpointID })
+	return out, nil
+}
+
+// rollupRanges splits [since, the future) into the ranges an hourly rollup
+// (its watermark's name in wharf_rollups) covers ([its watermark -
+// jobs.RollupKept, its watermark), once the rollup job has run) and the
+// ranges to count from the rows.
+func rollupRanges(ctx context.Context, q *dbsqlc.Queries, name string, since time.Time) (rolled, live [][2]time.Time, err error) {
 	future := time.Now().Add(24 * time.Hour)
-	until, err := q.RollupUntil(ctx, "inbox_hourly")
+	until, err := q.RollupUntil(ctx, name)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, [][2]time.Time{{since, future}}, nil
 	}

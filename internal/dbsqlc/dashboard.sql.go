@@ -13,12 +13,32 @@ import (
 )
 
 const dashboardAttemptOutcomes = `-- name: DashboardAttemptOutcomes :many
-SELECT a.endpoint_id,
-       CASE WHEN a.status_code IS NULL THEN 'no answer'
-            ELSE (a.status_code / 100)::text || 'xx' END::text AS outcome,
-       count(*)::bigint AS attempts
-FROM wharf_outbox_attempts a
-WHERE a.attempted_at >= $1::timestamptz
+WITH bounds AS (
+    SELECT f.first_hour, GREATEST(f.first_hour, COALESCE(r.until, f.first_hour)) AS rolled_until
+    FROM (SELECT date_trunc('hour', ($1::timestamptz) - interval '1 microsecond', 'UTC') + interval '1 hour' AS first_hour) f
+    LEFT JOIN wharf_rollups r ON r.name = 'outbox_attempts_hourly'
+),
+live AS (
+    SELECT a.endpoint_id, a.status_code FROM wharf_outbox_attempts a
+    WHERE a.attempted_at >= $1::timestamptz AND a.attempted_at < (SELECT b.first_hour FROM bounds b)
+    UNION ALL
+    SELECT a.endpoint_id, a.status_code FROM wharf_outbox_attempts a
+    WHERE a.attempted_at >= $1::timestamptz AND a.attempted_at >= (SELECT b.rolled_until FROM bounds b)
+)
+SELECT c.endpoint_id, c.outcome::text AS outcome, sum(c.attempts)::bigint AS attempts
+FROM (
+    SELECT h.endpoint_id, h.outcome, h.attempts
+    FROM wharf_outbox_attempts_hourly h, bounds b
+    WHERE h.hour >= b.first_hour AND h.hour < b.rolled_until
+    UNION ALL
+    SELECT l.endpoint_id,
+           CASE WHEN l.status_code IS NULL THEN 'no answer'
+                WHEN l.status_code BETWEEN 200 AND 599 THEN (l.status_code / 100)::text || 'xx'
+                ELSE 'other' END,
+           count(*)
+    FROM live l
+    GROUP BY 1, 2
+) c
 GROUP BY 1, 2
 ORDER BY 1, 2
 `
@@ -30,7 +50,14 @@ type DashboardAttemptOutcomesRow struct {
 }
 
 // Delivery attempts per endpoint since a time, by outcome: the answer's
-// status class, or "no answer" (timeout, refused, connection error).
+// status class ('2xx' to '5xx'), 'no answer' (timeout, refused, connection
+// error) or 'other'. Whole hours before the rollup's watermark
+// (wharf_rollups.until of 'outbox_attempts_hourly') come from the rollup;
+// the rest is counted from the attempts: the hours after the watermark (an
+// hour or two when the rollup job runs, the whole window when it does not)
+// and, when since is not on the hour, the part of its hour after it. One
+// statement reads the rollup and its watermark in one snapshot: a rollup
+// committing meanwhile cannot make an hour count twice or not at all.
 func (q *Queries) DashboardAttemptOutcomes(ctx context.Context, since time.Time) ([]DashboardAttemptOutcomesRow, error) {
 	rows, err := q.db.Query(ctx, dashboardAttemptOutcomes, since)
 	if err != nil {

@@ -86,6 +86,13 @@ type WharfOutboxAttempt struct {
 	DurationUs        int64
 }
 
+type WharfOutboxAttemptsHourly struct {
+	Hour       time.Time
+	EndpointID uuid.UUID
+	Outcome    string
+	Attempts   int64
+}
+
 type WharfOutboxDelivery struct {
 	ID             uuid.UUID
 	Seq            int64

@@ -53,6 +53,55 @@ func (q *Queries) RollupInboxPrune(ctx context.Context, before time.Time) (int64
 	return result.RowsAffected(), nil
 }
 
+const rollupOutboxAttemptHours = `-- name: RollupOutboxAttemptHours :exec
+WITH counted AS (
+    INSERT INTO wharf_outbox_attempts_hourly (hour, endpoint_id, outcome, attempts)
+    SELECT date_trunc('hour', a.attempted_at, 'UTC'), a.endpoint_id,
+           CASE WHEN a.status_code IS NULL THEN 'no answer'
+                WHEN a.status_code BETWEEN 200 AND 599 THEN (a.status_code / 100)::text || 'xx'
+                ELSE 'other' END,
+           count(*)
+    FROM wharf_outbox_attempts a
+    WHERE a.attempted_at >= $2::timestamptz AND a.attempted_at < $1::timestamptz
+    GROUP BY 1, 2, 3
+    ORDER BY 1, 2, 3
+    ON CONFLICT (hour, endpoint_id, outcome) DO UPDATE SET attempts = EXCLUDED.attempts
+    RETURNING 1
+)
+INSERT INTO wharf_rollups (name, until)
+VALUES ('outbox_attempts_hourly', $1::timestamptz)
+ON CONFLICT (name) DO UPDATE SET until = GREATEST(wharf_rollups.until, EXCLUDED.until)
+`
+
+type RollupOutboxAttemptHoursParams struct {
+	UntilHour time.Time
+	FromHour  time.Time
+}
+
+// Counts the delivery attempts per endpoint, outcome and hour in [from,
+// until), hours that have ended, and moves the watermark to until, in one
+// statement: a concurrent run counts the same and writes the same. Rows are
+// written in key order, so two runs lock them in the same order and never
+// deadlock. The outcome is DashboardAttemptOutcomes' and
+// StatsEndpointAttempts's.
+func (q *Queries) RollupOutboxAttemptHours(ctx context.Context, arg RollupOutboxAttemptHoursParams) error {
+	_, err := q.db.Exec(ctx, rollupOutboxAttemptHours, arg.UntilHour, arg.FromHour)
+	return err
+}
+
+const rollupOutboxAttemptPrune = `-- name: RollupOutboxAttemptPrune :execrows
+DELETE FROM wharf_outbox_attempts_hourly WHERE hour < $1::timestamptz
+`
+
+// Drops the hours before a time.
+func (q *Queries) RollupOutboxAttemptPrune(ctx context.Context, before time.Time) (int64, error) {
+	result, err := q.db.Exec(ctx, rollupOutboxAttemptPrune, before)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const rollupUntil = `-- name: RollupUntil :one
 SELECT until FROM wharf_rollups WHERE name = $1::text
 `

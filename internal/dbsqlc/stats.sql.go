@@ -52,12 +52,16 @@ func (q *Queries) StatsDuplicatesByDay(ctx context.Context, since time.Time) ([]
 const statsEndpointAttempts = `-- name: StatsEndpointAttempts :many
 SELECT a.endpoint_id,
        count(*)::bigint AS attempts,
-       count(*) FILTER (WHERE a.status = 'succeeded')::bigint AS succeeded
+       count(*) FILTER (WHERE a.status_code BETWEEN 200 AND 299)::bigint AS succeeded
 FROM wharf_outbox_attempts a
-WHERE a.attempted_at >= $1::timestamptz
+WHERE a.attempted_at >= $1::timestamptz AND a.attempted_at < $2::timestamptz
 GROUP BY a.endpoint_id
-ORDER BY a.endpoint_id
 `
+
+type StatsEndpointAttemptsParams struct {
+	FromAt  time.Time
+	UntilAt time.Time
+}
 
 type StatsEndpointAttemptsRow struct {
 	EndpointID uuid.UUID
@@ -65,9 +69,11 @@ type StatsEndpointAttemptsRow struct {
 	Succeeded  int64
 }
 
-// Delivery attempts per endpoint since a time, and how many succeeded.
-func (q *Queries) StatsEndpointAttempts(ctx context.Context, since time.Time) ([]StatsEndpointAttemptsRow, error) {
-	rows, err := q.db.Query(ctx, statsEndpointAttempts, since)
+// Delivery attempts per endpoint in [from_at, until_at), and how many
+// were answered 2xx (an attempt succeeds exactly then), counted from the
+// attempts: the hours the rollup does not cover.
+func (q *Queries) StatsEndpointAttempts(ctx context.Context, arg StatsEndpointAttemptsParams) ([]StatsEndpointAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, statsEndpointAttempts, arg.FromAt, arg.UntilAt)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +169,48 @@ func (q *Queries) StatsRolledByDay(ctx context.Context, arg StatsRolledByDayPara
 	for rows.Next() {
 		var i StatsRolledByDayRow
 		if err := rows.Scan(&i.Source, &i.Day, &i.Received); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const statsRolledEndpointAttempts = `-- name: StatsRolledEndpointAttempts :many
+SELECT h.endpoint_id,
+       sum(h.attempts)::bigint AS attempts,
+       COALESCE(sum(h.attempts) FILTER (WHERE h.outcome = '2xx'), 0)::bigint AS succeeded
+FROM wharf_outbox_attempts_hourly h
+WHERE h.hour >= $1::timestamptz AND h.hour < $2::timestamptz
+GROUP BY h.endpoint_id
+`
+
+type StatsRolledEndpointAttemptsParams struct {
+	FromAt  time.Time
+	UntilAt time.Time
+}
+
+type StatsRolledEndpointAttemptsRow struct {
+	EndpointID uuid.UUID
+	Attempts   int64
+	Succeeded  int64
+}
+
+// Delivery attempts per endpoint in [from_at, until_at), and how many
+// were answered 2xx, from the hourly rollup.
+func (q *Queries) StatsRolledEndpointAttempts(ctx context.Context, arg StatsRolledEndpointAttemptsParams) ([]StatsRolledEndpointAttemptsRow, error) {
+	rows, err := q.db.Query(ctx, statsRolledEndpointAttempts, arg.FromAt, arg.UntilAt)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StatsRolledEndpointAttemptsRow
+	for rows.Next() {
+		var i StatsRolledEndpointAttemptsRow
+		if err := rows.Scan(&i.EndpointID, &i.Attempts, &i.Succeeded); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
