@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/testdb"
@@ -133,20 +134,49 @@ func (b *testBundle) endpoint(t *testing.T, url string, params *outbox.EndpointP
 	return ep
 }
 
+// awaitTimeout bounds the waits for a delivery's outcome. It is generous
+// because CI runs every package's tests at once on two cores; a wait that
+// is met returns at once.
+const awaitTimeout = 60 * time.Second
+
 // awaitDelivery waits until the delivery of eventID to endpointID has
-// status and returns it.
+// status and returns it. When it never does, the failure shows the
+// delivery and its River jobs as they stand, to tell a slow run from a
+// stuck one.
 func (b *testBundle) awaitDelivery(t *testing.T, endpointID uuid.UUID, eventID string, status outbox.DeliveryStatus) *outbox.Delivery {
 	t.Helper()
+	ctx := context.Background()
 	var found *outbox.Delivery
-	require.Eventually(t, func() bool {
-		list, err := b.outbox.DeliveryList(context.Background(), &outbox.DeliveryListParams{EndpointID: &endpointID, EventID: eventID})
+	var last []*outbox.Delivery
+	ok := assert.Eventually(t, func() bool {
+		list, err := b.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{EndpointID: &endpointID, EventID: eventID})
 		require.NoError(t, err)
+		last = list
 		if len(list) == 1 && list[0].Status == status {
 			found = list[0]
 			return true
 		}
 		return false
-	}, 15*time.Second, 10*time.Millisecond, "delivery of %s to %s never became %s", eventID, endpointID, status)
+	}, awaitTimeout, 10*time.Millisecond, "delivery of %s to %s never became %s", eventID, endpointID, status)
+	if !ok {
+		for _, d := range last {
+			t.Logf("delivery %s: status %s, attempts %d, last error %q", d.ID, d.Status, d.Attempts, d.LastError)
+			rows, err := b.pool.Query(ctx, `SELECT id, state, attempt, max_attempts, scheduled_at, now(), coalesce(errors::text, '')
+				FROM river_job WHERE args->>'delivery_id' = $1 ORDER BY id`, d.ID.String())
+			require.NoError(t, err)
+			for rows.Next() {
+				var id int64
+				var state, errs string
+				var attempt, maxAttempts int
+				var scheduledAt, now time.Time
+				require.NoError(t, rows.Scan(&id, &state, &attempt, &maxAttempts, &scheduledAt, &now, &errs))
+				t.Logf("  job %d: %s, attempt %d of %d, scheduled %s (now %s), errors %s",
+					id, state, attempt, maxAttempts, scheduledAt.Format(time.RFC3339Nano), now.Format(time.RFC3339Nano), errs)
+			}
+			require.NoError(t, rows.Err())
+		}
+		t.FailNow()
+	}
 	return found
 }
 
