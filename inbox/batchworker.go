@@ -21,6 +21,10 @@ import (
 type processBatchArgs struct {
 	ReceivedAt time.Time   `json:"received_at"`
 	MessageIDs []uuid.UUID `json:"message_ids"`
+	// Waits counts how many times these messages, waiting for earlier ones
+	// of their ordering keys that were being processed, were handed on to a
+	// new batch job (see handOn).
+	Waits int `json:"waits,omitempty"`
 }
 
 // Kind is the River job kind of batched inbox processing.
@@ -30,7 +34,8 @@ func (processBatchArgs) Kind() string { return "wharf_inbox_process_batch" }
 // handler runs in a savepoint, so its effect commits with its own processed
 // mark and one failure rolls back only itself. A failed message is handed,
 // in the same transaction, to a job of its own (processWorker) that retries
-// it alone with backoff. One commit covers the batch.
+// it alone with backoff. A message that must wait for an earlier one of its
+// ordering key is parked (see parkHeld). One commit covers the batch.
 type processBatchWorker struct {
 	river.WorkerDefaults[processBatchArgs]
 	ib *Inbox
@@ -56,6 +61,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		processed, failures = nil, nil
 		clear(took)
+		var waiting []heldMessage
 		q := dbsqlc.New(tx)
 		// Locked here, in id order, so that no other run of this job, nor a
 		// split, nor Forget, changes them while their handlers run.
@@ -77,10 +83,10 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				continue
 			}
 			msg := messageFromRow(&rows[i])
-			if order.held(msg) {
-				// An earlier message of its ordering key is unfinished: a
-				// job of its own parks it, without using an attempt.
-				failures = append(failures, batchFailure{msg, &orderingWaitError{}})
+			if held, outside := order.held(msg); held {
+				// An earlier message of its ordering key is unfinished: it
+				// waits, parked, without using an attempt.
+				waiting = append(waiting, heldMessage{msg: msg, outside: outside})
 				continue
 			}
 			sp.start(dbsqlc.InboxMessageMarkProcessedArgs(dbsqlc.InboxMessageMarkProcessedParams{
@@ -110,6 +116,26 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				Now: now, ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(unmarked),
 			}); err != nil {
 				return fmt.Errorf("inbox: mark processed: %w", err)
+			}
+		}
+		// Parked before any wake of this transaction (retryAlone wakes the
+		// next message of one that is dead), so that the wakes see them.
+		rest, err := ib.parkHeld(ctx, tx, job.Args.ReceivedAt, waiting)
+		if err != nil {
+			return err
+		}
+		switch {
+		case len(rest) == 0:
+		case job.Args.Waits < orderingHandOns:
+			// Another transaction holds the messages they wait for (or
+			// has just finished them): a new batch job looks again.
+			if err := ib.handOn(ctx, tx, job, rest); err != nil {
+				return err
+			}
+		default:
+			for _, msg := range rest {
+				// A job of its own parks it.
+				failures = append(failures, batchFailure{msg, &orderingWaitError{}})
 			}
 		}
 		if err := ib.wakeNextOf(ctx, tx, job.Args.ReceivedAt, processed); err != nil {

@@ -1,12 +1,14 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -70,9 +72,11 @@ func storableKey(v string) string {
 // message that finds the earlier one being processed or updated at that
 // moment (its lock taken) snoozes briefly and looks again. The batch worker
 // takes no such lock (two batches could wait on each other): it asks once
-// which of its messages an earlier one outside the batch holds, tracks
-// those inside it itself, and hands a held message to a job of its own,
-// which parks it.
+// which of its messages an earlier one outside the batch holds and tracks
+// those inside it itself; it parks a held message itself when it can take
+// the lock (see parkHeld), and otherwise hands it to a job of its own,
+// which parks it. A batch's finished messages wake the next ones of their
+// keys together: one batch job for those received together.
 
 // orderingBusyWait is how long a message snoozes when the earlier message
 // of its key is being processed at that moment.
@@ -207,11 +211,17 @@ func (ib *Inbox) SkipTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason str
 // for earlier messages outside the batch, memory for those inside it
 // (processed in receipt order, in this transaction).
 type batchOrder struct {
-	outside map[uuid.UUID]bool
-	inside  map[orderKey]bool // keys with a held or failed message earlier in the batch
+	outside map[uuid.UUID]msgRef // the first earlier unfinished message outside the batch
+	inside  map[orderKey]bool    // keys with a held or failed message earlier in the batch
 }
 
 type orderKey struct{ source, key string }
+
+// msgRef names a message row.
+type msgRef struct {
+	receivedAt time.Time
+	id         uuid.UUID
+}
 
 func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[processBatchArgs], rows []dbsqlc.WharfInboxMessage) (*batchOrder, error) {
 	o := &batchOrder{}
@@ -231,26 +241,31 @@ func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[pr
 	if err != nil {
 		return nil, fmt.Errorf("inbox: ordering check: %w", err)
 	}
-	o.outside = make(map[uuid.UUID]bool, len(held))
-	for _, id := range held {
-		o.outside[id] = true
+	o.outside = make(map[uuid.UUID]msgRef, len(held))
+	for _, h := range held {
+		o.outside[h.ID] = msgRef{receivedAt: h.BlockerReceivedAt, id: h.BlockerID}
 	}
 	o.inside = map[orderKey]bool{}
 	return o, nil
 }
 
-// held reports whether msg must wait, and if so holds its key for the
-// batch's later messages.
-func (o *batchOrder) held(msg *Message) bool {
+// held reports whether msg must wait and, when the message it waits for is
+// outside the batch (no earlier message of its key in the batch waits or
+// failed), which one. If msg must wait, so must the batch's later messages
+// of its key.
+func (o *batchOrder) held(msg *Message) (held bool, outside *msgRef) {
 	if msg.OrderingKey == "" || o.inside == nil {
-		return false
+		return false, nil
 	}
 	k := orderKey{msg.Source, msg.OrderingKey}
-	if o.outside[msg.ID] || o.inside[k] {
-		o.inside[k] = true
-		return true
+	if o.inside[k] {
+		return true, nil
 	}
-	return false
+	if ref, ok := o.outside[msg.ID]; ok {
+		o.inside[k] = true
+		return true, &ref
+	}
+	return false, nil
 }
 
 // hold makes the batch's later messages of msg's key wait (msg failed).
@@ -260,8 +275,102 @@ func (o *batchOrder) hold(msg *Message) {
 	}
 }
 
+// heldMessage is a batch's message that must wait, and the message outside
+// the batch it waits for, if any.
+type heldMessage struct {
+	msg     *Message
+	outside *msgRef
+}
+
+// parkHeld parks, in the batch's transaction tx, the held messages it can
+// and returns the others, which go to jobs of their own (which park them).
+// A message waiting for one inside the batch parks: the batch holds that
+// message's row until it commits, so that message's finish, and its wake,
+// come after the park. A message waiting for one outside the batch parks
+// when this transaction can take that message's SHARE lock at once (the
+// lock blockedTx takes, for the same reason); when another transaction is
+// processing or updating it, the message goes to a job of its own, which
+// looks again shortly. The locks are taken here, just before the commit,
+// so that they hold back the earlier messages' processing for moments only.
+func (ib *Inbox) parkHeld(ctx context.Context, tx pgx.Tx, receivedAt time.Time, held []heldMessage) ([]*Message, error) {
+	q := dbsqlc.New(tx)
+	var lock dbsqlc.InboxMessagesLockUnfinishedParams
+	for _, h := range held {
+		if h.outside != nil {
+			lock.ReceivedAts = append(lock.ReceivedAts, h.outside.receivedAt)
+			lock.Ids = append(lock.Ids, h.outside.id.String())
+		}
+	}
+	var locked map[uuid.UUID]bool
+	if len(lock.Ids) > 0 {
+		ids, err := q.InboxMessagesLockUnfinished(ctx, lock)
+		if err != nil {
+			return nil, fmt.Errorf("inbox: ordering: lock earlier messages: %w", err)
+		}
+		locked = make(map[uuid.UUID]bool, len(ids))
+		for _, id := range ids {
+			locked[id] = true
+		}
+	}
+	var park []string
+	var rest []*Message
+	for _, h := range held {
+		if h.outside == nil || locked[h.outside.id] {
+			park = append(park, h.msg.ID.String())
+		} else {
+			rest = append(rest, h.msg)
+		}
+	}
+	if len(park) > 0 {
+		if err := q.InboxMessagesPark(ctx, dbsqlc.InboxMessagesParkParams{
+			Now: ib.clock(), ReceivedAt: receivedAt, Ids: park,
+		}); err != nil {
+			return nil, fmt.Errorf("inbox: ordering: park messages: %w", err)
+		}
+	}
+	return rest, nil
+}
+
+// orderingHandOns bounds how many times a batch's held messages whose
+// earlier messages are being processed go on together to a new batch job;
+// past it they go to jobs of their own, which park them.
+const orderingHandOns = 3
+
+// handOn gives msgs, messages of batch job that wait for earlier ones
+// another transaction holds (being processed, most likely), a new batch job
+// that runs at once: by the time it runs, the earlier ones have most likely
+// finished and the messages are processed together. Its Waits counts the
+// hand-ons.
+func (ib *Inbox) handOn(ctx context.Context, tx pgx.Tx, job *river.Job[processBatchArgs], msgs []*Message) error {
+	args := processBatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: make([]uuid.UUID, len(msgs)), Waits: job.Args.Waits + 1}
+	ids := make([]string, len(msgs))
+	for i, m := range msgs {
+		args.MessageIDs[i] = m.ID
+		ids[i] = m.ID.String()
+	}
+	opts := ib.batchInsertOpts()
+	opts.Queue = job.Queue
+	next, err := ib.river.InsertTx(ctx, tx, args, opts)
+	if err != nil {
+		return fmt.Errorf("inbox: ordering: hand messages on: %w", err)
+	}
+	jobIDs := make([]int64, len(ids))
+	for i := range jobIDs {
+		jobIDs[i] = next.Job.ID
+	}
+	if err := dbsqlc.New(tx).InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
+		Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: ids, JobIds: jobIDs,
+	}); err != nil {
+		return fmt.Errorf("inbox: ordering: hand messages on: %w", err)
+	}
+	return nil
+}
+
 // wakeNextOf is wakeNext for the processed messages of a batch, sharing
-// receivedAt, in two statements whatever their number.
+// receivedAt. The messages it wakes that share a receipt time and have not
+// failed before go to one batch job, processed in one transaction; the
+// others to a job each (a failing message keeps its attempts on its own
+// job).
 func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time, finished []*Message) error {
 	params := dbsqlc.InboxMessagesNextParkedParams{ReceivedAt: receivedAt}
 	for _, m := range finished {
@@ -279,15 +388,59 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 	if err != nil || len(parked) == 0 {
 		return err
 	}
+	groups := map[time.Time][]uuid.UUID{}
+	var inserts []river.InsertManyParams
+	var woken []dbsqlc.InboxMessagesNextParkedRow // in the order of inserts
 	for _, p := range parked {
-		job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: p.ID, ReceivedAt: p.ReceivedAt}, ib.insertOpts())
-		if err != nil {
-			return fmt.Errorf("inbox: ordering: wake message %s: %w", p.ID, err)
+		if Status(p.Status) == StatusReceived {
+			groups[p.ReceivedAt] = append(groups[p.ReceivedAt], p.ID)
+			continue
 		}
-		if err := q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
-			Now: ib.clock(), ReceivedAt: p.ReceivedAt, Ids: []string{p.ID.String()}, JobIds: []int64{job.Job.ID},
-		}); err != nil {
-			return fmt.Errorf("inbox: ordering: wake message %s: %w", p.ID, err)
+		inserts = append(inserts, river.InsertManyParams{
+			Args: processArgs{MessageID: p.ID, ReceivedAt: p.ReceivedAt}, InsertOpts: ib.insertOpts(),
+		})
+		woken = append(woken, p)
+	}
+	var batches []processBatchArgs
+	for at, ids := range groups {
+		if len(ids) == 1 {
+			inserts = append(inserts, river.InsertManyParams{
+				Args: processArgs{MessageID: ids[0], ReceivedAt: at}, InsertOpts: ib.insertOpts(),
+			})
+			woken = append(woken, dbsqlc.InboxMessagesNextParkedRow{ID: ids[0], ReceivedAt: at})
+			continue
+		}
+		slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+		batches = append(batches, processBatchArgs{ReceivedAt: at, MessageIDs: ids})
+	}
+	for _, args := range batches {
+		inserts = append(inserts, river.InsertManyParams{Args: args, InsertOpts: ib.batchInsertOpts()})
+	}
+	jobs, err := ib.river.InsertManyTx(ctx, tx, inserts)
+	if err != nil {
+		return fmt.Errorf("inbox: ordering: wake messages: %w", err)
+	}
+	set := map[time.Time]*dbsqlc.InboxMessagesSetJobParams{}
+	add := func(at time.Time, id uuid.UUID, jobID int64) {
+		p := set[at]
+		if p == nil {
+			p = &dbsqlc.InboxMessagesSetJobParams{Now: ib.clock(), ReceivedAt: at}
+			set[at] = p
+		}
+		p.Ids = append(p.Ids, id.String())
+		p.JobIds = append(p.JobIds, jobID)
+	}
+	for i, w := range woken {
+		add(w.ReceivedAt, w.ID, jobs[i].Job.ID)
+	}
+	for i, args := range batches {
+		for _, id := range args.MessageIDs {
+			add(args.ReceivedAt, id, jobs[len(woken)+i].Job.ID)
+		}
+	}
+	for _, p := range set {
+		if err := q.InboxMessagesSetJob(ctx, *p); err != nil {
+			return fmt.Errorf("inbox: ordering: wake messages: %w", err)
 		}
 	}
 	return nil

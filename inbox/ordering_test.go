@@ -205,3 +205,130 @@ func TestOrderingHoldsUnderLoad(t *testing.T) {
 	require.NoError(t, rows.Err())
 	require.Equal(t, total, count, "each message applied once")
 }
+
+// A batch whose messages wait for earlier ones of their keys parks them in
+// its own transaction, and the batch that processes the earlier ones wakes
+// them together, on one batch job: no message gets a job of its own. When
+// the earlier messages are being processed at that moment (their rows
+// locked), the waiting ones go on together to a new batch job, at most
+// three times, then to jobs of their own, which park them or, once the
+// earlier ones are done, process them. Order holds either way.
+func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
+	t.Parallel()
+	const keys = 10
+	type bundle struct {
+		*testBundle
+		unblock chan struct{} // closing it lets evt_0's handler return
+		entered chan struct{} // closed when evt_0's handler runs
+	}
+	// setupTwoBatches receives two batches of one message per key, the
+	// second's held by the first's; evt_0's handler blocks until unblock
+	// is closed. The job of batch waiting (0 or 1) waits until the test
+	// makes it available (release).
+	setupTwoBatches := func(t *testing.T, waiting int) *bundle {
+		ctx := context.Background()
+		b := &bundle{testBundle: setup(t, nil), unblock: make(chan struct{}), entered: make(chan struct{})}
+		var enter sync.Once
+		_, err := b.pool.Exec(ctx, "CREATE TABLE applied (key text NOT NULL, seq int NOT NULL, n serial)")
+		require.NoError(t, err)
+		b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			var seq int
+			if _, err := fmt.Sscanf(msg.EventID, "evt_%d", &seq); err != nil {
+				return inbox.Permanent(err)
+			}
+			if seq == 0 {
+				enter.Do(func() { close(b.entered) })
+				select {
+				case <-b.unblock:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO applied (key, seq) VALUES ($1, $2)", msg.OrderingKey, seq)
+			return err
+		})
+		for start := 0; start < 2*keys; start += keys {
+			var batch []inbox.Incoming
+			for i := start; i < start+keys; i++ {
+				batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{}`),
+					OrderingKey: fmt.Sprintf("key_%d", i%keys)})
+			}
+			receiveMany(t, b.pool, b.inbox, batch)
+			if start/keys == waiting {
+				_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'
+					WHERE id = (SELECT max(id) FROM river_job)`)
+				require.NoError(t, err)
+			}
+		}
+		return b
+	}
+	release := func(t *testing.T, b *bundle) {
+		_, err := b.pool.Exec(context.Background(), `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE state = 'scheduled'`)
+		require.NoError(t, err)
+	}
+	// check asserts that every message was applied once, in order per key,
+	// and returns how many jobs of their own messages got.
+	check := func(t *testing.T, b *bundle) (single int) {
+		ctx := context.Background()
+		awaitSettled(t, b.pool, inbox.StatusProcessed)
+		rows, err := b.pool.Query(ctx, "SELECT key, seq FROM applied ORDER BY n")
+		require.NoError(t, err)
+		last := map[string]int{}
+		count := 0
+		for rows.Next() {
+			var key string
+			var seq int
+			require.NoError(t, rows.Scan(&key, &seq))
+			prev, seen := last[key]
+			require.True(t, !seen || seq > prev, "%s: evt_%d applied after evt_%d", key, seq, prev)
+			last[key] = seq
+			count++
+		}
+		require.NoError(t, rows.Err())
+		require.Equal(t, 2*keys, count, "each message applied once")
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process'").Scan(&single))
+		return single
+	}
+	count := func(t *testing.T, b *bundle, query string) int {
+		var n int
+		require.NoError(t, b.pool.QueryRow(context.Background(), query).Scan(&n))
+		return n
+	}
+
+	t.Run("ParkedAndWokenTogether", func(t *testing.T) {
+		t.Parallel()
+		// The second batch runs first, while the first one waits.
+		b := setupTwoBatches(t, 0)
+		close(b.unblock)
+		b.startWorkers(t)
+		require.Eventually(t, func() bool {
+			return count(t, b, "SELECT count(*) FROM wharf_inbox_messages WHERE job_id IS NULL AND status = 'received'") == keys
+		}, 30*time.Second, 5*time.Millisecond, "the second batch never parked its messages")
+		release(t, b)
+		require.Zero(t, check(t, b), "held messages got jobs of their own")
+		require.Equal(t, 3, count(t, b, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process_batch'"),
+			"the woken messages were not processed on one batch job")
+	})
+	t.Run("EarlierBeingProcessed", func(t *testing.T) {
+		t.Parallel()
+		// The second batch runs while the first one is processing evt_0,
+		// its rows locked; evt_0 is held until the second batch has handed
+		// its messages on to new batch jobs as often as it may and then to
+		// jobs of their own.
+		b := setupTwoBatches(t, 1)
+		b.startWorkers(t)
+		select {
+		case <-b.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("evt_0's handler never ran")
+		}
+		release(t, b)
+		require.Eventually(t, func() bool {
+			return count(t, b, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process'") > 0
+		}, 30*time.Second, 5*time.Millisecond)
+		close(b.unblock)
+		require.Equal(t, keys, check(t, b), "each held message gets one job of its own")
+		require.Equal(t, 3, count(t, b, "SELECT max((args->>'waits')::int) FROM river_job WHERE kind = 'wharf_inbox_process_batch'"),
+			"the held messages were not handed on to new batch jobs first")
+	})
+}

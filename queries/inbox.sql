@@ -256,23 +256,51 @@ LIMIT 1;
 
 -- name: InboxMessagesHeldOutsideBatch :many
 -- The messages of a processing batch (sharing received_at) that an earlier
--- unfinished message of their ordering key, outside the batch, holds. The
--- batch worker tracks the earlier messages inside the batch itself.
+-- unfinished message of their ordering key, outside the batch, holds, with
+-- the first such message: the one each waits for. The batch worker tracks
+-- the earlier messages inside the batch itself.
 WITH b AS (
     SELECT (@ids::text[])[i]::uuid AS id, (@sources::text[])[i] AS source, (@ordering_keys::text[])[i] AS ordering_key
     FROM generate_subscripts(@ids::text[], 1) AS i
 )
-SELECT b.id
+SELECT b.id, h.received_at AS blocker_received_at, h.id AS blocker_id
 FROM b
-WHERE b.ordering_key <> ''
-  AND EXISTS (
-      SELECT 1 FROM wharf_inbox_messages m
-      WHERE m.source = b.source
-        AND m.ordering_key = b.ordering_key
-        AND m.ordering_key <> ''
-        AND m.status IN ('received', 'failed')
-        AND (m.received_at, m.id) < (@received_at::timestamptz, b.id)
-        AND NOT (m.received_at = @received_at::timestamptz AND m.id IN (SELECT b2.id FROM b AS b2)));
+CROSS JOIN LATERAL (
+    SELECT m.received_at, m.id
+    FROM wharf_inbox_messages m
+    WHERE m.source = b.source
+      AND m.ordering_key = b.ordering_key
+      AND m.ordering_key <> ''
+      AND m.status IN ('received', 'failed')
+      AND (m.received_at, m.id) < (@received_at::timestamptz, b.id)
+      -- An array, not the CTE: a subquery here would be costed per
+      -- partition per message, far past jit_above_cost, and JIT-compiled
+      -- (tens of milliseconds) on every call.
+      AND NOT (m.received_at = @received_at::timestamptz AND m.id = ANY ((@ids::text[])::uuid[]))
+    ORDER BY m.received_at, m.id
+    LIMIT 1
+) h
+WHERE b.ordering_key <> '';
+
+-- name: InboxMessagesLockUnfinished :many
+-- Locks FOR SHARE those of the given messages that are still unfinished
+-- and that no other transaction holds at this moment (SKIP LOCKED: it
+-- never waits): a batch parks the messages that wait for them (see
+-- InboxMessageEarlierUnfinishedLocked for why the lock).
+SELECT m.id
+FROM wharf_inbox_messages m
+WHERE (m.received_at, m.id) IN (
+    SELECT (@received_ats::timestamptz[])[i], (@ids::text[])[i]::uuid
+    FROM generate_subscripts(@ids::text[], 1) AS i)
+  AND m.status IN ('received', 'failed')
+FOR SHARE SKIP LOCKED;
+
+-- name: InboxMessagesPark :exec
+-- Parks messages of a batch (sharing received_at) that wait for earlier
+-- ones of their ordering keys: no job until those finish and give them one.
+UPDATE wharf_inbox_messages
+SET job_id = NULL, updated_at = @now::timestamptz
+WHERE received_at = @received_at AND id = ANY ((@ids::text[])::uuid[]) AND status IN ('received', 'failed');
 
 -- name: InboxMessagesNextParked :many
 -- For messages that just finished (sharing received_at), the next
@@ -282,10 +310,10 @@ WITH f AS (
     SELECT (@ids::text[])[i]::uuid AS id, (@sources::text[])[i] AS source, (@ordering_keys::text[])[i] AS ordering_key
     FROM generate_subscripts(@ids::text[], 1) AS i
 )
-SELECT DISTINCT n.id, n.received_at
+SELECT DISTINCT n.id, n.received_at, n.status
 FROM f
 CROSS JOIN LATERAL (
-    SELECT m.id, m.received_at, m.job_id
+    SELECT m.id, m.received_at, m.job_id, m.status
     FROM wharf_inbox_messages m
     WHERE m.source = f.source
       AND m.ordering_key = f.ordering_key
