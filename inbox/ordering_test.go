@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
@@ -189,7 +190,14 @@ func TestOrderingHoldsUnderLoad(t *testing.T) {
 	b.startWorkers(t)
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
 
-	rows, err := b.pool.Query(ctx, "SELECT key, seq FROM applied ORDER BY n")
+	requireAppliedInOrder(t, b.pool, total)
+}
+
+// requireAppliedInOrder asserts that the table applied (key, seq, n) holds
+// total rows, one per message, and that each key's seqs rise with n.
+func requireAppliedInOrder(t *testing.T, pool *pgxpool.Pool, total int) {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT key, seq FROM applied ORDER BY n")
 	require.NoError(t, err)
 	last := map[string]int{}
 	count := 0
@@ -271,21 +279,7 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 	check := func(t *testing.T, b *bundle) (single int) {
 		ctx := context.Background()
 		awaitSettled(t, b.pool, inbox.StatusProcessed)
-		rows, err := b.pool.Query(ctx, "SELECT key, seq FROM applied ORDER BY n")
-		require.NoError(t, err)
-		last := map[string]int{}
-		count := 0
-		for rows.Next() {
-			var key string
-			var seq int
-			require.NoError(t, rows.Scan(&key, &seq))
-			prev, seen := last[key]
-			require.True(t, !seen || seq > prev, "%s: evt_%d applied after evt_%d", key, seq, prev)
-			last[key] = seq
-			count++
-		}
-		require.NoError(t, rows.Err())
-		require.Equal(t, 2*keys, count, "each message applied once")
+		requireAppliedInOrder(t, b.pool, 2*keys)
 		require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process'").Scan(&single))
 		return single
 	}
