@@ -257,6 +257,10 @@ func runChaos(t testing.TB, f form) {
 	// node's jobs are rescued and every event settles.
 	leaders.awaitLeaderOtherThan(t, firstLeader, 2*time.Minute)
 	awaitSettled(t, c.direct, 3*time.Minute)
+	// A leader runs the periodic jobs once on start, after River's
+	// staggered start (up to a second): a leader killed before then leaves
+	// them to its successor, which may just have been elected.
+	awaitPeriodic(t, c.direct, time.Minute)
 	for _, n := range c.nodes {
 		n.stop(t)
 	}

@@ -266,12 +266,33 @@ func countPeriodic(t testing.TB, pool *pgxpool.Pool) periodicRuns {
 func (p periodicRuns) require(t testing.TB, terms int, elapsed, interval time.Duration) {
 	t.Helper()
 	bound := terms + int(elapsed/interval)
-	for _, kind := range []string{"wharf_partition_upkeep", "wharf_prune"} {
+	for _, kind := range periodicKinds {
 		n, distinct := p[kind][0], p[kind][1]
 		require.GreaterOrEqual(t, n, 1, "%s never ran", kind)
 		require.Equal(t, n, distinct, "%s: two periodic jobs for one scheduled time", kind)
 		require.LessOrEqual(t, n, bound,
 			"%s ran %d times in %s with %d leadership terms and a %s period: more than once per term or period", kind, n, elapsed, terms, interval)
+	}
+}
+
+// periodicKinds are Wharf's periodic jobs every run must see.
+var periodicKinds = []string{"wharf_partition_upkeep", "wharf_prune"}
+
+// awaitPeriodic waits until each of periodicKinds has been enqueued; the
+// failure of periodicRuns.require says which never was.
+func awaitPeriodic(t testing.TB, pool *pgxpool.Pool, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		p := countPeriodic(t, pool)
+		all := true
+		for _, kind := range periodicKinds {
+			all = all && p[kind][0] >= 1
+		}
+		if all || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond) // polling the job table
 	}
 }
 
