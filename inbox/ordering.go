@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -390,7 +391,6 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 	}
 	groups := map[time.Time][]uuid.UUID{}
 	var inserts []river.InsertManyParams
-	var woken []dbsqlc.InboxMessagesNextParkedRow // in the order of inserts
 	for _, p := range parked {
 		if Status(p.Status) == StatusReceived {
 			groups[p.ReceivedAt] = append(groups[p.ReceivedAt], p.ID)
@@ -399,7 +399,6 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 		inserts = append(inserts, river.InsertManyParams{
 			Args: processArgs{MessageID: p.ID, ReceivedAt: p.ReceivedAt}, InsertOpts: ib.insertOpts(),
 		})
-		woken = append(woken, p)
 	}
 	var batches []processBatchArgs
 	for at, ids := range groups {
@@ -407,7 +406,6 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 			inserts = append(inserts, river.InsertManyParams{
 				Args: processArgs{MessageID: ids[0], ReceivedAt: at}, InsertOpts: ib.insertOpts(),
 			})
-			woken = append(woken, dbsqlc.InboxMessagesNextParkedRow{ID: ids[0], ReceivedAt: at})
 			continue
 		}
 		slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
@@ -430,12 +428,21 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 		p.Ids = append(p.Ids, id.String())
 		p.JobIds = append(p.JobIds, jobID)
 	}
-	for i, w := range woken {
-		add(w.ReceivedAt, w.ID, jobs[i].Job.ID)
-	}
-	for i, args := range batches {
+	// Each job's messages are read back from its args rather than matched
+	// by position: River does not promise the order of its results.
+	for _, res := range jobs {
+		var args processBatchArgs
+		if res.Job.Kind == (processArgs{}).Kind() {
+			var one processArgs
+			if err := json.Unmarshal(res.Job.EncodedArgs, &one); err != nil {
+				return fmt.Errorf("inbox: ordering: wake messages: job %d: %w", res.Job.ID, err)
+			}
+			args = processBatchArgs{ReceivedAt: one.ReceivedAt, MessageIDs: []uuid.UUID{one.MessageID}}
+		} else if err := json.Unmarshal(res.Job.EncodedArgs, &args); err != nil {
+			return fmt.Errorf("inbox: ordering: wake messages: job %d: %w", res.Job.ID, err)
+		}
 		for _, id := range args.MessageIDs {
-			add(args.ReceivedAt, id, jobs[len(woken)+i].Job.ID)
+			add(args.ReceivedAt, id, res.Job.ID)
 		}
 	}
 	for _, p := range set {
