@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,49 @@ type processBatchArgs struct {
 
 // Kind is the River job kind of batched inbox processing.
 func (processBatchArgs) Kind() string { return "wharf_inbox_process_batch" }
+
+// jobOfMessage maps each message of inserted processing jobs (processArgs
+// or processBatchArgs) to its job's id, read from each job's args: River
+// does not promise that InsertManyTx returns its results in the order of
+// its params.
+func jobOfMessage(inserted []*rivertype.JobInsertResult) (map[uuid.UUID]int64, error) {
+	jobs := make(map[uuid.UUID]int64, len(inserted))
+	for _, res := range inserted {
+		switch res.Job.Kind {
+		case processArgs{}.Kind():
+			var args processArgs
+			if err := json.Unmarshal(res.Job.EncodedArgs, &args); err != nil {
+				return nil, fmt.Errorf("inbox: args of job %d: %w", res.Job.ID, err)
+			}
+			jobs[args.MessageID] = res.Job.ID
+		case processBatchArgs{}.Kind():
+			var args processBatchArgs
+			if err := json.Unmarshal(res.Job.EncodedArgs, &args); err != nil {
+				return nil, fmt.Errorf("inbox: args of job %d: %w", res.Job.ID, err)
+			}
+			for _, id := range args.MessageIDs {
+				jobs[id] = res.Job.ID
+			}
+		default:
+			return nil, fmt.Errorf("inbox: job %d has kind %q, not an inbox job", res.Job.ID, res.Job.Kind)
+		}
+	}
+	return jobs, nil
+}
+
+// setJobParams is InboxMessagesSetJobParams for msgs, sharing receivedAt,
+// with each one's job from jobs.
+func setJobParams(now, receivedAt time.Time, ids []uuid.UUID, jobs map[uuid.UUID]int64) (dbsqlc.InboxMessagesSetJobParams, error) {
+	p := dbsqlc.InboxMessagesSetJobParams{Now: now, ReceivedAt: receivedAt, Ids: make([]string, len(ids)), JobIds: make([]int64, len(ids))}
+	for i, id := range ids {
+		jobID, ok := jobs[id]
+		if !ok {
+			return p, fmt.Errorf("inbox: no job was inserted for message %s", id)
+		}
+		p.Ids[i], p.JobIds[i] = id.String(), jobID
+	}
+	return p, nil
+}
 
 // processBatchWorker processes a batch of messages in one transaction: each
 // handler runs in a savepoint, so its effect commits with its own processed
@@ -103,7 +147,13 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 					return fatal.err
 				}
 				failures = append(failures, batchFailure{msg, err})
-				order.hold(msg) // its later messages in this batch wait too
+				if !ib.diesInBatch(err) {
+					// Its later messages in this batch wait too. A message
+					// dead now is finished and holds none: each of them
+					// waits, if at all, for an earlier one outside the
+					// batch, which may lie between the two.
+					order.hold(msg)
+				}
 				continue
 			}
 			if !sp.taken {
@@ -230,6 +280,14 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 	return herr
 }
 
+// diesInBatch reports whether cause, a handler's failure in a batch, makes
+// its message dead in the batch's transaction (see retryAlone).
+func (ib *Inbox) diesInBatch(cause error) bool {
+	var snooze *river.JobSnoozeError
+	var waiting *orderingWaitError
+	return !errors.As(cause, &snooze) && !errors.As(cause, &waiting) && failureStatus(cause, 1, ib.maxAttempts) == StatusDead
+}
+
 // retryAlone records a batch handler's failure on msg in tx and, unless
 // the message is now dead, inserts a job of its own that retries it. A
 // snooze uses no attempt and runs again after its duration. (The handler's
@@ -310,13 +368,15 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 			if err != nil {
 				return fmt.Errorf("inbox: insert jobs: %w", err)
 			}
-			jobIDs := make([]int64, len(inserted))
-			for i, res := range inserted {
-				jobIDs[i] = res.Job.ID
+			jobs, err := jobOfMessage(inserted)
+			if err != nil {
+				return err
 			}
-			if err := q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
-				Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(ids), JobIds: jobIDs,
-			}); err != nil {
+			set, err := setJobParams(ib.clock(), job.Args.ReceivedAt, ids, jobs)
+			if err != nil {
+				return err
+			}
+			if err := q.InboxMessagesSetJob(ctx, set); err != nil {
 				return fmt.Errorf("inbox: hand messages to their jobs: %w", err)
 			}
 		}

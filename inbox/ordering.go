@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -143,18 +142,6 @@ func (ib *Inbox) wakeNext(ctx context.Context, tx pgx.Tx, msg *Message) error {
 	return q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
 		Now: ib.clock(), ReceivedAt: next.ReceivedAt, Ids: []string{next.ID.String()}, JobIds: []int64{job.Job.ID},
 	})
-}
-
-// wakeNextAfterFailure is wakeNext in a transaction of its own, for a
-// message that a failure made dead outside its processing transaction.
-func (ib *Inbox) wakeNextAfterFailure(ctx context.Context, msg *Message) {
-	if msg.OrderingKey == "" {
-		return
-	}
-	if err := ib.txFunc(ctx, func(tx pgx.Tx) error { return ib.wakeNext(ctx, tx, msg) }); err != nil {
-		ib.logger.WarnContext(ctx, "inbox: ordering: could not wake the next message of the key; it runs when its snooze ends",
-			"message_id", msg.ID, "error", err)
-	}
 }
 
 // Skip dead-letters a message that is still to process or failing, on an
@@ -418,35 +405,20 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 	if err != nil {
 		return fmt.Errorf("inbox: ordering: wake messages: %w", err)
 	}
-	set := map[time.Time]*dbsqlc.InboxMessagesSetJobParams{}
-	add := func(at time.Time, id uuid.UUID, jobID int64) {
-		p := set[at]
-		if p == nil {
-			p = &dbsqlc.InboxMessagesSetJobParams{Now: ib.clock(), ReceivedAt: at}
-			set[at] = p
-		}
-		p.Ids = append(p.Ids, id.String())
-		p.JobIds = append(p.JobIds, jobID)
+	jobOf, err := jobOfMessage(jobs)
+	if err != nil {
+		return fmt.Errorf("inbox: ordering: wake messages: %w", err)
 	}
-	// Each job's messages are read back from its args rather than matched
-	// by position: River does not promise the order of its results.
-	for _, res := range jobs {
-		var args processBatchArgs
-		if res.Job.Kind == (processArgs{}).Kind() {
-			var one processArgs
-			if err := json.Unmarshal(res.Job.EncodedArgs, &one); err != nil {
-				return fmt.Errorf("inbox: ordering: wake messages: job %d: %w", res.Job.ID, err)
-			}
-			args = processBatchArgs{ReceivedAt: one.ReceivedAt, MessageIDs: []uuid.UUID{one.MessageID}}
-		} else if err := json.Unmarshal(res.Job.EncodedArgs, &args); err != nil {
-			return fmt.Errorf("inbox: ordering: wake messages: job %d: %w", res.Job.ID, err)
-		}
-		for _, id := range args.MessageIDs {
-			add(args.ReceivedAt, id, res.Job.ID)
-		}
+	woken := map[time.Time][]uuid.UUID{}
+	for _, p := range parked {
+		woken[p.ReceivedAt] = append(woken[p.ReceivedAt], p.ID)
 	}
-	for _, p := range set {
-		if err := q.InboxMessagesSetJob(ctx, *p); err != nil {
+	for at, ids := range woken {
+		set, err := setJobParams(ib.clock(), at, ids, jobOf)
+		if err == nil {
+			err = q.InboxMessagesSetJob(ctx, set)
+		}
+		if err != nil {
 			return fmt.Errorf("inbox: ordering: wake messages: %w", err)
 		}
 	}

@@ -1,14 +1,17 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -325,4 +328,72 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 		require.Equal(t, 3, count(t, b, "SELECT max((args->>'waits')::int) FROM river_job WHERE kind = 'wharf_inbox_process_batch'"),
 			"the held messages were not handed on to new batch jobs first")
 	})
+}
+
+// A batch's message that dies at once (Permanent) holds none of the later
+// ones of its key: they wait, if at all, for the earlier ones outside the
+// batch. Here y, outside the batch, lies between a and b (all three
+// received in the same microsecond by concurrent requests, ids a < y < b),
+// and an operator skips y while a fails: the skip's wake runs before the
+// batch commits and the batch's wake of a's successor sees y unfinished, so
+// b, had it been parked behind a, would have waited for ever.
+func TestOrderingDeadInBatchStrandsNoLaterMessage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	createEffects(t, b.pool)
+	msgs := payments("evt_1", "evt_2", "evt_3")
+	for i := range msgs {
+		msgs[i].OrderingKey = "sub_1"
+	}
+	results := receiveMany(t, b.pool, b.inbox, msgs)
+	ids := []uuid.UUID{results[0].MessageID, results[1].MessageID, results[2].MessageID}
+	slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+	first, between, last := ids[0], ids[1], ids[2]
+
+	// y leaves the batch's job for a job of its own, due in an hour.
+	var batchJob int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM river_job WHERE kind = 'wharf_inbox_process_batch'").Scan(&batchJob))
+	var ownJob int64
+	require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
+		SELECT jsonb_build_object('message_id', $1::text, 'received_at', args->'received_at'), 'wharf_inbox_process', 25, queue,
+			'scheduled', now() + interval '1 hour'
+		FROM river_job WHERE id = $2 RETURNING id`, between.String(), batchJob).Scan(&ownJob))
+	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET job_id = $1 WHERE id = $2", ownJob, between)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "UPDATE river_job SET args = jsonb_set(args, '{message_ids}', to_jsonb($1::text[])) WHERE id = $2",
+		[]string{first.String(), last.String()}, batchJob)
+	require.NoError(t, err)
+
+	var skipOnce sync.Once
+	skipping := make(chan pgx.Tx, 1)
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.ID != first {
+			return applyEffect(ctx, tx, msg)
+		}
+		// The operator's skip of y, not yet committed.
+		skipOnce.Do(func() {
+			skipTx, err := b.pool.Begin(context.Background())
+			if err == nil {
+				err = b.inbox.SkipTx(context.Background(), skipTx, between, "retired")
+			}
+			if err != nil {
+				t.Errorf("skip: %v", err)
+			}
+			skipping <- skipTx
+		})
+		return inbox.Permanent(errors.New("bad payload"))
+	})
+	b.startWorkers(t)
+	skipTx := <-skipping
+	require.Eventually(t, func() bool {
+		m, err := b.inbox.Get(ctx, first)
+		return err == nil && m.Status == inbox.StatusDead
+	}, 30*time.Second, 5*time.Millisecond, "the first message never died")
+	require.NoError(t, skipTx.Commit(ctx))
+
+	require.Eventually(t, func() bool { return effectCount(t, b.pool, "evt_3") == 1 }, 30*time.Second, 10*time.Millisecond,
+		"the last message was stranded: parked, with nothing left to wake it")
+	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
+	require.Zero(t, effectCount(t, b.pool, "evt_1")+effectCount(t, b.pool, "evt_2"))
 }

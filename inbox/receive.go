@@ -270,11 +270,9 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 		return nil
 	}
 	var jobs []river.InsertManyParams
-	var chunks [][]*claim
 	if len(won) == 1 || ib.batchSize <= 1 {
 		for _, c := range won {
 			jobs = append(jobs, river.InsertManyParams{Args: processArgs{MessageID: c.proposed, ReceivedAt: now}, InsertOpts: ib.insertOpts()})
-			chunks = append(chunks, []*claim{c})
 		}
 	} else {
 		for chunk := range slices.Chunk(won, min(ib.batchSize, maxJobMessages)) {
@@ -283,31 +281,35 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 				args.MessageIDs[i] = c.proposed
 			}
 			jobs = append(jobs, river.InsertManyParams{Args: args, InsertOpts: ib.batchInsertOpts()})
-			chunks = append(chunks, chunk)
 		}
 	}
 	inserted, err := ib.river.InsertManyTx(ctx, tx, jobs)
 	if err != nil {
 		return fmt.Errorf("inbox: insert jobs: %w", err)
 	}
+	jobOf, err := jobOfMessage(inserted)
+	if err != nil {
+		return err
+	}
 	params := dbsqlc.InboxMessageInsertManyParams{ReceivedAt: now}
 	callerTrace := telemetry.StoredContext(ctx)
-	for j, chunk := range chunks {
-		jobID := inserted[j].Job.ID
-		for _, c := range chunk {
-			msg := &msgs[c.index]
-			params.Ids = append(params.Ids, c.proposed.String())
-			params.Sources = append(params.Sources, msg.Source)
-			params.EventIds = append(params.EventIds, msg.EventID)
-			params.EventTypes = append(params.EventTypes, msg.EventType)
-			params.Headers = append(params.Headers, c.headers)
-			params.Bodies = append(params.Bodies, bodyBytes(msg.Body))
-			params.PayloadHashes = append(params.PayloadHashes, c.hash)
-			params.JobIds = append(params.JobIds, jobID)
-			params.OrderingKeys = append(params.OrderingKeys, msg.OrderingKey)
-			params.TraceContexts = append(params.TraceContexts, cmp.Or(msg.trace, callerTrace))
-			results[c.index] = Result{MessageID: c.proposed, ReceivedAt: now, JobID: jobID}
+	for _, c := range won {
+		jobID, ok := jobOf[c.proposed]
+		if !ok {
+			return fmt.Errorf("inbox: no job was inserted for message %s", c.proposed)
 		}
+		msg := &msgs[c.index]
+		params.Ids = append(params.Ids, c.proposed.String())
+		params.Sources = append(params.Sources, msg.Source)
+		params.EventIds = append(params.EventIds, msg.EventID)
+		params.EventTypes = append(params.EventTypes, msg.EventType)
+		params.Headers = append(params.Headers, c.headers)
+		params.Bodies = append(params.Bodies, bodyBytes(msg.Body))
+		params.PayloadHashes = append(params.PayloadHashes, c.hash)
+		params.JobIds = append(params.JobIds, jobID)
+		params.OrderingKeys = append(params.OrderingKeys, msg.OrderingKey)
+		params.TraceContexts = append(params.TraceContexts, cmp.Or(msg.trace, callerTrace))
+		results[c.index] = Result{MessageID: c.proposed, ReceivedAt: now, JobID: jobID}
 	}
 	if err := dbsqlc.New(tx).InboxMessageInsertMany(ctx, params); err != nil {
 		return fmt.Errorf("inbox: store messages: %w", err)

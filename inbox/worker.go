@@ -245,18 +245,27 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[proces
 	// worth recording), but not forever.
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := dbsqlc.New(w.ib.pool).InboxMessageMarkFailed(recordCtx, dbsqlc.InboxMessageMarkFailedParams{
-		Status:     string(status),
-		LastError:  truncateError(cause.Error()),
-		Now:        w.ib.clock(),
-		ReceivedAt: job.Args.ReceivedAt,
-		ID:         job.Args.MessageID,
+	// A dead message releases the next one of its ordering key in the same
+	// transaction: a crash between the two would leave that one parked.
+	if err := w.ib.txFunc(recordCtx, func(tx pgx.Tx) error {
+		if err := dbsqlc.New(tx).InboxMessageMarkFailed(recordCtx, dbsqlc.InboxMessageMarkFailedParams{
+			Status:     string(status),
+			LastError:  truncateError(cause.Error()),
+			Now:        w.ib.clock(),
+			ReceivedAt: job.Args.ReceivedAt,
+			ID:         job.Args.MessageID,
+		}); err != nil {
+			return err
+		}
+		if status == StatusDead {
+			return w.ib.wakeNext(recordCtx, tx, msg)
+		}
+		return nil
 	}); err != nil {
 		log.ErrorContext(ctx, "inbox: recording failure", "error", err)
 	}
 	logFailure(ctx, log, msg, status, cause)
 	if status == StatusDead {
-		w.ib.wakeNextAfterFailure(recordCtx, msg)
 		w.ib.dead(recordCtx, msg, cause)
 	}
 	failed := &handlerFailed{messageID: msg.ID}
