@@ -225,9 +225,34 @@ func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[pr
 		return o, nil
 	}
 	params.ReceivedAt = job.Args.ReceivedAt
-	held, err := dbsqlc.New(tx).InboxMessagesHeldOutsideBatch(ctx, params)
+	q := dbsqlc.New(tx)
+	var held []dbsqlc.InboxMessagesHeldOutsideBatchRow
+	err := withGenericPlans(ctx, tx, func() error {
+		var err error
+		if held, err = q.InboxMessagesHeldOutsideBatch(ctx, params); err != nil {
+			return fmt.Errorf("inbox: ordering check: %w", err)
+		}
+		if len(held) == 0 {
+			return nil
+		}
+		// The earlier messages are most often being processed by another
+		// batch at this moment: wait for it, then look again, so that the
+		// messages it held are processed now rather than parked and woken.
+		var wait dbsqlc.InboxMessagesAwaitUnlockedParams
+		for _, h := range held {
+			wait.ReceivedAts = append(wait.ReceivedAts, h.BlockerReceivedAt)
+			wait.Ids = append(wait.Ids, h.BlockerID.String())
+		}
+		if err := awaitUnlocked(ctx, tx, wait); err != nil {
+			return fmt.Errorf("inbox: ordering: wait for earlier messages: %w", err)
+		}
+		if held, err = q.InboxMessagesHeldOutsideBatch(ctx, params); err != nil {
+			return fmt.Errorf("inbox: ordering check: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("inbox: ordering check: %w", err)
+		return nil, err
 	}
 	o.outside = make(map[uuid.UUID]msgRef, len(held))
 	for _, h := range held {
@@ -235,6 +260,56 @@ func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[pr
 	}
 	o.inside = map[orderKey]bool{}
 	return o, nil
+}
+
+// withGenericPlans runs fn, ordering statements of a batch, with
+// plan_cache_mode force_generic_plan, in tx, and then restores the mode.
+// Postgres would plan them afresh on every execution (a custom plan looks
+// cheaper to it, for it knows the arrays' lengths), and planning a lookup
+// per message over every day partition costs milliseconds: several times
+// their execution, and more than the rest of a batch together. Their
+// generic plans prune partitions at run time.
+func withGenericPlans(ctx context.Context, tx pgx.Tx, fn func() error) error {
+	q := dbsqlc.New(tx)
+	set, err := q.SetLocalPlanCacheMode(ctx, "force_generic_plan")
+	if err != nil {
+		return fmt.Errorf("inbox: ordering: set plan_cache_mode: %w", err)
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	if _, err := q.SetLocalPlanCacheMode(ctx, set.Previous); err != nil {
+		return fmt.Errorf("inbox: ordering: restore plan_cache_mode: %w", err)
+	}
+	return nil
+}
+
+// orderingLockWait bounds how long a batch waits for other transactions to
+// let go of the earlier messages its messages wait for (see awaitUnlocked).
+const orderingLockWait = 500 * time.Millisecond
+
+// awaitUnlocked waits, for orderingLockWait at most, until no other
+// transaction holds the given messages: a batch processing them, most
+// likely, which then has committed. The locks it takes go at once (its
+// savepoint is rolled back): the batch's own processing does not hold
+// those messages back. A lock timeout or a deadlock (two batches received
+// in the same microsecond can wait on each other) only ends the wait.
+func awaitUnlocked(ctx context.Context, tx pgx.Tx, params dbsqlc.InboxMessagesAwaitUnlockedParams) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	q := dbsqlc.New(sp)
+	if err := q.SetLocalLockTimeout(ctx, fmt.Sprintf("%dms", orderingLockWait.Milliseconds())); err == nil {
+		err = q.InboxMessagesAwaitUnlocked(ctx, params)
+		var pgErr *pgconn.PgError
+		if err != nil && !(errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected)) {
+			_ = sp.Rollback(ctx)
+			return err
+		}
+	}
+	// Also undoes the lock_timeout.
+	return sp.Rollback(ctx)
 }
 
 // held reports whether msg must wait and, when the message it waits for is
@@ -254,6 +329,16 @@ func (o *batchOrder) held(msg *Message) (held bool, outside *msgRef) {
 		return true, &ref
 	}
 	return false, nil
+}
+
+// statements runs fn, the batch's ordering statements after its handlers,
+// with generic plans (see withGenericPlans) when the batch has messages
+// with ordering keys; it runs fn as it is otherwise.
+func (o *batchOrder) statements(ctx context.Context, tx pgx.Tx, fn func() error) error {
+	if o.inside == nil {
+		return fn()
+	}
+	return withGenericPlans(ctx, tx, fn)
 }
 
 // hold makes the batch's later messages of msg's key wait (msg failed).

@@ -306,6 +306,29 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 		require.Equal(t, 3, count(t, b, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process_batch'"),
 			"the woken messages were not processed on one batch job")
 	})
+	t.Run("EarlierFinishesWhileWaiting", func(t *testing.T) {
+		t.Parallel()
+		// The second batch runs while the first one is processing evt_0
+		// and waits for it; evt_0's handler returns meanwhile, and the
+		// second batch then processes its messages itself: nothing parks,
+		// nothing is handed on.
+		b := setupTwoBatches(t, 1)
+		b.startWorkers(t)
+		select {
+		case <-b.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("evt_0's handler never ran")
+		}
+		release(t, b)
+		require.Eventually(t, func() bool {
+			return count(t, b, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+				AND wait_event_type = 'Lock' AND query LIKE '%InboxMessagesAwaitUnlocked%'`) > 0
+		}, 30*time.Second, 2*time.Millisecond, "the second batch never waited for the first")
+		close(b.unblock)
+		require.Zero(t, check(t, b), "held messages got jobs of their own")
+		require.Equal(t, 2, count(t, b, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process_batch'"),
+			"the held messages were parked or handed on")
+	})
 	t.Run("EarlierBeingProcessed", func(t *testing.T) {
 		t.Parallel()
 		// The second batch runs while the first one is processing evt_0,
@@ -396,4 +419,34 @@ func TestOrderingDeadInBatchStrandsNoLaterMessage(t *testing.T) {
 		"the last message was stranded: parked, with nothing left to wake it")
 	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
 	require.Zero(t, effectCount(t, b.pool, "evt_1")+effectCount(t, b.pool, "evt_2"))
+}
+
+// The batch's ordering statements run with generic plans; the handlers, in
+// the same transaction, see plan_cache_mode as it was.
+func TestOrderingLeavesPlanCacheModeAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	var mu sync.Mutex
+	seen := map[string]string{}
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		var mode string
+		if err := tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode); err != nil {
+			return err
+		}
+		mu.Lock()
+		seen[msg.EventID] = mode
+		mu.Unlock()
+		return nil
+	})
+	msgs := payments("evt_1", "evt_2", "evt_3")
+	for i := range msgs {
+		msgs[i].OrderingKey = fmt.Sprintf("sub_%d", i%2)
+	}
+	receiveMany(t, b.pool, b.inbox, msgs[:1]) // evt_3 waits for it outside the second batch
+	receiveMany(t, b.pool, b.inbox, msgs[1:])
+	b.startWorkers(t)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, map[string]string{"evt_1": "auto", "evt_2": "auto", "evt_3": "auto"}, seen)
 }

@@ -220,6 +220,7 @@ WHERE m.source = @source::text
   AND m.ordering_key = @ordering_key::text
   AND m.ordering_key <> ''
   AND m.status IN ('received', 'failed')
+  AND m.received_at <= @received_at::timestamptz -- lets the plan skip later partitions
   AND (m.received_at, m.id) < (@received_at::timestamptz, @id::uuid)
 ORDER BY m.received_at, m.id
 LIMIT 1
@@ -250,6 +251,7 @@ WHERE m.source = @source::text
   AND m.ordering_key = @ordering_key::text
   AND m.ordering_key <> ''
   AND m.status IN ('received', 'failed')
+  AND m.received_at >= @received_at::timestamptz -- lets the plan skip earlier partitions
   AND (m.received_at, m.id) > (@received_at::timestamptz, @id::uuid)
 ORDER BY m.received_at, m.id
 LIMIT 1;
@@ -272,6 +274,7 @@ CROSS JOIN LATERAL (
       AND m.ordering_key = b.ordering_key
       AND m.ordering_key <> ''
       AND m.status IN ('received', 'failed')
+      AND m.received_at <= @received_at::timestamptz -- lets the plan skip later partitions
       AND (m.received_at, m.id) < (@received_at::timestamptz, b.id)
       -- An array, not the CTE: a subquery here would be costed per
       -- partition per message, far past jit_above_cost, and JIT-compiled
@@ -294,6 +297,18 @@ WHERE (m.received_at, m.id) IN (
     FROM generate_subscripts(@ids::text[], 1) AS i)
   AND m.status IN ('received', 'failed')
 FOR SHARE SKIP LOCKED;
+
+-- name: InboxMessagesAwaitUnlocked :exec
+-- Waits until no other transaction holds the given messages (processing or
+-- updating them), by locking them FOR SHARE: the caller takes it in a
+-- savepoint, with a lock_timeout, and rolls the savepoint back, which
+-- releases the locks.
+SELECT 1
+FROM wharf_inbox_messages m
+WHERE (m.received_at, m.id) IN (
+    SELECT (@received_ats::timestamptz[])[i], (@ids::text[])[i]::uuid
+    FROM generate_subscripts(@ids::text[], 1) AS i)
+FOR SHARE;
 
 -- name: InboxMessagesPark :exec
 -- Parks messages of a batch (sharing received_at) that wait for earlier
@@ -319,6 +334,7 @@ CROSS JOIN LATERAL (
       AND m.ordering_key = f.ordering_key
       AND m.ordering_key <> ''
       AND m.status IN ('received', 'failed')
+      AND m.received_at >= @received_at::timestamptz -- lets the plan skip earlier partitions
       AND (m.received_at, m.id) > (@received_at::timestamptz, f.id)
     ORDER BY m.received_at, m.id
     LIMIT 1

@@ -207,6 +207,7 @@ WHERE m.source = $1::text
   AND m.ordering_key = $2::text
   AND m.ordering_key <> ''
   AND m.status IN ('received', 'failed')
+  AND m.received_at <= $3::timestamptz -- lets the plan skip later partitions
   AND (m.received_at, m.id) < ($3::timestamptz, $4::uuid)
 ORDER BY m.received_at, m.id
 LIMIT 1
@@ -723,6 +724,7 @@ WHERE m.source = $1::text
   AND m.ordering_key = $2::text
   AND m.ordering_key <> ''
   AND m.status IN ('received', 'failed')
+  AND m.received_at >= $3::timestamptz -- lets the plan skip earlier partitions
   AND (m.received_at, m.id) > ($3::timestamptz, $4::uuid)
 ORDER BY m.received_at, m.id
 LIMIT 1
@@ -901,6 +903,29 @@ func (q *Queries) InboxMessageSources(ctx context.Context) ([]string, error) {
 	return items, nil
 }
 
+const inboxMessagesAwaitUnlocked = `-- name: InboxMessagesAwaitUnlocked :exec
+SELECT 1
+FROM wharf_inbox_messages m
+WHERE (m.received_at, m.id) IN (
+    SELECT ($1::timestamptz[])[i], ($2::text[])[i]::uuid
+    FROM generate_subscripts($2::text[], 1) AS i)
+FOR SHARE
+`
+
+type InboxMessagesAwaitUnlockedParams struct {
+	ReceivedAts []time.Time
+	Ids         []string
+}
+
+// Waits until no other transaction holds the given messages (processing or
+// updating them), by locking them FOR SHARE: the caller takes it in a
+// savepoint, with a lock_timeout, and rolls the savepoint back, which
+// releases the locks.
+func (q *Queries) InboxMessagesAwaitUnlocked(ctx context.Context, arg InboxMessagesAwaitUnlockedParams) error {
+	_, err := q.db.Exec(ctx, inboxMessagesAwaitUnlocked, arg.ReceivedAts, arg.Ids)
+	return err
+}
+
 const inboxMessagesGet = `-- name: InboxMessagesGet :many
 SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
@@ -1015,6 +1040,7 @@ CROSS JOIN LATERAL (
       AND m.ordering_key = b.ordering_key
       AND m.ordering_key <> ''
       AND m.status IN ('received', 'failed')
+      AND m.received_at <= $1::timestamptz -- lets the plan skip later partitions
       AND (m.received_at, m.id) < ($1::timestamptz, b.id)
       -- An array, not the CTE: a subquery here would be costed per
       -- partition per message, far past jit_above_cost, and JIT-compiled
@@ -1140,6 +1166,7 @@ CROSS JOIN LATERAL (
       AND m.ordering_key = f.ordering_key
       AND m.ordering_key <> ''
       AND m.status IN ('received', 'failed')
+      AND m.received_at >= $1::timestamptz -- lets the plan skip earlier partitions
       AND (m.received_at, m.id) > ($1::timestamptz, f.id)
     ORDER BY m.received_at, m.id
     LIMIT 1
