@@ -144,7 +144,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		return err
 	}
 	rc := cfg.tuneRiver(riverConfig(workers, logger))
-	rc.PeriodicJobs = maintainer.PeriodicJobs()
+	rc.PeriodicJobs = append(maintainer.PeriodicJobs(), ib.PeriodicJobs()...)
 	if pooled {
 		// Behind PgBouncer in transaction mode LISTEN does not work: poll,
 		// often enough that webhooks still go out within tens of

@@ -261,12 +261,14 @@ func (c *Config) validate() error {
 // Queue returns the River queue inbox jobs go to.
 func (ib *Inbox) Queue() string { return ib.queue }
 
-// AddWorkers registers the inbox's River worker in workers, the Workers of
-// the River client that will process Queue().
+// AddWorkers registers the inbox's River workers in workers, the Workers
+// of the River client that will process Queue(): processing, and the
+// rescue of PeriodicJobs.
 func (ib *Inbox) AddWorkers(workers *river.Workers) error {
 	return errors.Join(
 		river.AddWorkerSafely(workers, &processWorker{ib: ib}),
 		river.AddWorkerSafely(workers, &processBatchWorker{ib: ib}),
+		river.AddWorkerSafely(workers, &rescueWorker{ib: ib}),
 	)
 }
 

@@ -351,3 +351,32 @@ SELECT source,
 FROM wharf_inbox_messages
 WHERE status <> 'processed'
 GROUP BY source;
+
+-- name: InboxMessagesStranded :many
+-- Unfinished messages that nothing will run, last changed before @before:
+-- parked (no job) with no earlier unfinished message of their ordering key
+-- to wake them, or on a River job that is finished (completed, cancelled,
+-- discarded) or gone. Locked, skipping those another transaction holds.
+SELECT m.id, m.received_at
+FROM wharf_inbox_messages m
+WHERE m.status IN ('received', 'failed')
+  AND m.updated_at < @before::timestamptz
+  AND CASE
+      WHEN m.job_id IS NULL THEN NOT EXISTS (
+          SELECT 1
+          FROM wharf_inbox_messages e
+          WHERE e.source = m.source
+            AND e.ordering_key = m.ordering_key
+            AND e.ordering_key <> ''
+            AND e.status IN ('received', 'failed')
+            AND e.received_at <= m.received_at
+            AND (e.received_at, e.id) < (m.received_at, m.id))
+      ELSE NOT EXISTS (
+          SELECT 1
+          FROM river_job j
+          WHERE j.id = m.job_id
+            AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+      END
+ORDER BY m.received_at, m.id
+LIMIT @max
+FOR UPDATE OF m SKIP LOCKED;

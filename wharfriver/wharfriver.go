@@ -78,10 +78,11 @@ type Components struct {
 //   - their queues to cfg.Queues (created when nil): a queue already listed
 //     keeps its settings, a missing one gets DefaultInboxWorkers,
 //     DefaultOutboxWorkers or DefaultJobsWorkers;
-//   - the periodic jobs (partition upkeep, retention) unless NoJobs, and a
-//     check, run by the leader at start and every 10 minutes, that logs at
-//     error once per queue when Wharf's jobs wait in a queue that no River
-//     client works (a receiver-only deployment whose workers forgot it, say);
+//   - the periodic jobs (partition upkeep, retention, the inbox's rescue of
+//     stranded messages) unless NoJobs, and a check, run by the leader at
+//     start and every 10 minutes, that logs at error once per queue when
+//     Wharf's jobs wait in a queue that no River client works (a
+//     receiver-only deployment whose workers forgot it, say);
 //   - RescueStuckJobsAfter, when unset, to 30 s more than the job timeout:
 //     an interrupted message or delivery is retried within about a minute
 //     of its timeout, not River's default hour.
@@ -158,6 +159,9 @@ func Configure(cfg *river.Config, comps *Components) error {
 				return queueCheckArgs{}, &river.InsertOpts{Queue: maintainer.Queue()}
 			},
 			&river.PeriodicJobOpts{ID: queueCheckArgs{}.Kind(), RunOnStart: true}))
+		if comps.Inbox != nil {
+			periodic = append(periodic, comps.Inbox.PeriodicJobs()...)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

@@ -16,7 +16,7 @@ import (
 
 func runInbox(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError{"want list, show, replay or forget"}
+		return usageError{"want list, show, replay, forget or rescue"}
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -134,8 +134,29 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(e.out, "erased the body and headers of %d message(s); the dedupe key stays\n", n)
 		return nil
+	case "rescue":
+		fs := flag.NewFlagSet("inbox rescue", flag.ContinueOnError)
+		fs.SetOutput(e.errOut)
+		queue := fs.String("queue", inbox.DefaultQueue, "the River queue for the new jobs: the inbox's (inbox.Config.Queue)")
+		args, err := parseInterleaved(fs, args)
+		if err != nil {
+			return err
+		}
+		if len(args) != 0 {
+			return usageError{"inbox rescue takes no arguments"}
+		}
+		ib, err := e.inbox(ctx, *queue)
+		if err != nil {
+			return err
+		}
+		n, err := ib.Rescue(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "rescued %d stranded message(s) onto new jobs in queue %q\n", n, *queue)
+		return nil
 	default:
-		return usageError{fmt.Sprintf("unknown inbox command %q: want list, show, replay or forget", sub)}
+		return usageError{fmt.Sprintf("unknown inbox command %q: want list, show, replay, forget or rescue", sub)}
 	}
 }
 

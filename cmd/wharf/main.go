@@ -1,7 +1,7 @@
 // Command wharf is Wharf's operator CLI.
 //
 //	wharf migrate up|down|status   manage River's and Wharf's schema
-//	wharf inbox list|show|replay|forget   inspect, replay and erase inbox messages
+//	wharf inbox list|show|replay|forget|rescue   inspect, replay, erase and rescue inbox messages
 //	wharf outbox endpoints|deliveries|replay   operate the outbox
 //	wharf partitions               list partitions, rows, sizes, oldest unfinished row
 //	wharf prune [-dry-run]         run retention now (or show what it would do)
@@ -39,7 +39,7 @@ type command struct {
 
 var commands = map[string]command{
 	"migrate":    {"migrate up|down|status: manage River's and Wharf's schema", runMigrate},
-	"inbox":      {"inbox list|show|replay|forget: inspect, replay and erase inbox messages", runInbox},
+	"inbox":      {"inbox list|show|replay|forget|rescue: inspect, replay, erase and rescue inbox messages", runInbox},
 	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret|reencrypt, deliveries list|show, replay: operate the outbox", runOutbox},
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
 	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},

@@ -122,6 +122,13 @@ func TestInboxCommands(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "erased the body and headers of 1 message(s)")
 
+	code, out, _ = cli(t, "-database-url", url, "inbox", "rescue")
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `rescued 0 stranded message(s) onto new jobs in queue "wharf_inbox"`)
+	code, _, errOut = cli(t, "-database-url", url, "inbox", "rescue", "extra")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "inbox rescue takes no arguments")
+
 	code, _, errOut = cli(t, "-database-url", url, "inbox", "show", "not-a-uuid")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "is not a message id")

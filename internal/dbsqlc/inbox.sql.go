@@ -1259,3 +1259,63 @@ func (q *Queries) InboxMessagesSetJob(ctx context.Context, arg InboxMessagesSetJ
 	)
 	return err
 }
+
+const inboxMessagesStranded = `-- name: InboxMessagesStranded :many
+SELECT m.id, m.received_at
+FROM wharf_inbox_messages m
+WHERE m.status IN ('received', 'failed')
+  AND m.updated_at < $1::timestamptz
+  AND CASE
+      WHEN m.job_id IS NULL THEN NOT EXISTS (
+          SELECT 1
+          FROM wharf_inbox_messages e
+          WHERE e.source = m.source
+            AND e.ordering_key = m.ordering_key
+            AND e.ordering_key <> ''
+            AND e.status IN ('received', 'failed')
+            AND e.received_at <= m.received_at
+            AND (e.received_at, e.id) < (m.received_at, m.id))
+      ELSE NOT EXISTS (
+          SELECT 1
+          FROM river_job j
+          WHERE j.id = m.job_id
+            AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+      END
+ORDER BY m.received_at, m.id
+LIMIT $2
+FOR UPDATE OF m SKIP LOCKED
+`
+
+type InboxMessagesStrandedParams struct {
+	Before time.Time
+	Max    int32
+}
+
+type InboxMessagesStrandedRow struct {
+	ID         uuid.UUID
+	ReceivedAt time.Time
+}
+
+// Unfinished messages that nothing will run, last changed before @before:
+// parked (no job) with no earlier unfinished message of their ordering key
+// to wake them, or on a River job that is finished (completed, cancelled,
+// discarded) or gone. Locked, skipping those another transaction holds.
+func (q *Queries) InboxMessagesStranded(ctx context.Context, arg InboxMessagesStrandedParams) ([]InboxMessagesStrandedRow, error) {
+	rows, err := q.db.Query(ctx, inboxMessagesStranded, arg.Before, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxMessagesStrandedRow
+	for rows.Next() {
+		var i InboxMessagesStrandedRow
+		if err := rows.Scan(&i.ID, &i.ReceivedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}

@@ -11,6 +11,11 @@ import (
 	"github.com/google/uuid"
 )
 
+type RiverJob struct {
+	ID    int64
+	State string
+}
+
 type WharfIdempotencyKey struct {
 	Route           string
 	Principal       string

@@ -1,0 +1,7 @@
+-- What Wharf's queries read of River's schema, for sqlc's type checks only:
+-- River's migrations (rivermigrate) create the real table, whose state is
+-- an enum, river_job_state. Not a migration.
+CREATE TABLE river_job (
+    id bigserial PRIMARY KEY,
+    state text NOT NULL
+);
