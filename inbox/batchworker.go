@@ -170,27 +170,25 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		}
 		// Parked before any wake of this transaction (retryAlone wakes the
 		// next message of one that is dead), so that the wakes see them.
-		if err := order.statements(ctx, tx, func() error {
-			rest, err := ib.parkHeld(ctx, tx, job.Args.ReceivedAt, waiting)
-			if err != nil {
+		rest, err := ib.parkHeld(ctx, tx, job.Args.ReceivedAt, waiting)
+		if err != nil {
+			return err
+		}
+		switch {
+		case len(rest) == 0:
+		case job.Args.Waits < orderingHandOns:
+			// Another transaction holds the messages they wait for (or
+			// has just finished them): a new batch job looks again.
+			if err := ib.handOn(ctx, tx, job, rest); err != nil {
 				return err
 			}
-			switch {
-			case len(rest) == 0:
-			case job.Args.Waits < orderingHandOns:
-				// Another transaction holds the messages they wait for (or
-				// has just finished them): a new batch job looks again.
-				if err := ib.handOn(ctx, tx, job, rest); err != nil {
-					return err
-				}
-			default:
-				for _, msg := range rest {
-					// A job of its own parks it.
-					failures = append(failures, batchFailure{msg, &orderingWaitError{}})
-				}
+		default:
+			for _, msg := range rest {
+				// A job of its own parks it.
+				failures = append(failures, batchFailure{msg, &orderingWaitError{}})
 			}
-			return ib.wakeNextOf(ctx, tx, job.Args.ReceivedAt, processed)
-		}); err != nil {
+		}
+		if err := ib.wakeNextOf(ctx, tx, job.Args.ReceivedAt, processed); err != nil {
 			return err
 		}
 		for _, f := range failures {

@@ -225,16 +225,12 @@ func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[pr
 		return o, nil
 	}
 	params.ReceivedAt = job.Args.ReceivedAt
-	q := dbsqlc.New(tx)
-	var held []dbsqlc.InboxMessagesHeldOutsideBatchRow
-	err := withGenericPlans(ctx, tx, func() error {
-		var err error
-		if held, err = q.InboxMessagesHeldOutsideBatch(ctx, params); err != nil {
-			return fmt.Errorf("inbox: ordering check: %w", err)
-		}
-		if len(held) == 0 {
-			return nil
-		}
+	q := dbsqlc.New(genericPlans{tx})
+	held, err := q.InboxMessagesHeldOutsideBatch(ctx, params)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: ordering check: %w", err)
+	}
+	if len(held) > 0 {
 		// The earlier messages are most often being processed by another
 		// batch at this moment: wait for it, then look again, so that the
 		// messages it held are processed now rather than parked and woken.
@@ -244,15 +240,11 @@ func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[pr
 			wait.Ids = append(wait.Ids, h.BlockerID.String())
 		}
 		if err := awaitUnlocked(ctx, tx, wait); err != nil {
-			return fmt.Errorf("inbox: ordering: wait for earlier messages: %w", err)
+			return nil, fmt.Errorf("inbox: ordering: wait for earlier messages: %w", err)
 		}
 		if held, err = q.InboxMessagesHeldOutsideBatch(ctx, params); err != nil {
-			return fmt.Errorf("inbox: ordering check: %w", err)
+			return nil, fmt.Errorf("inbox: ordering check: %w", err)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	o.outside = make(map[uuid.UUID]msgRef, len(held))
 	for _, h := range held {
@@ -260,28 +252,6 @@ func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[pr
 	}
 	o.inside = map[orderKey]bool{}
 	return o, nil
-}
-
-// withGenericPlans runs fn, ordering statements of a batch, with
-// plan_cache_mode force_generic_plan, in tx, and then restores the mode.
-// Postgres would plan them afresh on every execution (a custom plan looks
-// cheaper to it, for it knows the arrays' lengths), and planning a lookup
-// per message over every day partition costs milliseconds: several times
-// their execution, and more than the rest of a batch together. Their
-// generic plans prune partitions at run time.
-func withGenericPlans(ctx context.Context, tx pgx.Tx, fn func() error) error {
-	q := dbsqlc.New(tx)
-	set, err := q.SetLocalPlanCacheMode(ctx, "force_generic_plan")
-	if err != nil {
-		return fmt.Errorf("inbox: ordering: set plan_cache_mode: %w", err)
-	}
-	if err := fn(); err != nil {
-		return err
-	}
-	if _, err := q.SetLocalPlanCacheMode(ctx, set.Previous); err != nil {
-		return fmt.Errorf("inbox: ordering: restore plan_cache_mode: %w", err)
-	}
-	return nil
 }
 
 // orderingLockWait bounds how long a batch waits for other transactions to
@@ -329,16 +299,6 @@ func (o *batchOrder) held(msg *Message) (held bool, outside *msgRef) {
 		return true, &ref
 	}
 	return false, nil
-}
-
-// statements runs fn, the batch's ordering statements after its handlers,
-// with generic plans (see withGenericPlans) when the batch has messages
-// with ordering keys; it runs fn as it is otherwise.
-func (o *batchOrder) statements(ctx context.Context, tx pgx.Tx, fn func() error) error {
-	if o.inside == nil {
-		return fn()
-	}
-	return withGenericPlans(ctx, tx, fn)
 }
 
 // hold makes the batch's later messages of msg's key wait (msg failed).
@@ -457,7 +417,7 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 		return nil
 	}
 	q := dbsqlc.New(tx)
-	parked, err := q.InboxMessagesNextParked(ctx, params)
+	parked, err := dbsqlc.New(genericPlans{tx}).InboxMessagesNextParked(ctx, params)
 	if err != nil || len(parked) == 0 {
 		return err
 	}

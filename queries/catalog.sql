@@ -40,10 +40,7 @@ ORDER BY c.relname;
 -- SET LOCAL lock_timeout for the rest of the transaction ('10s', say).
 SELECT set_config('lock_timeout', @timeout::text, true);
 
--- name: SetLocalPlanCacheMode :one
--- SET LOCAL plan_cache_mode for the rest of the transaction
--- ('force_generic_plan', say), returning the value it had (read first, in
--- the CTE), for the caller to restore.
-WITH previous AS MATERIALIZED (SELECT current_setting('plan_cache_mode') AS mode)
-SELECT previous.mode::text AS previous, set_config('plan_cache_mode', @mode::text, true)::text AS current
-FROM previous;
+-- name: SetLocalPlanCacheMode :exec
+-- SET LOCAL plan_cache_mode for the rest of the transaction (or of the
+-- savepoint it is set in): 'force_generic_plan', say.
+SELECT set_config('plan_cache_mode', @mode::text, true);

@@ -320,7 +320,9 @@ WHERE received_at = @received_at AND id = ANY ((@ids::text[])::uuid[]) AND statu
 -- name: InboxMessagesNextParked :many
 -- For messages that just finished (sharing received_at), the next
 -- unfinished message of each one's ordering key when it is parked (no
--- job): the messages to wake.
+-- job): the messages to wake. When no message of their sources received
+-- since then is parked (the common case), one probe of the parked index
+-- answers, and the lookups per message do not run.
 WITH f AS (
     SELECT (@ids::text[])[i]::uuid AS id, (@sources::text[])[i] AS source, (@ordering_keys::text[])[i] AS ordering_key
     FROM generate_subscripts(@ids::text[], 1) AS i
@@ -339,7 +341,15 @@ CROSS JOIN LATERAL (
     ORDER BY m.received_at, m.id
     LIMIT 1
 ) n
-WHERE n.job_id IS NULL;
+WHERE n.job_id IS NULL
+  AND EXISTS (
+      SELECT 1
+      FROM wharf_inbox_messages p
+      WHERE p.source = ANY (@sources::text[])
+        AND p.received_at >= @received_at::timestamptz
+        AND p.job_id IS NULL
+        AND p.ordering_key <> ''
+        AND p.status IN ('received', 'failed'));
 
 -- name: InboxGaugeBySource :many
 -- The inbox's gauges per source, read from the partial index of unfinished

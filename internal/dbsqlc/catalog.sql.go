@@ -140,23 +140,13 @@ func (q *Queries) SetLocalLockTimeout(ctx context.Context, timeout string) error
 	return err
 }
 
-const setLocalPlanCacheMode = `-- name: SetLocalPlanCacheMode :one
-WITH previous AS MATERIALIZED (SELECT current_setting('plan_cache_mode') AS mode)
-SELECT previous.mode::text AS previous, set_config('plan_cache_mode', $1::text, true)::text AS current
-FROM previous
+const setLocalPlanCacheMode = `-- name: SetLocalPlanCacheMode :exec
+SELECT set_config('plan_cache_mode', $1::text, true)
 `
 
-type SetLocalPlanCacheModeRow struct {
-	Previous string
-	Current  string
-}
-
-// SET LOCAL plan_cache_mode for the rest of the transaction
-// ('force_generic_plan', say), returning the value it had (read first, in
-// the CTE), for the caller to restore.
-func (q *Queries) SetLocalPlanCacheMode(ctx context.Context, mode string) (SetLocalPlanCacheModeRow, error) {
-	row := q.db.QueryRow(ctx, setLocalPlanCacheMode, mode)
-	var i SetLocalPlanCacheModeRow
-	err := row.Scan(&i.Previous, &i.Current)
-	return i, err
+// SET LOCAL plan_cache_mode for the rest of the transaction (or of the
+// savepoint it is set in): 'force_generic_plan', say.
+func (q *Queries) SetLocalPlanCacheMode(ctx context.Context, mode string) error {
+	_, err := q.db.Exec(ctx, setLocalPlanCacheMode, mode)
+	return err
 }

@@ -1154,8 +1154,8 @@ func (q *Queries) InboxMessagesMarkProcessed(ctx context.Context, arg InboxMessa
 
 const inboxMessagesNextParked = `-- name: InboxMessagesNextParked :many
 WITH f AS (
-    SELECT ($2::text[])[i]::uuid AS id, ($3::text[])[i] AS source, ($4::text[])[i] AS ordering_key
-    FROM generate_subscripts($2::text[], 1) AS i
+    SELECT ($3::text[])[i]::uuid AS id, ($2::text[])[i] AS source, ($4::text[])[i] AS ordering_key
+    FROM generate_subscripts($3::text[], 1) AS i
 )
 SELECT DISTINCT n.id, n.received_at, n.status
 FROM f
@@ -1172,12 +1172,20 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) n
 WHERE n.job_id IS NULL
+  AND EXISTS (
+      SELECT 1
+      FROM wharf_inbox_messages p
+      WHERE p.source = ANY ($2::text[])
+        AND p.received_at >= $1::timestamptz
+        AND p.job_id IS NULL
+        AND p.ordering_key <> ''
+        AND p.status IN ('received', 'failed'))
 `
 
 type InboxMessagesNextParkedParams struct {
 	ReceivedAt   time.Time
-	Ids          []string
 	Sources      []string
+	Ids          []string
 	OrderingKeys []string
 }
 
@@ -1189,12 +1197,14 @@ type InboxMessagesNextParkedRow struct {
 
 // For messages that just finished (sharing received_at), the next
 // unfinished message of each one's ordering key when it is parked (no
-// job): the messages to wake.
+// job): the messages to wake. When no message of their sources received
+// since then is parked (the common case), one probe of the parked index
+// answers, and the lookups per message do not run.
 func (q *Queries) InboxMessagesNextParked(ctx context.Context, arg InboxMessagesNextParkedParams) ([]InboxMessagesNextParkedRow, error) {
 	rows, err := q.db.Query(ctx, inboxMessagesNextParked,
 		arg.ReceivedAt,
-		arg.Ids,
 		arg.Sources,
+		arg.Ids,
 		arg.OrderingKeys,
 	)
 	if err != nil {

@@ -13,3 +13,7 @@ const InboxMessageMarkProcessedSQL = inboxMessageMarkProcessed
 func InboxMessageMarkProcessedArgs(arg InboxMessageMarkProcessedParams) []any {
 	return []any{arg.Now, arg.ReceivedAt, arg.ID}
 }
+
+// SetLocalPlanCacheModeSQL is SetLocalPlanCacheMode's statement; its one
+// argument is the mode.
+const SetLocalPlanCacheModeSQL = setLocalPlanCacheMode

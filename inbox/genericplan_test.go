@@ -1,0 +1,45 @@
+package inbox
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/internal/testdb"
+)
+
+// genericPlans runs a query with a generic plan and leaves the
+// transaction's plan_cache_mode, and the transaction, as they were; a
+// failing query fails with its own error.
+func TestGenericPlans(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	mode := func(tx pgx.Tx) string {
+		var m string
+		require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&m))
+		return m
+	}
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan")
+		require.NoError(t, err)
+		rows, err := genericPlans{tx}.Query(ctx, "SELECT current_setting('plan_cache_mode') UNION ALL SELECT $1::text", "second")
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"force_generic_plan", "second"}, got, "the query ran with a generic plan")
+		require.Equal(t, "force_custom_plan", mode(tx), "the mode was not restored")
+		return nil
+	}))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	rows, err := genericPlans{tx}.Query(ctx, "SELECT 1/0")
+	if err == nil {
+		_, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	}
+	require.ErrorContains(t, err, "division by zero")
+}

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS wharf_inbox_messages_parked_idx;
