@@ -41,7 +41,9 @@ const examplePoolSize = 16
 // with it, or a slow handler is rescued (and run twice — harmlessly, since
 // only one run can commit) while still working. FetchCooldown is lowered
 // from River's 100 ms so a queue with many workers is not capped at
-// MaxWorkers jobs per 100 ms.
+// MaxWorkers jobs per 100 ms, and FetchPollInterval from River's 1 s: a job
+// inserted moments after another (an ordering wake, a retry) may get no
+// insert notification of its own and wait for the next poll.
 //
 // The inbox queue has few workers because each works a batch of up to 30
 // messages in one transaction, holding a connection meanwhile: more workers
@@ -62,6 +64,7 @@ func riverConfig(workers *river.Workers, logger *slog.Logger) *river.Config {
 		},
 		Workers:              workers,
 		FetchCooldown:        10 * time.Millisecond,
+		FetchPollInterval:    100 * time.Millisecond,
 		JobTimeout:           20 * time.Second,
 		RescueStuckJobsAfter: 30 * time.Second,
 		Logger:               logger,

@@ -39,6 +39,13 @@ const (
 // RescueStuckJobsAfter.
 const rescueMargin = 30 * time.Second
 
+// DefaultFetchPollInterval is the FetchPollInterval Configure sets when the
+// config leaves it 0 (River's default is 1 s). A job inserted moments after
+// another by the same process (an ordering wake, a retry, a delivery) may
+// get no insert notification of its own (River sends one per queue per
+// FetchCooldown), and then waits for the next poll.
+const DefaultFetchPollInterval = 100 * time.Millisecond
+
 // riverDefaultJobTimeout is River's JobTimeout when the config leaves it 0.
 const riverDefaultJobTimeout = time.Minute
 
@@ -85,7 +92,9 @@ type Components struct {
 //     receiver-only deployment whose workers forgot it, say);
 //   - RescueStuckJobsAfter, when unset, to 30 s more than the job timeout:
 //     an interrupted message or delivery is retried within about a minute
-//     of its timeout, not River's default hour.
+//     of its timeout, not River's default hour;
+//   - FetchPollInterval, when unset, to DefaultFetchPollInterval (100 ms,
+//     or FetchCooldown if longer).
 //
 // It returns an error naming each problem, and changes nothing, when a set
 // value breaks a guarantee: a RescueStuckJobsAfter shorter than JobTimeout,
@@ -179,6 +188,9 @@ func Configure(cfg *river.Config, comps *Components) error {
 	cfg.PeriodicJobs = append(cfg.PeriodicJobs, periodic...)
 	if cfg.RescueStuckJobsAfter == 0 && jobTimeout > 0 {
 		cfg.RescueStuckJobsAfter = jobTimeout + rescueMargin
+	}
+	if cfg.FetchPollInterval == 0 {
+		cfg.FetchPollInterval = max(DefaultFetchPollInterval, cfg.FetchCooldown)
 	}
 	return nil
 }

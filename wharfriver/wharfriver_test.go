@@ -96,11 +96,28 @@ func TestConfigureKeepsWhatIsSet(t *testing.T) {
 		Queues:               map[string]river.QueueConfig{inbox.DefaultQueue: {MaxWorkers: 3}, "app": {MaxWorkers: 7}},
 		JobTimeout:           20 * time.Second,
 		RescueStuckJobsAfter: 45 * time.Second,
+		FetchPollInterval:    2 * time.Second,
 	}
 	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, NoJobs: true}))
 	require.Equal(t, map[string]river.QueueConfig{inbox.DefaultQueue: {MaxWorkers: 3}, "app": {MaxWorkers: 7}}, cfg.Queues)
 	require.Equal(t, 45*time.Second, cfg.RescueStuckJobsAfter)
+	require.Equal(t, 2*time.Second, cfg.FetchPollInterval)
 	require.Empty(t, cfg.PeriodicJobs)
+}
+
+// TestConfigureSetsPollInterval: an unset FetchPollInterval becomes
+// DefaultFetchPollInterval, or FetchCooldown if that is longer.
+func TestConfigureSetsPollInterval(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ib, err := inbox.New(pool, &inbox.Config{Logger: quiet})
+	require.NoError(t, err)
+	cfg := &river.Config{}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, NoJobs: true}))
+	require.Equal(t, wharfriver.DefaultFetchPollInterval, cfg.FetchPollInterval)
+	cfg = &river.Config{FetchCooldown: 300 * time.Millisecond}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, NoJobs: true}))
+	require.Equal(t, 300*time.Millisecond, cfg.FetchPollInterval)
 }
 
 // TestConfigureRefusesBrokenGuarantees: each set value that would break a
