@@ -277,6 +277,17 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 		_, err := b.pool.Exec(context.Background(), `UPDATE river_job SET state = 'available', scheduled_at = now() WHERE state = 'scheduled'`)
 		require.NoError(t, err)
 	}
+	// startWhileFirstRuns starts the workers and, once evt_0's handler
+	// runs (and blocks), makes the second batch's job available.
+	startWhileFirstRuns := func(t *testing.T, b *bundle) {
+		b.startWorkers(t)
+		select {
+		case <-b.entered:
+		case <-time.After(30 * time.Second):
+			t.Fatal("evt_0's handler never ran")
+		}
+		release(t, b)
+	}
 	// check asserts that every message was applied once, in order per key,
 	// and returns how many jobs of their own messages got.
 	check := func(t *testing.T, b *bundle) (single int) {
@@ -313,13 +324,7 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 		// second batch then processes its messages itself: nothing parks,
 		// nothing is handed on.
 		b := setupTwoBatches(t, 1)
-		b.startWorkers(t)
-		select {
-		case <-b.entered:
-		case <-time.After(30 * time.Second):
-			t.Fatal("evt_0's handler never ran")
-		}
-		release(t, b)
+		startWhileFirstRuns(t, b)
 		require.Eventually(t, func() bool {
 			return count(t, b, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 				AND wait_event_type = 'Lock' AND query LIKE '%InboxMessagesAwaitUnlocked%'`) > 0
@@ -336,13 +341,7 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 		// its messages on to new batch jobs as often as it may and then to
 		// jobs of their own.
 		b := setupTwoBatches(t, 1)
-		b.startWorkers(t)
-		select {
-		case <-b.entered:
-		case <-time.After(30 * time.Second):
-			t.Fatal("evt_0's handler never ran")
-		}
-		release(t, b)
+		startWhileFirstRuns(t, b)
 		require.Eventually(t, func() bool {
 			return count(t, b, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process'") > 0
 		}, 30*time.Second, 5*time.Millisecond)
