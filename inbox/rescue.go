@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -37,6 +38,10 @@ type rescueWorker struct {
 	ib *Inbox
 }
 
+// Timeout lets a rescue over a large backlog finish: it runs once per
+// RescueInterval.
+func (w *rescueWorker) Timeout(*river.Job[rescueArgs]) time.Duration { return RescueInterval }
+
 func (w *rescueWorker) Work(ctx context.Context, _ *river.Job[rescueArgs]) error {
 	_, err := w.ib.Rescue(ctx)
 	return err
@@ -49,56 +54,112 @@ func (w *rescueWorker) Work(ctx context.Context, _ *river.Job[rescueArgs]) error
 func (ib *Inbox) PeriodicJobs() []*river.PeriodicJob {
 	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(RescueInterval),
 		func() (river.JobArgs, *river.InsertOpts) {
-			return rescueArgs{}, &river.InsertOpts{Queue: ib.queue}
+			// One per interval, even while an earlier one retries.
+			return rescueArgs{}, &river.InsertOpts{Queue: ib.queue, UniqueOpts: river.UniqueOpts{ByPeriod: RescueInterval}}
 		},
 		&river.PeriodicJobOpts{ID: rescueArgs{}.Kind(), RunOnStart: true})}
 }
 
-// Rescue gives a job to every unfinished message that nothing would run
-// otherwise (RescueAfter or more since it last changed), and returns how
-// many it rescued: a message parked behind an earlier one of its ordering
-// key when that one has finished without waking it, and a message whose
-// River job has finished (completed, cancelled, discarded) or been deleted
-// while the message was still to process or failing. Neither happens in
-// normal operation; a crash between two transactions, a failure to record
-// a handler's failure, or a job cancelled or deleted through River rather
-// than Skip or Forget can leave one. Each rescued message is logged. The
-// periodic job of PeriodicJobs calls it; an operator can too.
+// Rescue finds the unfinished messages that nothing would run (RescueAfter
+// or more since they last changed) and settles each, returning how many it
+// settled. Neither kind happens in normal operation; a crash between two
+// transactions, a process that dies in a handler, a failure to record a
+// handler's failure, or a job cancelled or deleted through River rather
+// than with Skip or Forget can leave one:
+//
+//   - a message parked behind an earlier one of its ordering key that
+//     finished without waking it, or on a River job that completed without
+//     processing it, gets a new job;
+//   - a message whose River job was discarded (its attempts used up, no
+//     failure recorded: the process died in its handler, most likely),
+//     cancelled, or deleted becomes dead, with the reason as its last
+//     error, Config.OnDead is called, and the next message of its ordering
+//     key goes on. Replay runs it again once its cause is dealt with; a new
+//     job would only run it out of its order, or crash the process again.
+//
+// Each is logged as a warning. The periodic job of PeriodicJobs calls it; an
+// operator can too.
 func (ib *Inbox) Rescue(ctx context.Context) (int, error) {
-	var n int
+	var settled []stranded
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		var err error
-		n, err = ib.RescueTx(ctx, tx)
+		settled, err = ib.rescueTx(ctx, tx)
 		return err
 	})
-	return n, err
+	if err != nil {
+		return 0, err
+	}
+	ib.reportRescued(ctx, settled)
+	return len(settled), nil
 }
 
-// RescueTx is Rescue in tx.
+// RescueTx is Rescue in tx; Config.OnDead is called before it returns,
+// whether tx commits or not.
 func (ib *Inbox) RescueTx(ctx context.Context, tx pgx.Tx) (int, error) {
+	settled, err := ib.rescueTx(ctx, tx)
+	if err != nil {
+		return 0, err
+	}
+	ib.reportRescued(ctx, settled)
+	return len(settled), nil
+}
+
+// stranded is a message Rescue settled: given a new job (jobID), or made
+// dead (cause).
+type stranded struct {
+	msg      *Message
+	jobState string
+	jobID    int64
+	cause    error
+}
+
+func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 	q := dbsqlc.New(tx)
-	stranded, err := q.InboxMessagesStranded(ctx, dbsqlc.InboxMessagesStrandedParams{
+	rows, err := q.InboxMessagesStranded(ctx, dbsqlc.InboxMessagesStrandedParams{
 		Before: ib.clock().Add(-RescueAfter), Max: maxRescue,
 	})
 	if err != nil {
-		return 0, fmt.Errorf("inbox: rescue: find stranded messages: %w", err)
+		return nil, fmt.Errorf("inbox: rescue: find stranded messages: %w", err)
 	}
-	if len(stranded) == 0 {
-		return 0, nil
-	}
-	inserts := make([]river.InsertManyParams, len(stranded))
+	settled := make([]stranded, len(rows))
+	var inserts []river.InsertManyParams
 	byReceivedAt := map[time.Time][]uuid.UUID{}
-	for i, s := range stranded {
-		inserts[i] = river.InsertManyParams{Args: processArgs{MessageID: s.ID, ReceivedAt: s.ReceivedAt}, InsertOpts: ib.insertOpts()}
-		byReceivedAt[s.ReceivedAt] = append(byReceivedAt[s.ReceivedAt], s.ID)
+	for i := range rows {
+		s := &settled[i]
+		s.msg, s.jobState = messageFromRow(&rows[i].WharfInboxMessage), rows[i].JobState
+		switch s.jobState {
+		case "", "completed":
+			inserts = append(inserts, river.InsertManyParams{
+				Args: processArgs{MessageID: s.msg.ID, ReceivedAt: s.msg.ReceivedAt}, InsertOpts: ib.insertOpts(),
+			})
+			byReceivedAt[s.msg.ReceivedAt] = append(byReceivedAt[s.msg.ReceivedAt], s.msg.ID)
+			continue
+		case "gone":
+			s.cause = fmt.Errorf("dead: its River job %d is gone (deleted outside Wharf?) and it was never processed; replay it to run it", s.msg.JobID)
+		default:
+			s.cause = fmt.Errorf("dead: its River job %d was %s without a recorded result (the process died in its handler?); replay it to run it", s.msg.JobID, s.jobState)
+		}
+		dead, err := q.InboxMessageSkip(ctx, dbsqlc.InboxMessageSkipParams{
+			Reason: s.cause.Error(), Now: ib.clock(), ReceivedAt: s.msg.ReceivedAt, ID: s.msg.ID,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("inbox: rescue: mark message %s dead: %w", s.msg.ID, err)
+		}
+		s.msg = messageFromRow(&dead)
+		if err := ib.wakeNext(ctx, tx, s.msg); err != nil {
+			return nil, err
+		}
+	}
+	if len(inserts) == 0 {
+		return settled, nil
 	}
 	inserted, err := ib.river.InsertManyTx(ctx, tx, inserts)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: rescue: insert jobs: %w", err)
+		return nil, fmt.Errorf("inbox: rescue: insert jobs: %w", err)
 	}
 	jobs, err := jobOfMessage(inserted)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: rescue: %w", err)
+		return nil, fmt.Errorf("inbox: rescue: %w", err)
 	}
 	for at, ids := range byReceivedAt {
 		set, err := setJobParams(ib.clock(), at, ids, jobs)
@@ -106,12 +167,26 @@ func (ib *Inbox) RescueTx(ctx context.Context, tx pgx.Tx) (int, error) {
 			err = q.InboxMessagesSetJob(ctx, set)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("inbox: rescue: %w", err)
+			return nil, fmt.Errorf("inbox: rescue: %w", err)
 		}
 	}
-	for _, s := range stranded {
-		ib.logger.WarnContext(ctx, "inbox: rescued a message that nothing would have run; it runs again on a new job",
-			"message_id", s.ID, "job_id", jobs[s.ID])
+	for i := range settled {
+		settled[i].jobID = jobs[settled[i].msg.ID]
 	}
-	return len(stranded), nil
+	return settled, nil
+}
+
+// reportRescued logs what Rescue settled and calls Config.OnDead for the
+// messages it made dead.
+func (ib *Inbox) reportRescued(ctx context.Context, settled []stranded) {
+	for _, s := range settled {
+		if s.cause == nil {
+			ib.logger.WarnContext(ctx, "inbox: rescued a message that nothing would have run; it runs on a new job",
+				"message_id", s.msg.ID, "source", s.msg.Source, "event_id", s.msg.EventID, "job_id", s.jobID, "old_job_state", cmp.Or(s.jobState, "none (parked)"))
+			continue
+		}
+		ib.logger.WarnContext(ctx, "inbox: a message whose River job ended without a recorded result is dead",
+			"message_id", s.msg.ID, "source", s.msg.Source, "event_id", s.msg.EventID, "error", s.cause)
+		ib.dead(ctx, s.msg, s.cause)
+	}
 }

@@ -2,6 +2,7 @@ package inbox_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,24 +14,34 @@ import (
 	"github.com/wharfhq/wharf/inbox"
 )
 
-// Rescue gives a job to the unfinished messages that nothing would run
-// (parked with nothing left to wake them, or on a River job that finished
-// or is gone), once they have been left alone for RescueAfter, and to no
-// other.
+// Rescue settles the unfinished messages that nothing would run, once
+// they have been left alone for RescueAfter, and no other: a parked one
+// with nothing left to wake it, or one on a completed job, gets a new job;
+// one whose job was discarded, cancelled or deleted is dead (a new job
+// would crash its process again, or run it out of order), and the next
+// message of its ordering key goes on.
 func TestRescueStrandedMessages(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, nil)
+	var mu sync.Mutex
+	var died []string
+	b := setup(t, &setupOpts{cfg: &inbox.Config{OnDead: func(_ context.Context, msg *inbox.Message, _ error) {
+		mu.Lock()
+		defer mu.Unlock()
+		died = append(died, msg.EventID)
+	}}})
 	createEffects(t, b.pool)
 	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
 		return applyEffect(ctx, tx, msg)
 	})
 	ids := map[string]uuid.UUID{}
 	for _, m := range []struct{ id, key string }{
-		{"evt_dead_1", "k1"}, {"evt_parked_after_dead", "k1"}, // stranded
+		{"evt_dead_1", "k1"}, {"evt_parked_after_dead", "k1"}, // stranded: a new job
 		{"evt_live", "k2"}, {"evt_parked_after_live", "k2"}, // waits for evt_live
 		{"evt_dead_3", "k3"}, {"evt_parked_recently", "k3"}, // stranded, but a moment ago
-		{"evt_job_discarded", ""}, {"evt_job_deleted", ""}, // stranded
+		{"evt_job_discarded", "k4"}, {"evt_after_discarded", "k4"}, // dead; the next goes on
+		{"evt_job_completed", ""},                          // a new job
+		{"evt_job_cancelled", ""}, {"evt_job_deleted", ""}, // dead
 		{"evt_job_available", ""}, // runs
 	} {
 		res := receiveMany(t, b.pool, b.inbox, []inbox.Incoming{{Source: "payments", EventID: m.id, Body: []byte(`{}`), OrderingKey: m.key}})
@@ -42,32 +53,44 @@ func TestRescueStrandedMessages(t *testing.T) {
 		_, err := b.pool.Exec(ctx, sql, args...)
 		require.NoError(t, err)
 	}
+	const jobOfMessage = "(SELECT job_id FROM wharf_inbox_messages WHERE id = $1)"
 	park := func(eventID string) {
-		exec("DELETE FROM river_job WHERE id = (SELECT job_id FROM wharf_inbox_messages WHERE id = $1)", ids[eventID])
+		exec("DELETE FROM river_job WHERE id = "+jobOfMessage, ids[eventID])
 		exec("UPDATE wharf_inbox_messages SET job_id = NULL WHERE id = $1", ids[eventID])
 	}
 	for _, id := range []string{"evt_dead_1", "evt_dead_3"} {
-		exec("DELETE FROM river_job WHERE id = (SELECT job_id FROM wharf_inbox_messages WHERE id = $1)", ids[id])
+		exec("DELETE FROM river_job WHERE id = "+jobOfMessage, ids[id])
 		exec("UPDATE wharf_inbox_messages SET status = 'dead' WHERE id = $1", ids[id])
 	}
 	park("evt_parked_after_dead")
 	park("evt_parked_after_live")
 	park("evt_parked_recently")
-	exec(`UPDATE river_job SET state = 'discarded', finalized_at = now()
-		WHERE id = (SELECT job_id FROM wharf_inbox_messages WHERE id = $1)`, ids["evt_job_discarded"])
-	exec("DELETE FROM river_job WHERE id = (SELECT job_id FROM wharf_inbox_messages WHERE id = $1)", ids["evt_job_deleted"])
+	park("evt_after_discarded")
+	for id, state := range map[string]string{"evt_job_discarded": "discarded", "evt_job_completed": "completed", "evt_job_cancelled": "cancelled"} {
+		exec("UPDATE river_job SET state = $2, finalized_at = now() WHERE id = "+jobOfMessage, ids[id], state)
+	}
+	exec("DELETE FROM river_job WHERE id = "+jobOfMessage, ids["evt_job_deleted"])
 	exec("UPDATE wharf_inbox_messages SET updated_at = $1 WHERE id <> $2", b.clock.Now().Add(-inbox.RescueAfter-time.Second), ids["evt_parked_recently"])
 
 	jobBefore := jobOf(t, b.pool, ids["evt_job_available"])
 	n, err := b.inbox.Rescue(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	for _, id := range []string{"evt_parked_after_dead", "evt_job_discarded", "evt_job_deleted"} {
+	require.Equal(t, 5, n)
+	for _, id := range []string{"evt_parked_after_dead", "evt_job_completed", "evt_after_discarded"} {
 		var state string
 		require.NoError(t, b.pool.QueryRow(ctx, `SELECT j.state FROM wharf_inbox_messages m JOIN river_job j ON j.id = m.job_id
 			WHERE m.id = $1`, ids[id]).Scan(&state), id)
 		require.Equal(t, "available", state, id)
 	}
+	for id, reason := range map[string]string{"evt_job_discarded": "was discarded", "evt_job_cancelled": "was cancelled", "evt_job_deleted": "is gone"} {
+		m, err := b.inbox.Get(ctx, ids[id])
+		require.NoError(t, err)
+		require.Equal(t, inbox.StatusDead, m.Status, id)
+		require.Contains(t, m.LastError, reason, id)
+	}
+	mu.Lock()
+	require.ElementsMatch(t, []string{"evt_job_discarded", "evt_job_cancelled", "evt_job_deleted"}, died)
+	mu.Unlock()
 	require.Zero(t, jobOf(t, b.pool, ids["evt_parked_after_live"]), "rescued a message its earlier one will wake")
 	require.Zero(t, jobOf(t, b.pool, ids["evt_parked_recently"]), "rescued a message changed a moment ago")
 	require.Equal(t, jobBefore, jobOf(t, b.pool, ids["evt_job_available"]))
@@ -76,10 +99,12 @@ func TestRescueStrandedMessages(t *testing.T) {
 	require.Zero(t, n, "a second rescue found more")
 
 	b.startWorkers(t)
-	for _, id := range []string{"evt_parked_after_dead", "evt_job_discarded", "evt_job_deleted", "evt_live", "evt_parked_after_live", "evt_job_available"} {
+	for _, id := range []string{"evt_parked_after_dead", "evt_job_completed", "evt_after_discarded", "evt_live", "evt_parked_after_live", "evt_job_available"} {
 		require.Eventually(t, func() bool { return effectCount(t, b.pool, id) == 1 }, 30*time.Second, 10*time.Millisecond, id)
 	}
-	require.Zero(t, effectCount(t, b.pool, "evt_parked_recently"))
+	for _, id := range []string{"evt_parked_recently", "evt_job_discarded", "evt_job_cancelled", "evt_job_deleted"} {
+		require.Zero(t, effectCount(t, b.pool, id), id)
+	}
 }
 
 // The inbox's periodic job runs Rescue, on the inbox's queue.

@@ -363,14 +363,25 @@ WHERE status <> 'processed'
 GROUP BY source;
 
 -- name: InboxMessagesStranded :many
--- Unfinished messages that nothing will run, last changed before @before:
--- parked (no job) with no earlier unfinished message of their ordering key
--- to wake them, or on a River job that is finished (completed, cancelled,
--- discarded) or gone. Locked, skipping those another transaction holds.
-SELECT m.id, m.received_at
-FROM wharf_inbox_messages m
+-- Unfinished messages that nothing will run, last changed before @before,
+-- with the state of their River job: '' when parked (no job) with no
+-- earlier unfinished message of their ordering key to wake them; the job's
+-- state when it is finished (completed, cancelled, discarded); 'gone' when
+-- River no longer has it. Locked, skipping those another transaction holds.
+-- The candidates come from the index of unfinished messages, never the
+-- processed ones.
+WITH candidates AS MATERIALIZED (
+    SELECT c.received_at, c.id
+    FROM wharf_inbox_messages c
+    WHERE c.status IN ('received', 'failed')
+      AND c.updated_at < @before::timestamptz
+)
+SELECT sqlc.embed(m),
+       (CASE WHEN m.job_id IS NULL THEN '' ELSE coalesce(j.state::text, 'gone') END)::text AS job_state
+FROM candidates
+JOIN wharf_inbox_messages m ON m.received_at = candidates.received_at AND m.id = candidates.id
+LEFT JOIN river_job j ON j.id = m.job_id
 WHERE m.status IN ('received', 'failed')
-  AND m.updated_at < @before::timestamptz
   AND CASE
       WHEN m.job_id IS NULL THEN NOT EXISTS (
           SELECT 1
@@ -381,12 +392,7 @@ WHERE m.status IN ('received', 'failed')
             AND e.status IN ('received', 'failed')
             AND e.received_at <= m.received_at
             AND (e.received_at, e.id) < (m.received_at, m.id))
-      ELSE NOT EXISTS (
-          SELECT 1
-          FROM river_job j
-          WHERE j.id = m.job_id
-            AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+      ELSE j.id IS NULL OR j.state::text NOT IN ('available', 'pending', 'retryable', 'running', 'scheduled')
       END
-ORDER BY m.received_at, m.id
 LIMIT @max
 FOR UPDATE OF m SKIP LOCKED;

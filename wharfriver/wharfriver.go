@@ -94,7 +94,9 @@ type Components struct {
 //     an interrupted message or delivery is retried within about a minute
 //     of its timeout, not River's default hour;
 //   - FetchPollInterval, when unset, to DefaultFetchPollInterval (100 ms,
-//     or FetchCooldown if longer).
+//     or the longest FetchCooldown of the client and of its queues without
+//     a poll interval of their own, if longer; a queue added later with a
+//     longer cooldown needs a FetchPollInterval of its own).
 //
 // It returns an error naming each problem, and changes nothing, when a set
 // value breaks a guarantee: a RescueStuckJobsAfter shorter than JobTimeout,
@@ -190,7 +192,16 @@ func Configure(cfg *river.Config, comps *Components) error {
 		cfg.RescueStuckJobsAfter = jobTimeout + rescueMargin
 	}
 	if cfg.FetchPollInterval == 0 {
-		cfg.FetchPollInterval = max(DefaultFetchPollInterval, cfg.FetchCooldown)
+		// River requires every queue's poll to be no shorter than its
+		// cooldown: a queue with a cooldown of its own and no poll of its
+		// own takes the client's poll.
+		poll := max(DefaultFetchPollInterval, cfg.FetchCooldown)
+		for _, q := range cfg.Queues {
+			if q.FetchPollInterval == 0 {
+				poll = max(poll, q.FetchCooldown)
+			}
+		}
+		cfg.FetchPollInterval = poll
 	}
 	return nil
 }

@@ -118,6 +118,16 @@ func TestConfigureSetsPollInterval(t *testing.T) {
 	cfg = &river.Config{FetchCooldown: 300 * time.Millisecond}
 	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, NoJobs: true}))
 	require.Equal(t, 300*time.Millisecond, cfg.FetchPollInterval)
+	// A queue's own cooldown counts too, unless it has its own poll; River
+	// accepts the result.
+	cfg = &river.Config{Queues: map[string]river.QueueConfig{
+		"app":    {MaxWorkers: 1, FetchCooldown: 250 * time.Millisecond},
+		"polled": {MaxWorkers: 1, FetchCooldown: 2 * time.Second, FetchPollInterval: 3 * time.Second},
+	}}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, NoJobs: true}))
+	require.Equal(t, 250*time.Millisecond, cfg.FetchPollInterval)
+	_, err = river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
 }
 
 // TestConfigureRefusesBrokenGuarantees: each set value that would break a

@@ -1271,10 +1271,18 @@ func (q *Queries) InboxMessagesSetJob(ctx context.Context, arg InboxMessagesSetJ
 }
 
 const inboxMessagesStranded = `-- name: InboxMessagesStranded :many
-SELECT m.id, m.received_at
-FROM wharf_inbox_messages m
+WITH candidates AS MATERIALIZED (
+    SELECT c.received_at, c.id
+    FROM wharf_inbox_messages c
+    WHERE c.status IN ('received', 'failed')
+      AND c.updated_at < $2::timestamptz
+)
+SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context,
+       (CASE WHEN m.job_id IS NULL THEN '' ELSE coalesce(j.state::text, 'gone') END)::text AS job_state
+FROM candidates
+JOIN wharf_inbox_messages m ON m.received_at = candidates.received_at AND m.id = candidates.id
+LEFT JOIN river_job j ON j.id = m.job_id
 WHERE m.status IN ('received', 'failed')
-  AND m.updated_at < $1::timestamptz
   AND CASE
       WHEN m.job_id IS NULL THEN NOT EXISTS (
           SELECT 1
@@ -1285,33 +1293,31 @@ WHERE m.status IN ('received', 'failed')
             AND e.status IN ('received', 'failed')
             AND e.received_at <= m.received_at
             AND (e.received_at, e.id) < (m.received_at, m.id))
-      ELSE NOT EXISTS (
-          SELECT 1
-          FROM river_job j
-          WHERE j.id = m.job_id
-            AND j.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+      ELSE j.id IS NULL OR j.state::text NOT IN ('available', 'pending', 'retryable', 'running', 'scheduled')
       END
-ORDER BY m.received_at, m.id
-LIMIT $2
+LIMIT $1
 FOR UPDATE OF m SKIP LOCKED
 `
 
 type InboxMessagesStrandedParams struct {
-	Before time.Time
 	Max    int32
+	Before time.Time
 }
 
 type InboxMessagesStrandedRow struct {
-	ID         uuid.UUID
-	ReceivedAt time.Time
+	WharfInboxMessage WharfInboxMessage
+	JobState          string
 }
 
-// Unfinished messages that nothing will run, last changed before @before:
-// parked (no job) with no earlier unfinished message of their ordering key
-// to wake them, or on a River job that is finished (completed, cancelled,
-// discarded) or gone. Locked, skipping those another transaction holds.
+// Unfinished messages that nothing will run, last changed before @before,
+// with the state of their River job: ” when parked (no job) with no
+// earlier unfinished message of their ordering key to wake them; the job's
+// state when it is finished (completed, cancelled, discarded); 'gone' when
+// River no longer has it. Locked, skipping those another transaction holds.
+// The candidates come from the index of unfinished messages, never the
+// processed ones.
 func (q *Queries) InboxMessagesStranded(ctx context.Context, arg InboxMessagesStrandedParams) ([]InboxMessagesStrandedRow, error) {
-	rows, err := q.db.Query(ctx, inboxMessagesStranded, arg.Before, arg.Max)
+	rows, err := q.db.Query(ctx, inboxMessagesStranded, arg.Max, arg.Before)
 	if err != nil {
 		return nil, err
 	}
@@ -1319,7 +1325,26 @@ func (q *Queries) InboxMessagesStranded(ctx context.Context, arg InboxMessagesSt
 	var items []InboxMessagesStrandedRow
 	for rows.Next() {
 		var i InboxMessagesStrandedRow
-		if err := rows.Scan(&i.ID, &i.ReceivedAt); err != nil {
+		if err := rows.Scan(
+			&i.WharfInboxMessage.ID,
+			&i.WharfInboxMessage.ReceivedAt,
+			&i.WharfInboxMessage.Source,
+			&i.WharfInboxMessage.EventID,
+			&i.WharfInboxMessage.EventType,
+			&i.WharfInboxMessage.Headers,
+			&i.WharfInboxMessage.Body,
+			&i.WharfInboxMessage.PayloadHash,
+			&i.WharfInboxMessage.Status,
+			&i.WharfInboxMessage.Attempts,
+			&i.WharfInboxMessage.LastError,
+			&i.WharfInboxMessage.JobID,
+			&i.WharfInboxMessage.ProcessedAt,
+			&i.WharfInboxMessage.UpdatedAt,
+			&i.WharfInboxMessage.ScrubbedAt,
+			&i.WharfInboxMessage.OrderingKey,
+			&i.WharfInboxMessage.TraceContext,
+			&i.JobState,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
