@@ -5,46 +5,56 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
-// genericPlans is a dbsqlc.DBTX whose Query runs its statement with a
-// generic plan, in the same round trip: it sends, as one pipeline, a
-// savepoint, SET LOCAL plan_cache_mode = force_generic_plan, the query,
-// and a rollback to the savepoint and its release, which restore the mode.
-// For read-only queries only: the rollback would undo a write, and release
-// a lock the query took. Exec, QueryRow and SendBatch are tx's own.
+// genericPlans is a dbsqlc.DBTX whose Query and Exec run their statement
+// with a generic plan, in the same round trip: they send, as one pipeline,
+// PlanCacheModeGeneric (SET LOCAL plan_cache_mode = force_generic_plan,
+// keeping the mode it had), the statement, and PlanCacheModeRestore.
+// QueryRow and SendBatch are tx's own.
 //
 // Why: Postgres plans a prepared statement afresh on every execution when a
-// custom plan looks cheaper than the generic one, as it does for the
-// ordering lookups (it knows the arrays' lengths, and prunes partitions by
-// the parameters), and planning a lookup per message over every day
-// partition costs milliseconds: several times their execution, and more
-// than the rest of a batch. Their generic plans prune partitions at run
-// time.
+// custom plan looks cheaper than the generic one, as it does for statements
+// on the day-partitioned messages (it prunes partitions by the parameters,
+// and knows the arrays' lengths). Planning the ordering lookups, a lookup
+// per message over every day partition, cost milliseconds per batch, more
+// than the rest of it; planning a message's processed mark cost more than
+// running it. Their generic plans prune partitions at run time.
 type genericPlans struct{ pgx.Tx }
-
-const (
-	genericPlanSavepointSQL = "SAVEPOINT wharf_generic_plan"
-	genericPlanRollbackSQL  = "ROLLBACK TO SAVEPOINT wharf_generic_plan"
-	genericPlanReleaseSQL   = "RELEASE SAVEPOINT wharf_generic_plan"
-)
 
 var _ dbsqlc.DBTX = genericPlans{}
 
+// queueGeneric queues sql, with a generic plan, on b (see genericPlans).
+func queueGeneric(b *pgx.Batch, sql string, args ...any) {
+	b.Queue(dbsqlc.PlanCacheModeGenericSQL)
+	b.Queue(sql, args...)
+	b.Queue(dbsqlc.PlanCacheModeRestoreSQL)
+}
+
+func (g genericPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	b := &pgx.Batch{}
+	queueGeneric(b, sql, args...)
+	br := g.Tx.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	return tag, errors.Join(err, br.Close())
+}
+
 func (g genericPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
-	b.Queue(genericPlanSavepointSQL)
-	b.Queue(dbsqlc.SetLocalPlanCacheModeSQL, "force_generic_plan")
-	b.Queue(sql, args...)
-	b.Queue(genericPlanRollbackSQL)
-	b.Queue(genericPlanReleaseSQL)
+	queueGeneric(b, sql, args...)
 	br := g.Tx.SendBatch(ctx, b)
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return nil, errors.Join(err, br.Close())
-		}
+	if _, err := br.Exec(); err != nil {
+		return nil, errors.Join(err, br.Close())
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -70,10 +80,7 @@ func (r *genericPlanRows) finish() {
 	r.done = true
 	r.Rows.Close()
 	r.err = r.Rows.Err()
-	for range 2 {
-		if r.err != nil {
-			break
-		}
+	if r.err == nil {
 		_, r.err = r.br.Exec()
 	}
 	r.err = errors.Join(r.err, r.br.Close())

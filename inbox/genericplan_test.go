@@ -10,9 +10,9 @@ import (
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
-// genericPlans runs a query with a generic plan and leaves the
-// transaction's plan_cache_mode, and the transaction, as they were; a
-// failing query fails with its own error.
+// genericPlans runs a query or a statement with a generic plan and leaves
+// the transaction's plan_cache_mode as it was; a failing query fails with
+// its own error.
 func TestGenericPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -30,6 +30,13 @@ func TestGenericPlans(t *testing.T) {
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		require.Equal(t, []string{"force_generic_plan", "second"}, got, "the query ran with a generic plan")
+		require.Equal(t, "force_custom_plan", mode(tx), "the mode was not restored")
+		tag, err := genericPlans{tx}.Exec(ctx, "CREATE TEMP TABLE seen AS SELECT current_setting('plan_cache_mode') AS mode")
+		require.NoError(t, err)
+		require.Equal(t, "SELECT 1", tag.String())
+		var seen string
+		require.NoError(t, tx.QueryRow(ctx, "SELECT mode FROM seen").Scan(&seen))
+		require.Equal(t, "force_generic_plan", seen)
 		require.Equal(t, "force_custom_plan", mode(tx), "the mode was not restored")
 		return nil
 	}))

@@ -40,7 +40,14 @@ ORDER BY c.relname;
 -- SET LOCAL lock_timeout for the rest of the transaction ('10s', say).
 SELECT set_config('lock_timeout', @timeout::text, true);
 
--- name: SetLocalPlanCacheMode :exec
--- SET LOCAL plan_cache_mode for the rest of the transaction (or of the
--- savepoint it is set in): 'force_generic_plan', say.
-SELECT set_config('plan_cache_mode', @mode::text, true);
+-- name: PlanCacheModeGeneric :exec
+-- For the rest of the transaction (or savepoint): plan_cache_mode
+-- force_generic_plan, its value before kept in wharf.plan_cache_mode for
+-- PlanCacheModeRestore (kept first: the subquery, volatile, is not pulled
+-- up, and is scanned before the outer target list is computed).
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
+FROM (SELECT set_config('wharf.plan_cache_mode', current_setting('plan_cache_mode'), true)) AS kept;
+
+-- name: PlanCacheModeRestore :exec
+-- plan_cache_mode as it was before PlanCacheModeGeneric.
+SELECT set_config('plan_cache_mode', current_setting('wharf.plan_cache_mode'), true);

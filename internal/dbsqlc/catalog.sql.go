@@ -130,6 +130,30 @@ func (q *Queries) CatalogUnattachedTables(ctx context.Context, namePattern strin
 	return items, nil
 }
 
+const planCacheModeGeneric = `-- name: PlanCacheModeGeneric :exec
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
+FROM (SELECT set_config('wharf.plan_cache_mode', current_setting('plan_cache_mode'), true)) AS kept
+`
+
+// For the rest of the transaction (or savepoint): plan_cache_mode
+// force_generic_plan, its value before kept in wharf.plan_cache_mode for
+// PlanCacheModeRestore (kept first: the subquery, volatile, is not pulled
+// up, and is scanned before the outer target list is computed).
+func (q *Queries) PlanCacheModeGeneric(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, planCacheModeGeneric)
+	return err
+}
+
+const planCacheModeRestore = `-- name: PlanCacheModeRestore :exec
+SELECT set_config('plan_cache_mode', current_setting('wharf.plan_cache_mode'), true)
+`
+
+// plan_cache_mode as it was before PlanCacheModeGeneric.
+func (q *Queries) PlanCacheModeRestore(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, planCacheModeRestore)
+	return err
+}
+
 const setLocalLockTimeout = `-- name: SetLocalLockTimeout :exec
 SELECT set_config('lock_timeout', $1::text, true)
 `
@@ -137,16 +161,5 @@ SELECT set_config('lock_timeout', $1::text, true)
 // SET LOCAL lock_timeout for the rest of the transaction ('10s', say).
 func (q *Queries) SetLocalLockTimeout(ctx context.Context, timeout string) error {
 	_, err := q.db.Exec(ctx, setLocalLockTimeout, timeout)
-	return err
-}
-
-const setLocalPlanCacheMode = `-- name: SetLocalPlanCacheMode :exec
-SELECT set_config('plan_cache_mode', $1::text, true)
-`
-
-// SET LOCAL plan_cache_mode for the rest of the transaction (or of the
-// savepoint it is set in): 'force_generic_plan', say.
-func (q *Queries) SetLocalPlanCacheMode(ctx context.Context, mode string) error {
-	_, err := q.db.Exec(ctx, setLocalPlanCacheMode, mode)
 	return err
 }

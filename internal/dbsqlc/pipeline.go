@@ -14,6 +14,9 @@ func InboxMessageMarkProcessedArgs(arg InboxMessageMarkProcessedParams) []any {
 	return []any{arg.Now, arg.ReceivedAt, arg.ID}
 }
 
-// SetLocalPlanCacheModeSQL is SetLocalPlanCacheMode's statement; its one
-// argument is the mode.
-const SetLocalPlanCacheModeSQL = setLocalPlanCacheMode
+// PlanCacheModeGenericSQL and PlanCacheModeRestoreSQL are the statements
+// of PlanCacheModeGeneric and PlanCacheModeRestore; they take no arguments.
+const (
+	PlanCacheModeGenericSQL = planCacheModeGeneric
+	PlanCacheModeRestoreSQL = planCacheModeRestore
+)
