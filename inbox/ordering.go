@@ -262,21 +262,31 @@ const orderingLockWait = 500 * time.Millisecond
 // transaction holds the given messages: a batch processing them, most
 // likely, which then has committed. The locks it takes go at once (its
 // savepoint is rolled back): the batch's own processing does not hold
-// those messages back. A lock timeout or a deadlock (two batches received
-// in the same microsecond can wait on each other) only ends the wait.
+// those messages back. The rows are locked in receipt order, and a lock or
+// statement timeout or a deadlock (two batches received in the same
+// microsecond can wait on each other) only ends the wait.
 func awaitUnlocked(ctx context.Context, tx pgx.Tx, params dbsqlc.InboxMessagesAwaitUnlockedParams) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	q := dbsqlc.New(sp)
-	if err := q.SetLocalLockTimeout(ctx, fmt.Sprintf("%dms", orderingLockWait.Milliseconds())); err == nil {
+	wait := fmt.Sprintf("%dms", orderingLockWait.Milliseconds())
+	err = q.SetLocalLockTimeout(ctx, wait) // bounds each row's wait
+	if err == nil {
+		err = q.SetLocalStatementTimeout(ctx, wait) // and all of them
+	}
+	if err == nil {
 		err = q.InboxMessagesAwaitUnlocked(ctx, params)
 		var pgErr *pgconn.PgError
-		if err != nil && !(errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected)) {
-			_ = sp.Rollback(ctx)
-			return err
+		if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.LockNotAvailable || pgErr.Code == pgerrcode.DeadlockDetected ||
+			pgErr.Code == pgerrcode.QueryCanceled) && ctx.Err() == nil {
+			err = nil // the wait ends; the batch looks again
 		}
+	}
+	if err != nil {
+		_ = sp.Rollback(ctx)
+		return err
 	}
 	// Also undoes the lock_timeout.
 	return sp.Rollback(ctx)
@@ -291,12 +301,15 @@ func (o *batchOrder) held(msg *Message) (held bool, outside *msgRef) {
 		return false, nil
 	}
 	k := orderKey{msg.Source, msg.OrderingKey}
-	if o.inside[k] {
-		return true, nil
-	}
+	// An earlier message outside the batch comes first, even when one in
+	// the batch holds msg too: it may lie between the two, and then it is
+	// the one whose finish wakes msg, so the park must take its lock.
 	if ref, ok := o.outside[msg.ID]; ok {
 		o.inside[k] = true
 		return true, &ref
+	}
+	if o.inside[k] {
+		return true, nil
 	}
 	return false, nil
 }

@@ -245,23 +245,32 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[proces
 	// worth recording), but not forever.
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	mark := dbsqlc.InboxMessageMarkFailedParams{
+		Status:     string(status),
+		LastError:  truncateError(cause.Error()),
+		Now:        w.ib.clock(),
+		ReceivedAt: job.Args.ReceivedAt,
+		ID:         job.Args.MessageID,
+	}
 	// A dead message releases the next one of its ordering key in the same
 	// transaction: a crash between the two would leave that one parked.
-	if err := w.ib.txFunc(recordCtx, func(tx pgx.Tx) error {
-		if err := dbsqlc.New(tx).InboxMessageMarkFailed(recordCtx, dbsqlc.InboxMessageMarkFailedParams{
-			Status:     string(status),
-			LastError:  truncateError(cause.Error()),
-			Now:        w.ib.clock(),
-			ReceivedAt: job.Args.ReceivedAt,
-			ID:         job.Args.MessageID,
-		}); err != nil {
+	err := w.ib.txFunc(recordCtx, func(tx pgx.Tx) error {
+		if err := dbsqlc.New(tx).InboxMessageMarkFailed(recordCtx, mark); err != nil {
 			return err
 		}
 		if status == StatusDead {
 			return w.ib.wakeNext(recordCtx, tx, msg)
 		}
 		return nil
-	}); err != nil {
+	})
+	if err != nil && status == StatusDead {
+		// The wake failed, or the mark: record the death alone, so that the
+		// message is not left unfinished on a finished job; Rescue gives the
+		// next message of its key a job if it was parked.
+		log.WarnContext(ctx, "inbox: could not wake the next message of the ordering key; recording the failure alone", "error", err)
+		err = dbsqlc.New(w.ib.pool).InboxMessageMarkFailed(recordCtx, mark)
+	}
+	if err != nil {
 		log.ErrorContext(ctx, "inbox: recording failure", "error", err)
 	}
 	logFailure(ctx, log, msg, status, cause)

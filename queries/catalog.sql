@@ -40,6 +40,11 @@ ORDER BY c.relname;
 -- SET LOCAL lock_timeout for the rest of the transaction ('10s', say).
 SELECT set_config('lock_timeout', @timeout::text, true);
 
+-- name: SetLocalStatementTimeout :exec
+-- SET LOCAL statement_timeout for the rest of the transaction (or of the
+-- savepoint it is set in): '500ms', say.
+SELECT set_config('statement_timeout', @timeout::text, true);
+
 -- name: PlanCacheModeGeneric :exec
 -- For the rest of the transaction (or savepoint): plan_cache_mode
 -- force_generic_plan, its value before kept in wharf.plan_cache_mode for

@@ -206,10 +206,11 @@ FROM (SELECT unnest(@ids::text[])::uuid AS id, unnest(@job_ids::bigint[]) AS job
 WHERE m.received_at = @received_at AND m.id = j.id;
 
 -- name: InboxMessageEarlierUnfinishedLocked :one
--- The first message of the source with the same ordering key received
+-- The last message of the source with the same ordering key received
 -- before (received_at, id) that is not finished (to process, or failing and
--- retrying), if any: the message that (received_at, id) must wait for. It
--- is locked FOR SHARE, which makes that message's processing (FOR UPDATE)
+-- retrying), if any: the message that (received_at, id) must wait for,
+-- its immediate predecessor (the one whose finish, or whose skip, comes
+-- last and wakes it). It is locked FOR SHARE, which makes that message's processing (FOR UPDATE)
 -- and status updates wait for this transaction, so that they see a message
 -- this transaction parks; NOWAIT: a transaction processing or updating it
 -- now fails this one at once (55P03) rather than holding a connection
@@ -222,7 +223,7 @@ WHERE m.source = @source::text
   AND m.status IN ('received', 'failed')
   AND m.received_at <= @received_at::timestamptz -- lets the plan skip later partitions
   AND (m.received_at, m.id) < (@received_at::timestamptz, @id::uuid)
-ORDER BY m.received_at, m.id
+ORDER BY m.received_at DESC, m.id DESC
 LIMIT 1
 FOR SHARE NOWAIT;
 
@@ -259,8 +260,9 @@ LIMIT 1;
 -- name: InboxMessagesHeldOutsideBatch :many
 -- The messages of a processing batch (sharing received_at) that an earlier
 -- unfinished message of their ordering key, outside the batch, holds, with
--- the first such message: the one each waits for. The batch worker tracks
--- the earlier messages inside the batch itself.
+-- the last such message: the one whose finish (or skip) comes last and
+-- wakes it, and whose lock its park takes. The batch worker tracks the
+-- earlier messages inside the batch itself.
 WITH b AS (
     SELECT (@ids::text[])[i]::uuid AS id, (@sources::text[])[i] AS source, (@ordering_keys::text[])[i] AS ordering_key
     FROM generate_subscripts(@ids::text[], 1) AS i
@@ -280,7 +282,7 @@ CROSS JOIN LATERAL (
       -- partition per message, far past jit_above_cost, and JIT-compiled
       -- (tens of milliseconds) on every call.
       AND NOT (m.received_at = @received_at::timestamptz AND m.id = ANY ((@ids::text[])::uuid[]))
-    ORDER BY m.received_at, m.id
+    ORDER BY m.received_at DESC, m.id DESC
     LIMIT 1
 ) h
 WHERE b.ordering_key <> '';
@@ -308,6 +310,7 @@ FROM wharf_inbox_messages m
 WHERE (m.received_at, m.id) IN (
     SELECT (@received_ats::timestamptz[])[i], (@ids::text[])[i]::uuid
     FROM generate_subscripts(@ids::text[], 1) AS i)
+ORDER BY m.received_at, m.id
 FOR SHARE;
 
 -- name: InboxMessagesPark :exec

@@ -163,3 +163,14 @@ func (q *Queries) SetLocalLockTimeout(ctx context.Context, timeout string) error
 	_, err := q.db.Exec(ctx, setLocalLockTimeout, timeout)
 	return err
 }
+
+const setLocalStatementTimeout = `-- name: SetLocalStatementTimeout :exec
+SELECT set_config('statement_timeout', $1::text, true)
+`
+
+// SET LOCAL statement_timeout for the rest of the transaction (or of the
+// savepoint it is set in): '500ms', say.
+func (q *Queries) SetLocalStatementTimeout(ctx context.Context, timeout string) error {
+	_, err := q.db.Exec(ctx, setLocalStatementTimeout, timeout)
+	return err
+}

@@ -209,7 +209,7 @@ WHERE m.source = $1::text
   AND m.status IN ('received', 'failed')
   AND m.received_at <= $3::timestamptz -- lets the plan skip later partitions
   AND (m.received_at, m.id) < ($3::timestamptz, $4::uuid)
-ORDER BY m.received_at, m.id
+ORDER BY m.received_at DESC, m.id DESC
 LIMIT 1
 FOR SHARE NOWAIT
 `
@@ -221,10 +221,11 @@ type InboxMessageEarlierUnfinishedLockedParams struct {
 	ID          uuid.UUID
 }
 
-// The first message of the source with the same ordering key received
+// The last message of the source with the same ordering key received
 // before (received_at, id) that is not finished (to process, or failing and
-// retrying), if any: the message that (received_at, id) must wait for. It
-// is locked FOR SHARE, which makes that message's processing (FOR UPDATE)
+// retrying), if any: the message that (received_at, id) must wait for,
+// its immediate predecessor (the one whose finish, or whose skip, comes
+// last and wakes it). It is locked FOR SHARE, which makes that message's processing (FOR UPDATE)
 // and status updates wait for this transaction, so that they see a message
 // this transaction parks; NOWAIT: a transaction processing or updating it
 // now fails this one at once (55P03) rather than holding a connection
@@ -909,6 +910,7 @@ FROM wharf_inbox_messages m
 WHERE (m.received_at, m.id) IN (
     SELECT ($1::timestamptz[])[i], ($2::text[])[i]::uuid
     FROM generate_subscripts($2::text[], 1) AS i)
+ORDER BY m.received_at, m.id
 FOR SHARE
 `
 
@@ -1046,7 +1048,7 @@ CROSS JOIN LATERAL (
       -- partition per message, far past jit_above_cost, and JIT-compiled
       -- (tens of milliseconds) on every call.
       AND NOT (m.received_at = $1::timestamptz AND m.id = ANY (($2::text[])::uuid[]))
-    ORDER BY m.received_at, m.id
+    ORDER BY m.received_at DESC, m.id DESC
     LIMIT 1
 ) h
 WHERE b.ordering_key <> ''
@@ -1067,8 +1069,9 @@ type InboxMessagesHeldOutsideBatchRow struct {
 
 // The messages of a processing batch (sharing received_at) that an earlier
 // unfinished message of their ordering key, outside the batch, holds, with
-// the first such message: the one each waits for. The batch worker tracks
-// the earlier messages inside the batch itself.
+// the last such message: the one whose finish (or skip) comes last and
+// wakes it, and whose lock its park takes. The batch worker tracks the
+// earlier messages inside the batch itself.
 func (q *Queries) InboxMessagesHeldOutsideBatch(ctx context.Context, arg InboxMessagesHeldOutsideBatchParams) ([]InboxMessagesHeldOutsideBatchRow, error) {
 	rows, err := q.db.Query(ctx, inboxMessagesHeldOutsideBatch,
 		arg.ReceivedAt,
