@@ -67,16 +67,19 @@ func storableKey(v string) string {
 // skipped, erased), its transaction gives the next unfinished message of
 // its key a job if that one is parked (wakeNext). Parking and waking
 // cannot miss each other: the parking transaction holds a SHARE lock on
-// the earlier message's row, which that message's processing (FOR UPDATE)
-// and every update of its status wait for, so its wake sees the park. A
-// message that finds the earlier one being processed or updated at that
-// moment (its lock taken) snoozes briefly and looks again. The batch worker
-// takes no such lock (two batches could wait on each other): it asks once
-// which of its messages an earlier one outside the batch holds and tracks
-// those inside it itself; it parks a held message itself when it can take
-// the lock (see parkHeld), and otherwise hands it to a job of its own,
-// which parks it. A batch's finished messages wake the next ones of their
-// keys together: one batch job for those received together.
+// the row of the message's immediate predecessor (the last earlier
+// unfinished message of its key: the one whose finish, or skip, wakes it),
+// which that message's processing (FOR UPDATE) and every update of its
+// status wait for, so its wake sees the park. A message that finds its
+// predecessor being processed or updated at that moment (its lock taken)
+// snoozes briefly and looks again. The batch worker asks once which of its
+// messages an earlier one outside the batch holds (the last such one) and
+// tracks those inside it itself; after waiting briefly for another batch
+// that holds them, it parks a held message itself when it can take the
+// lock without waiting (see parkHeld), and otherwise hands it on to a new
+// job. A batch's finished messages wake the next ones of their keys
+// together: one batch job for those received together. Rescue is the net
+// under all of it.
 
 // orderingBusyWait is how long a message snoozes when the earlier message
 // of its key is being processed at that moment.
