@@ -1,11 +1,9 @@
 package inbox_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -25,29 +23,7 @@ import (
 func TestOrderingRetryableFailureInBatchStrandsNoLaterMessage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, nil)
-	createEffects(t, b.pool)
-	msgs := payments("evt_1", "evt_2", "evt_3")
-	for i := range msgs {
-		msgs[i].OrderingKey = "sub_1"
-	}
-	results := receiveMany(t, b.pool, b.inbox, msgs)
-	ids := []uuid.UUID{results[0].MessageID, results[1].MessageID, results[2].MessageID}
-	slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
-	first, between, last := ids[0], ids[1], ids[2]
-
-	var batchJob int64
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM river_job WHERE kind = 'wharf_inbox_process_batch'").Scan(&batchJob))
-	var ownJob int64
-	require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
-		SELECT jsonb_build_object('message_id', $1::text, 'received_at', args->'received_at'), 'wharf_inbox_process', 25, queue,
-			'scheduled', now() + interval '1 hour'
-		FROM river_job WHERE id = $2 RETURNING id`, between.String(), batchJob).Scan(&ownJob))
-	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET job_id = $1 WHERE id = $2", ownJob, between)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, "UPDATE river_job SET args = jsonb_set(args, '{message_ids}', to_jsonb($1::text[])) WHERE id = $2",
-		[]string{first.String(), last.String()}, batchJob)
-	require.NoError(t, err)
+	b, first, between, _ := interleavedBatch(t)
 
 	var once sync.Once
 	skipping := make(chan pgx.Tx, 1)

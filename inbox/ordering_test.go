@@ -362,30 +362,7 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 func TestOrderingDeadInBatchStrandsNoLaterMessage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, nil)
-	createEffects(t, b.pool)
-	msgs := payments("evt_1", "evt_2", "evt_3")
-	for i := range msgs {
-		msgs[i].OrderingKey = "sub_1"
-	}
-	results := receiveMany(t, b.pool, b.inbox, msgs)
-	ids := []uuid.UUID{results[0].MessageID, results[1].MessageID, results[2].MessageID}
-	slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
-	first, between, last := ids[0], ids[1], ids[2]
-
-	// y leaves the batch's job for a job of its own, due in an hour.
-	var batchJob int64
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM river_job WHERE kind = 'wharf_inbox_process_batch'").Scan(&batchJob))
-	var ownJob int64
-	require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
-		SELECT jsonb_build_object('message_id', $1::text, 'received_at', args->'received_at'), 'wharf_inbox_process', 25, queue,
-			'scheduled', now() + interval '1 hour'
-		FROM river_job WHERE id = $2 RETURNING id`, between.String(), batchJob).Scan(&ownJob))
-	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET job_id = $1 WHERE id = $2", ownJob, between)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, "UPDATE river_job SET args = jsonb_set(args, '{message_ids}', to_jsonb($1::text[])) WHERE id = $2",
-		[]string{first.String(), last.String()}, batchJob)
-	require.NoError(t, err)
+	b, first, between, _ := interleavedBatch(t)
 
 	var skipOnce sync.Once
 	skipping := make(chan pgx.Tx, 1)
@@ -448,4 +425,37 @@ func TestOrderingLeavesPlanCacheModeAlone(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, map[string]string{"evt_1": "auto", "evt_2": "auto", "evt_3": "auto"}, seen)
+}
+
+// interleavedBatch receives three messages of one key in one batch and
+// moves the middle one by id (between) to a job of its own, due in an
+// hour: first and last stay on the batch's job, with between, as if
+// received by a concurrent request in the same microsecond, between them.
+func interleavedBatch(t *testing.T) (b *testBundle, first, between, last uuid.UUID) {
+	t.Helper()
+	ctx := context.Background()
+	b = setup(t, nil)
+	createEffects(t, b.pool)
+	msgs := payments("evt_1", "evt_2", "evt_3")
+	for i := range msgs {
+		msgs[i].OrderingKey = "sub_1"
+	}
+	results := receiveMany(t, b.pool, b.inbox, msgs)
+	ids := []uuid.UUID{results[0].MessageID, results[1].MessageID, results[2].MessageID}
+	slices.SortFunc(ids, func(x, y uuid.UUID) int { return bytes.Compare(x[:], y[:]) })
+	first, between, last = ids[0], ids[1], ids[2]
+
+	var batchJob int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM river_job WHERE kind = 'wharf_inbox_process_batch'").Scan(&batchJob))
+	var ownJob int64
+	require.NoError(t, b.pool.QueryRow(ctx, `INSERT INTO river_job (args, kind, max_attempts, queue, state, scheduled_at)
+		SELECT jsonb_build_object('message_id', $1::text, 'received_at', args->'received_at'), 'wharf_inbox_process', 25, queue,
+			'scheduled', now() + interval '1 hour'
+		FROM river_job WHERE id = $2 RETURNING id`, between.String(), batchJob).Scan(&ownJob))
+	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET job_id = $1 WHERE id = $2", ownJob, between)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "UPDATE river_job SET args = jsonb_set(args, '{message_ids}', to_jsonb($1::text[])) WHERE id = $2",
+		[]string{first.String(), last.String()}, batchJob)
+	require.NoError(t, err)
+	return b, first, between, last
 }
