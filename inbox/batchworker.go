@@ -34,44 +34,56 @@ func (processBatchArgs) Kind() string { return "wharf_inbox_process_batch" }
 // jobOfMessage maps each message of inserted processing jobs (processArgs
 // or processBatchArgs) to its job's id, read from each job's args: River
 // does not promise that InsertManyTx returns its results in the order of
-// its params.
-func jobOfMessage(inserted []*rivertype.JobInsertResult) (map[uuid.UUID]int64, error) {
+// its params. It also returns the messages by their receipt time.
+func jobOfMessage(inserted []*rivertype.JobInsertResult) (map[uuid.UUID]int64, map[time.Time][]uuid.UUID, error) {
 	jobs := make(map[uuid.UUID]int64, len(inserted))
+	byReceivedAt := map[time.Time][]uuid.UUID{}
 	for _, res := range inserted {
+		var args processBatchArgs
 		switch res.Job.Kind {
 		case processArgs{}.Kind():
-			var args processArgs
-			if err := json.Unmarshal(res.Job.EncodedArgs, &args); err != nil {
-				return nil, fmt.Errorf("inbox: args of job %d: %w", res.Job.ID, err)
+			var one processArgs
+			if err := json.Unmarshal(res.Job.EncodedArgs, &one); err != nil {
+				return nil, nil, fmt.Errorf("inbox: args of job %d: %w", res.Job.ID, err)
 			}
-			jobs[args.MessageID] = res.Job.ID
+			args = processBatchArgs{ReceivedAt: one.ReceivedAt, MessageIDs: []uuid.UUID{one.MessageID}}
 		case processBatchArgs{}.Kind():
-			var args processBatchArgs
 			if err := json.Unmarshal(res.Job.EncodedArgs, &args); err != nil {
-				return nil, fmt.Errorf("inbox: args of job %d: %w", res.Job.ID, err)
-			}
-			for _, id := range args.MessageIDs {
-				jobs[id] = res.Job.ID
+				return nil, nil, fmt.Errorf("inbox: args of job %d: %w", res.Job.ID, err)
 			}
 		default:
-			return nil, fmt.Errorf("inbox: job %d has kind %q, not an inbox job", res.Job.ID, res.Job.Kind)
+			return nil, nil, fmt.Errorf("inbox: job %d has kind %q, not an inbox job", res.Job.ID, res.Job.Kind)
+		}
+		for _, id := range args.MessageIDs {
+			jobs[id] = res.Job.ID
+		}
+		byReceivedAt[args.ReceivedAt] = append(byReceivedAt[args.ReceivedAt], args.MessageIDs...)
+	}
+	return jobs, byReceivedAt, nil
+}
+
+// insertJobs inserts processing jobs for stored messages and hands each of
+// those messages to its job, in tx; it returns each message's job.
+func (ib *Inbox) insertJobs(ctx context.Context, tx pgx.Tx, inserts []river.InsertManyParams) (map[uuid.UUID]int64, error) {
+	inserted, err := ib.river.InsertManyTx(ctx, tx, inserts)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: insert jobs: %w", err)
+	}
+	jobs, byReceivedAt, err := jobOfMessage(inserted)
+	if err != nil {
+		return nil, err
+	}
+	q := dbsqlc.New(tx)
+	for at, ids := range byReceivedAt {
+		set := dbsqlc.InboxMessagesSetJobParams{Now: ib.clock(), ReceivedAt: at, Ids: dbsqlc.UUIDTexts(ids), JobIds: make([]int64, len(ids))}
+		for i, id := range ids {
+			set.JobIds[i] = jobs[id]
+		}
+		if err := q.InboxMessagesSetJob(ctx, set); err != nil {
+			return nil, fmt.Errorf("inbox: hand messages to their jobs: %w", err)
 		}
 	}
 	return jobs, nil
-}
-
-// setJobParams is InboxMessagesSetJobParams for msgs, sharing receivedAt,
-// with each one's job from jobs.
-func setJobParams(now, receivedAt time.Time, ids []uuid.UUID, jobs map[uuid.UUID]int64) (dbsqlc.InboxMessagesSetJobParams, error) {
-	p := dbsqlc.InboxMessagesSetJobParams{Now: now, ReceivedAt: receivedAt, Ids: make([]string, len(ids)), JobIds: make([]int64, len(ids))}
-	for i, id := range ids {
-		jobID, ok := jobs[id]
-		if !ok {
-			return p, fmt.Errorf("inbox: no job was inserted for message %s", id)
-		}
-		p.Ids[i], p.JobIds[i] = id.String(), jobID
-	}
-	return p, nil
 }
 
 // processBatchWorker processes a batch of messages in one transaction: each
@@ -325,13 +337,12 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		now := time.Now().UTC()
 		opts.ScheduledAt = (&river.DefaultClientRetryPolicy{}).NextRetry(&rivertype.JobRow{Attempt: 1, AttemptedAt: &now})
 	}
-	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}, opts)
-	if err != nil {
-		return fmt.Errorf("inbox: insert retry job: %w", err)
+	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{
+		Args: processArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}, InsertOpts: opts,
+	}}); err != nil {
+		return fmt.Errorf("inbox: retry job: %w", err)
 	}
-	return q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
-		Now: ib.clock(), ReceivedAt: msg.ReceivedAt, Ids: []string{msg.ID.String()}, JobIds: []int64{job.Job.ID},
-	})
+	return nil
 }
 
 // split gives every message still waiting for job a job of its own, with a
@@ -349,7 +360,6 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 			return fmt.Errorf("inbox: load messages: %w", err)
 		}
 		var params []river.InsertManyParams
-		var ids []uuid.UUID
 		for i := range rows {
 			if !ownedBy(&rows[i], job.ID) {
 				continue
@@ -361,23 +371,10 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 				Args:       processArgs{MessageID: rows[i].ID, ReceivedAt: rows[i].ReceivedAt},
 				InsertOpts: opts,
 			})
-			ids = append(ids, rows[i].ID)
 		}
 		if len(params) > 0 {
-			inserted, err := ib.river.InsertManyTx(ctx, tx, params)
-			if err != nil {
-				return fmt.Errorf("inbox: insert jobs: %w", err)
-			}
-			jobs, err := jobOfMessage(inserted)
-			if err != nil {
+			if _, err := ib.insertJobs(ctx, tx, params); err != nil {
 				return err
-			}
-			set, err := setJobParams(ib.clock(), job.Args.ReceivedAt, ids, jobs)
-			if err != nil {
-				return err
-			}
-			if err := q.InboxMessagesSetJob(ctx, set); err != nil {
-				return fmt.Errorf("inbox: hand messages to their jobs: %w", err)
 			}
 		}
 		moved = len(params)

@@ -138,13 +138,12 @@ func (ib *Inbox) wakeNext(ctx context.Context, tx pgx.Tx, msg *Message) error {
 	if err != nil {
 		return fmt.Errorf("inbox: ordering: next message: %w", err)
 	}
-	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: next.ID, ReceivedAt: next.ReceivedAt}, ib.insertOpts())
-	if err != nil {
+	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{
+		Args: processArgs{MessageID: next.ID, ReceivedAt: next.ReceivedAt}, InsertOpts: ib.insertOpts(),
+	}}); err != nil {
 		return fmt.Errorf("inbox: ordering: wake message %s: %w", next.ID, err)
 	}
-	return q.InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
-		Now: ib.clock(), ReceivedAt: next.ReceivedAt, Ids: []string{next.ID.String()}, JobIds: []int64{job.Job.ID},
-	})
+	return nil
 }
 
 // Skip dead-letters a message that is still to process or failing, on an
@@ -392,24 +391,12 @@ const orderingHandOns = 3
 // hand-ons.
 func (ib *Inbox) handOn(ctx context.Context, tx pgx.Tx, job *river.Job[processBatchArgs], msgs []*Message) error {
 	args := processBatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: make([]uuid.UUID, len(msgs)), Waits: job.Args.Waits + 1}
-	ids := make([]string, len(msgs))
 	for i, m := range msgs {
 		args.MessageIDs[i] = m.ID
-		ids[i] = m.ID.String()
 	}
 	opts := ib.batchInsertOpts()
 	opts.Queue = job.Queue
-	next, err := ib.river.InsertTx(ctx, tx, args, opts)
-	if err != nil {
-		return fmt.Errorf("inbox: ordering: hand messages on: %w", err)
-	}
-	jobIDs := make([]int64, len(ids))
-	for i := range jobIDs {
-		jobIDs[i] = next.Job.ID
-	}
-	if err := dbsqlc.New(tx).InboxMessagesSetJob(ctx, dbsqlc.InboxMessagesSetJobParams{
-		Now: ib.clock(), ReceivedAt: job.Args.ReceivedAt, Ids: ids, JobIds: jobIDs,
-	}); err != nil {
+	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}}); err != nil {
 		return fmt.Errorf("inbox: ordering: hand messages on: %w", err)
 	}
 	return nil
@@ -432,7 +419,6 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 	if len(params.Ids) == 0 {
 		return nil
 	}
-	q := dbsqlc.New(tx)
 	parked, err := dbsqlc.New(genericPlans{tx}).InboxMessagesNextParked(ctx, params)
 	if err != nil || len(parked) == 0 {
 		return err
@@ -462,26 +448,8 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 	for _, args := range batches {
 		inserts = append(inserts, river.InsertManyParams{Args: args, InsertOpts: ib.batchInsertOpts()})
 	}
-	jobs, err := ib.river.InsertManyTx(ctx, tx, inserts)
-	if err != nil {
+	if _, err := ib.insertJobs(ctx, tx, inserts); err != nil {
 		return fmt.Errorf("inbox: ordering: wake messages: %w", err)
-	}
-	jobOf, err := jobOfMessage(jobs)
-	if err != nil {
-		return fmt.Errorf("inbox: ordering: wake messages: %w", err)
-	}
-	woken := map[time.Time][]uuid.UUID{}
-	for _, p := range parked {
-		woken[p.ReceivedAt] = append(woken[p.ReceivedAt], p.ID)
-	}
-	for at, ids := range woken {
-		set, err := setJobParams(ib.clock(), at, ids, jobOf)
-		if err == nil {
-			err = q.InboxMessagesSetJob(ctx, set)
-		}
-		if err != nil {
-			return fmt.Errorf("inbox: ordering: wake messages: %w", err)
-		}
 	}
 	return nil
 }

@@ -287,7 +287,7 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 	if err != nil {
 		return fmt.Errorf("inbox: insert jobs: %w", err)
 	}
-	jobOf, err := jobOfMessage(inserted)
+	jobOf, _, err := jobOfMessage(inserted)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
@@ -123,7 +122,6 @@ func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 	}
 	settled := make([]stranded, len(rows))
 	var inserts []river.InsertManyParams
-	byReceivedAt := map[time.Time][]uuid.UUID{}
 	for i := range rows {
 		s := &settled[i]
 		s.msg, s.jobState = messageFromRow(&rows[i].WharfInboxMessage), rows[i].JobState
@@ -132,7 +130,6 @@ func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 			inserts = append(inserts, river.InsertManyParams{
 				Args: processArgs{MessageID: s.msg.ID, ReceivedAt: s.msg.ReceivedAt}, InsertOpts: ib.insertOpts(),
 			})
-			byReceivedAt[s.msg.ReceivedAt] = append(byReceivedAt[s.msg.ReceivedAt], s.msg.ID)
 			continue
 		case "gone":
 			s.cause = fmt.Errorf("dead: its River job %d is gone (deleted outside Wharf?) and it was never processed; replay it to run it", s.msg.JobID)
@@ -153,22 +150,9 @@ func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 	if len(inserts) == 0 {
 		return settled, nil
 	}
-	inserted, err := ib.river.InsertManyTx(ctx, tx, inserts)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: rescue: insert jobs: %w", err)
-	}
-	jobs, err := jobOfMessage(inserted)
+	jobs, err := ib.insertJobs(ctx, tx, inserts)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: rescue: %w", err)
-	}
-	for at, ids := range byReceivedAt {
-		set, err := setJobParams(ib.clock(), at, ids, jobs)
-		if err == nil {
-			err = q.InboxMessagesSetJob(ctx, set)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("inbox: rescue: %w", err)
-		}
 	}
 	for i := range settled {
 		settled[i].jobID = jobs[settled[i].msg.ID]
