@@ -25,10 +25,12 @@ import (
 
 // Benchmark sizes: each iteration delivers benchDeliveries events and works
 // as many no-op jobs, so `-benchtime 1x` (make bench) gives usable numbers.
+// WHARF_BENCH_DELIVERIES sets benchDeliveries for steadier figures.
+var benchDeliveries = loadtest.EnvInt("WHARF_BENCH_DELIVERIES", 2000)
+
 const (
-	benchDeliveries = 2000
-	benchWorkers    = 100
-	benchTxs        = 300
+	benchWorkers = 100
+	benchTxs     = 300
 )
 
 // noopArgs is a River job that does nothing: River's own throughput.

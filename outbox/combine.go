@@ -264,6 +264,28 @@ func (o *Outbox) recordSucceeded(ctx context.Context, params []*dbsqlc.OutboxAtt
 ) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
+	rows, err := o.queries.OutboxAttemptRecordSucceeded(ctx, succeededArg(params, group))
+	if err != nil {
+		return fmt.Errorf("record attempts: %w", err)
+	}
+	byID := make(map[uuid.UUID]dbsqlc.OutboxAttemptRecordSucceededRow, len(rows))
+	for _, r := range rows {
+		byID[r.DeliveryID] = r
+	}
+	for _, i := range group {
+		r, ok := byID[params[i].DeliveryID]
+		if !ok {
+			errs[i] = pgx.ErrNoRows
+			continue
+		}
+		outs[i] = &dbsqlc.OutboxAttemptRecordRow{Attempts: r.Attempts, CircuitClosed: r.CircuitClosed}
+	}
+	return nil
+}
+
+// succeededArg is OutboxAttemptRecordSucceeded's argument for the
+// attempts params[i], i in group (see recordSucceeded).
+func succeededArg(params []*dbsqlc.OutboxAttemptRecordParams, group []int) dbsqlc.OutboxAttemptRecordSucceededParams {
 	arg := dbsqlc.OutboxAttemptRecordSucceededParams{EndpointID: params[group[0]].EndpointID}
 	for _, i := range group {
 		p := params[i]
@@ -281,21 +303,5 @@ func (o *Outbox) recordSucceeded(ctx context.Context, params []*dbsqlc.OutboxAtt
 			arg.Now, arg.StaleBefore = p.Now, p.StaleBefore
 		}
 	}
-	rows, err := o.queries.OutboxAttemptRecordSucceeded(ctx, arg)
-	if err != nil {
-		return fmt.Errorf("record attempts: %w", err)
-	}
-	byID := make(map[uuid.UUID]dbsqlc.OutboxAttemptRecordSucceededRow, len(rows))
-	for _, r := range rows {
-		byID[r.DeliveryID] = r
-	}
-	for _, i := range group {
-		r, ok := byID[params[i].DeliveryID]
-		if !ok {
-			errs[i] = pgx.ErrNoRows
-			continue
-		}
-		outs[i] = &dbsqlc.OutboxAttemptRecordRow{Attempts: r.Attempts, CircuitClosed: r.CircuitClosed}
-	}
-	return nil
+	return arg
 }
