@@ -141,7 +141,7 @@ func (s *savepoints) take(ctx context.Context, tx pgx.Tx) error {
 		b.Queue(releaseSavepointSQL)
 	}
 	b.Queue(savepointSQL)
-	queueGeneric(b, dbsqlc.InboxMessageMarkProcessedSQL, s.mark...)
+	dbsqlc.QueueGeneric(b, dbsqlc.InboxMessageMarkProcessedSQL, s.mark...)
 	err := tx.SendBatch(ctx, b).Close()
 	if err == nil {
 		s.pending, s.taken, s.held = false, true, true

@@ -227,7 +227,7 @@ func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[pr
 		return o, nil
 	}
 	params.ReceivedAt = job.Args.ReceivedAt
-	q := dbsqlc.New(genericPlans{tx})
+	q := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx})
 	held, err := q.InboxMessagesHeldOutsideBatch(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: ordering check: %w", err)
@@ -419,7 +419,7 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 	if len(params.Ids) == 0 {
 		return nil
 	}
-	parked, err := dbsqlc.New(genericPlans{tx}).InboxMessagesNextParked(ctx, params)
+	parked, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessagesNextParked(ctx, params)
 	if err != nil || len(parked) == 0 {
 		return err
 	}

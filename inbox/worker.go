@@ -195,7 +195,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		// the handler does to the transaction (a COMMIT through Conn, say),
 		// its writes cannot commit without the mark; a failure rolls both
 		// back.
-		if err := dbsqlc.New(genericPlans{tx}).InboxMessageMarkProcessed(ctx, dbsqlc.InboxMessageMarkProcessedParams{
+		if err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessageMarkProcessed(ctx, dbsqlc.InboxMessageMarkProcessedParams{
 			Now:        ib.clock(),
 			ReceivedAt: job.Args.ReceivedAt,
 			ID:         job.Args.MessageID,

@@ -57,8 +57,11 @@ func (o *Outbox) loadDelivery(ctx context.Context, id uuid.UUID) (*dbsqlc.Outbox
 	return o.combined.load.Do(ctx, id)
 }
 
+// loadMany runs with a generic plan: a custom one, which Postgres chose on
+// every call (the events are day-partitioned), cost twice the lookup's run
+// to plan.
 func (o *Outbox) loadMany(ctx context.Context, ids []uuid.UUID) ([]*dbsqlc.OutboxDeliveryGetForWorkRow, []error) {
-	rows, err := o.queries.OutboxDeliveryGetForWorkMany(ctx, dbsqlc.UUIDTexts(ids))
+	rows, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: o.pool}).OutboxDeliveryGetForWorkMany(ctx, dbsqlc.UUIDTexts(ids))
 	if err != nil {
 		return make([]*dbsqlc.OutboxDeliveryGetForWorkRow, len(ids)), shared.Fail(len(ids), err)
 	}

@@ -1,4 +1,4 @@
-package inbox
+package dbsqlc
 
 import (
 	"context"
@@ -6,15 +6,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
-// genericPlans is a dbsqlc.DBTX whose Query and Exec run their statement
-// with a generic plan, in the same round trip: they send, as one pipeline,
+// This file is not generated.
+
+// GenericPlans is a DBTX whose Query and Exec run their statement with a
+// generic plan, in the same round trip: they send, as one pipeline,
 // PlanCacheModeGeneric (SET LOCAL plan_cache_mode = force_generic_plan,
 // keeping the mode it had), the statement, and PlanCacheModeRestore.
-// QueryRow and SendBatch are tx's own.
+// QueryRow and SendBatch are the wrapped DBTX's own. It wraps a
+// transaction, or a pool or connection outside one: a pipeline outside a
+// transaction runs as one implicit transaction, which the local setting
+// ends with.
 //
 // Why: Postgres plans a prepared statement afresh on every execution when a
 // custom plan looks cheaper than the generic one, as it does for statements
@@ -23,21 +26,21 @@ import (
 // per message over every day partition, cost milliseconds per batch, more
 // than the rest of it; planning a message's processed mark cost more than
 // running it. Their generic plans prune partitions at run time.
-type genericPlans struct{ pgx.Tx }
+type GenericPlans struct{ DBTX }
 
-var _ dbsqlc.DBTX = genericPlans{}
+var _ DBTX = GenericPlans{}
 
-// queueGeneric queues sql, with a generic plan, on b (see genericPlans).
-func queueGeneric(b *pgx.Batch, sql string, args ...any) {
-	b.Queue(dbsqlc.PlanCacheModeGenericSQL)
+// QueueGeneric queues sql, with a generic plan, on b (see GenericPlans).
+func QueueGeneric(b *pgx.Batch, sql string, args ...any) {
+	b.Queue(PlanCacheModeGenericSQL)
 	b.Queue(sql, args...)
-	b.Queue(dbsqlc.PlanCacheModeRestoreSQL)
+	b.Queue(PlanCacheModeRestoreSQL)
 }
 
-func (g genericPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (g GenericPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	b := &pgx.Batch{}
-	queueGeneric(b, sql, args...)
-	br := g.Tx.SendBatch(ctx, b)
+	QueueGeneric(b, sql, args...)
+	br := g.DBTX.SendBatch(ctx, b)
 	_, err := br.Exec()
 	var tag pgconn.CommandTag
 	if err == nil {
@@ -49,10 +52,10 @@ func (g genericPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn
 	return tag, errors.Join(err, br.Close())
 }
 
-func (g genericPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (g GenericPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	b := &pgx.Batch{}
-	queueGeneric(b, sql, args...)
-	br := g.Tx.SendBatch(ctx, b)
+	QueueGeneric(b, sql, args...)
+	br := g.DBTX.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		return nil, errors.Join(err, br.Close())
 	}

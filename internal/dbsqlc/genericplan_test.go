@@ -1,4 +1,4 @@
-package inbox
+package dbsqlc_test
 
 import (
 	"context"
@@ -7,10 +7,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
-// genericPlans runs a query or a statement with a generic plan and leaves
+// GenericPlans runs a query or a statement with a generic plan and leaves
 // the transaction's plan_cache_mode as it was; a failing query fails with
 // its own error.
 func TestGenericPlans(t *testing.T) {
@@ -25,13 +26,13 @@ func TestGenericPlans(t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan")
 		require.NoError(t, err)
-		rows, err := genericPlans{tx}.Query(ctx, "SELECT current_setting('plan_cache_mode') UNION ALL SELECT $1::text", "second")
+		rows, err := dbsqlc.GenericPlans{DBTX: tx}.Query(ctx, "SELECT current_setting('plan_cache_mode') UNION ALL SELECT $1::text", "second")
 		require.NoError(t, err)
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		require.Equal(t, []string{"force_generic_plan", "second"}, got, "the query ran with a generic plan")
 		require.Equal(t, "force_custom_plan", mode(tx), "the mode was not restored")
-		tag, err := genericPlans{tx}.Exec(ctx, "CREATE TEMP TABLE seen AS SELECT current_setting('plan_cache_mode') AS mode")
+		tag, err := dbsqlc.GenericPlans{DBTX: tx}.Exec(ctx, "CREATE TEMP TABLE seen AS SELECT current_setting('plan_cache_mode') AS mode")
 		require.NoError(t, err)
 		require.Equal(t, "SELECT 1", tag.String())
 		var seen string
@@ -44,9 +45,28 @@ func TestGenericPlans(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	rows, err := genericPlans{tx}.Query(ctx, "SELECT 1/0")
+	rows, err := dbsqlc.GenericPlans{DBTX: tx}.Query(ctx, "SELECT 1/0")
 	if err == nil {
 		_, err = pgx.CollectRows(rows, pgx.RowTo[int])
 	}
 	require.ErrorContains(t, err, "division by zero")
+}
+
+// GenericPlans on a pool, outside any transaction: the statement runs with a
+// generic plan, and the connection's own mode is untouched afterwards.
+func TestGenericPlansOutsideATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	conn, err := pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	rows, err := dbsqlc.GenericPlans{DBTX: conn}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"force_generic_plan"}, got)
+	var mode string
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+	require.Equal(t, "auto", mode, "the connection kept the generic mode")
 }
