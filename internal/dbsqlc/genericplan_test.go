@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
@@ -53,20 +54,33 @@ func TestGenericPlans(t *testing.T) {
 }
 
 // GenericPlans on a pool, outside any transaction: the statement runs with a
-// generic plan, and the connection's own mode is untouched afterwards.
+// generic plan, and the connection's own mode is untouched afterwards (a
+// pool of one connection, so that the check runs on the same one).
 func TestGenericPlansOutsideATransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.New(t)
-	conn, err := pool.Acquire(ctx)
+	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
 	require.NoError(t, err)
-	defer conn.Release()
-	rows, err := dbsqlc.GenericPlans{DBTX: conn}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	require.NoError(t, err)
-	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	require.NoError(t, err)
-	require.Equal(t, []string{"force_generic_plan"}, got)
+	defer pool.Close()
+	for range 2 {
+		rows, err := dbsqlc.GenericPlans{DBTX: pool}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"force_generic_plan"}, got)
+		var mode string
+		require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+		require.Equal(t, "auto", mode, "the connection kept the generic mode")
+	}
+	rows, err := dbsqlc.GenericPlans{DBTX: pool}.Query(ctx, "SELECT 1/0")
+	if err == nil {
+		_, err = pgx.CollectRows(rows, pgx.RowTo[int])
+	}
+	require.ErrorContains(t, err, "division by zero")
 	var mode string
-	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
-	require.Equal(t, "auto", mode, "the connection kept the generic mode")
+	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+	require.Equal(t, "auto", mode, "a failed query left the generic mode")
 }
