@@ -469,13 +469,7 @@ func onlyMessage(t *testing.T, b *testBundle) *inbox.Message {
 // ever.
 func TestNewDayUnderLoadWithSmallPool(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 2
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := testdb.NewWithMaxConns(t, 2)
 	b := setup(t, &setupOpts{pool: pool, cfg: &inbox.Config{ReceiveTimeout: 5 * time.Second}})
 	b.clock.Set(time.Now().AddDate(0, 0, 45)) // far beyond the partitions Migrate made
 

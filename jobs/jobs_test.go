@@ -686,12 +686,7 @@ func TestScrubOutboxEvents(t *testing.T) {
 func TestPruneOnOneConnection(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := testdb.NewWithMaxConns(t, 1)
 	clk := testclock.New(time.Now())
 	maint, err := jobs.NewMaintainer(pool, &jobs.Config{Now: clk.Now, Logger: quiet})
 	require.NoError(t, err)

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
@@ -59,12 +58,7 @@ func TestGenericPlans(t *testing.T) {
 func TestGenericPlansOutsideATransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	defer pool.Close()
+	pool := testdb.NewWithMaxConns(t, 1)
 	for range 2 {
 		rows, err := dbsqlc.GenericPlans{DBTX: pool}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
 		require.NoError(t, err)

@@ -64,6 +64,22 @@ func New(tb testing.TB) *pgxpool.Pool {
 	return pool
 }
 
+// NewWithMaxConns is New with a pool of at most maxConns connections.
+func NewWithMaxConns(tb testing.TB, maxConns int32) *pgxpool.Pool {
+	tb.Helper()
+	cfg, err := pgxpool.ParseConfig(NewURL(tb))
+	if err != nil {
+		tb.Fatalf("testdb: parse URL: %v", err)
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		tb.Fatalf("testdb: open pool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
+
 // NewURL returns the URL of a fresh migrated database, for tests that need
 // to open their own connections (a subprocess, say).
 func NewURL(tb testing.TB) string {
