@@ -225,6 +225,45 @@ func BenchmarkDelivery(b *testing.B) {
 	require.GreaterOrEqual(b, len(receiver.all()), 2*b.N*benchDeliveries)
 }
 
+// BenchmarkDeliveryBacklog checks that delivery does not slow as the
+// backlog grows: the rate of draining benchBacklog deliveries queued at
+// once against the rate of draining benchDeliveries, to the same endpoint
+// (a cap of 100 in flight), in the same run. Recording a batch of successes
+// once read the endpoint's whole backlog, and cost more with every
+// delivery queued. Reported as a BENCH line: the ratio is 1 when the cost
+// is flat.
+func BenchmarkDeliveryBacklog(b *testing.B) {
+	const benchBacklog = 30000
+	ctx := context.Background()
+	pool := benchPool(b)
+	ob, err := outbox.New(pool, testConfig())
+	require.NoError(b, err)
+	receiver := newSink(b, status(http.StatusNoContent))
+	_, err = ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: receiver.URL(), MaxInFlight: benchWorkers})
+	require.NoError(b, err)
+	data := json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))
+	drain := func(n int) float64 {
+		events := make([]*outbox.Event, n)
+		for i := range events {
+			events[i] = &outbox.Event{Type: "bench.event", Data: data}
+		}
+		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ob.PublishManyTx(ctx, tx, events)
+			return err
+		}))
+		return float64(n) / workAll(b, pool, benchRiverConfig(ob), n).Seconds()
+	}
+	var small, large float64
+	for b.Loop() {
+		small = drain(benchDeliveries)
+		large = drain(benchBacklog)
+	}
+	b.ReportMetric(small, "deliveries/s_small")
+	b.ReportMetric(large, "deliveries/s_backlog")
+	b.ReportMetric(0, "ns/op")
+	loadtest.Bench(fmt.Sprintf("outbox_delivery_%d_queued_vs_%d_queued_per_s", benchBacklog, benchDeliveries), large, small)
+}
+
 // BenchmarkPublishOverhead measures what PublishTx adds to an application
 // transaction: a transaction inserting one row, against the same
 // transaction also publishing one 1 KB event to one endpoint. Reported: the
