@@ -152,6 +152,20 @@ func workAll(b *testing.B, pool *pgxpool.Pool, cfg *river.Config, n int) time.Du
 	return elapsed
 }
 
+// publishBench publishes n events of data in one transaction.
+func publishBench(b *testing.B, pool *pgxpool.Pool, ob *outbox.Outbox, n int, data json.RawMessage) {
+	b.Helper()
+	ctx := context.Background()
+	events := make([]*outbox.Event, n)
+	for i := range events {
+		events[i] = &outbox.Event{Type: "bench.event", Data: data}
+	}
+	require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.PublishManyTx(ctx, tx, events)
+		return err
+	}))
+}
+
 // BenchmarkDelivery compares the outbox's delivery throughput (1 KB events
 // to a loopback sink answering 204, one endpoint with a cap of 100 in
 // flight) with River's throughput for no-op jobs and with a plain River
@@ -202,14 +216,7 @@ func BenchmarkDelivery(b *testing.B) {
 		require.NoError(b, err)
 		noopTime += workAll(b, pool, riverCfg, benchDeliveries)
 
-		events := make([]*outbox.Event, benchDeliveries)
-		for i := range events {
-			events[i] = &outbox.Event{Type: "bench.event", Data: data}
-		}
-		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := ob.PublishManyTx(ctx, tx, events)
-			return err
-		}))
+		publishBench(b, pool, ob, benchDeliveries, data)
 		deliveryTime += workAll(b, pool, benchRiverConfig(ob), benchDeliveries)
 	}
 	deliveriesPerSec := float64(b.N*benchDeliveries) / deliveryTime.Seconds()
@@ -243,14 +250,7 @@ func BenchmarkDeliveryBacklog(b *testing.B) {
 	require.NoError(b, err)
 	data := json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))
 	drain := func(n int) float64 {
-		events := make([]*outbox.Event, n)
-		for i := range events {
-			events[i] = &outbox.Event{Type: "bench.event", Data: data}
-		}
-		require.NoError(b, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			_, err := ob.PublishManyTx(ctx, tx, events)
-			return err
-		}))
+		publishBench(b, pool, ob, n, data)
 		return float64(n) / workAll(b, pool, benchRiverConfig(ob), n).Seconds()
 	}
 	var small, large float64
