@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
@@ -134,23 +135,26 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		}
 		sp := &savepoints{ctx: ctx}
 		var unmarked []uuid.UUID // processed by handlers that never touched the database
-		for i := range rows {
-			if !ownedBy(&rows[i], job.ID) {
-				continue
-			}
-			msg := messageFromRow(&rows[i])
+		// alone runs msg's handler in a savepoint of its own; an error is
+		// one that lost the transaction.
+		alone := func(msg *Message) error {
 			if held, outside := order.held(msg); held {
 				// An earlier message of its ordering key is unfinished: it
 				// waits, parked, without using an attempt.
 				waiting = append(waiting, heldMessage{msg: msg, outside: outside})
-				continue
+				return nil
 			}
 			sp.start(dbsqlc.InboxMessageMarkProcessedArgs(dbsqlc.InboxMessageMarkProcessedParams{
 				Now: now, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
 			}))
 			started := time.Now()
 			spanCtx, span := ib.startProcess(ctx, msg)
-			err := w.runInSavepoint(spanCtx, tx, sp, msg)
+			err := w.runInSavepoint(spanCtx, tx, sp, "message "+msg.ID.String(), func(ctx context.Context, htx handlerTx) error {
+				if h := ib.handlerFor(msg.Source, msg.EventType); h != nil {
+					return runHandlerIn(ctx, h, htx, msg)
+				}
+				return fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
+			})
 			endProcess(span, err)
 			took[msg.ID] = time.Since(started)
 			if err != nil {
@@ -166,12 +170,48 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 					// batch, which may lie between the two.
 					order.hold(msg)
 				}
-				continue
+				return nil
 			}
 			if !sp.taken {
 				unmarked = append(unmarked, msg.ID)
 			}
 			processed = append(processed, msg)
+			return nil
+		}
+		for i := 0; i < len(rows); i++ {
+			if !ownedBy(&rows[i], job.ID) {
+				continue
+			}
+			msg := messageFromRow(&rows[i])
+			group, next := w.group(job, rows, i, msg, order)
+			if len(group) < 2 {
+				if err := alone(msg); err != nil {
+					return err
+				}
+				continue
+			}
+			i = next - 1
+			ok, err := w.runGroup(ctx, tx, sp, group, now, took)
+			if err != nil {
+				return err
+			}
+			if ok {
+				if !sp.taken {
+					for _, m := range group {
+						unmarked = append(unmarked, m.ID)
+					}
+				}
+				processed = append(processed, group...)
+				continue
+			}
+			// The BatchHandler failed, and its writes and marks were rolled
+			// back: each message goes again alone, so that only a bad one
+			// fails.
+			for _, m := range group {
+				if err := alone(m); err != nil {
+					return err
+				}
+			}
 		}
 		if len(unmarked) > 0 {
 			if err := q.InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
@@ -257,17 +297,15 @@ type batchFatalError struct{ err error }
 
 func (e *batchFatalError) Error() string { return e.err.Error() }
 
-// runInSavepoint runs msg's handler in a savepoint of tx (see handlerTx),
-// which also holds its message's processed mark. A handler error rolls back
-// to the savepoint and is returned; an error that leaves tx unusable, or a
-// handler that ended tx itself, is returned as a *batchFatalError.
-func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *savepoints, msg *Message) error {
-	herr := fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
-	if h := w.ib.handlerFor(msg.Source, msg.EventType); h != nil {
-		herr = runHandlerIn(ctx, h, handlerTx{Tx: tx, sp: sp}, msg)
-	}
+// runInSavepoint runs a handler (run) in a savepoint of tx (see
+// handlerTx), which also holds its messages' processed marks; what names
+// them in errors. A handler error rolls back to the savepoint and is
+// returned; an error that leaves tx unusable, or a handler that ended tx
+// itself, is returned as a *batchFatalError.
+func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *savepoints, what string, run func(context.Context, handlerTx) error) error {
+	herr := run(ctx, handlerTx{Tx: tx, sp: sp})
 	if sp.broken != nil {
-		return &batchFatalError{fmt.Errorf("inbox: savepoint of message %s: %w", msg.ID, sp.broken)}
+		return &batchFatalError{fmt.Errorf("inbox: savepoint of %s: %w", what, sp.broken)}
 	}
 	switch tx.Conn().PgConn().TxStatus() {
 	case 'T':
@@ -276,10 +314,10 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 			herr = errors.New("inbox: a statement of the handler failed, but the handler returned nil")
 		}
 	default:
-		// Through Conn() or a raw COMMIT: whatever ran before, this
-		// message's mark included, committed with it; the rest continue on
+		// Through Conn() or a raw COMMIT: whatever ran before, these
+		// messages' marks included, committed with it; the rest continue on
 		// jobs of their own.
-		return &batchFatalError{fmt.Errorf("inbox: the handler of message %s ended the batch's transaction", msg.ID)}
+		return &batchFatalError{fmt.Errorf("inbox: the handler of %s ended the batch's transaction", what)}
 	}
 	if herr == nil {
 		return nil
@@ -287,9 +325,84 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 	if err := sp.undo(ctx, tx); err != nil {
 		// The handler's error is left out: this one may reach River's
 		// job row, beyond the reach of erasure (see handlerFailed).
-		return &batchFatalError{fmt.Errorf("inbox: roll back handler of message %s: %w", msg.ID, err)}
+		return &batchFatalError{fmt.Errorf("inbox: roll back handler of %s: %w", what, err)}
 	}
 	return herr
+}
+
+// group returns the messages a BatchHandler takes together from rows[i]
+// on (msg is rows[i]'s): msg and the owned messages after it, in order,
+// that resolve to msg's registration, when that is a HandleBatch one,
+// stopping at the first that waits for an earlier one of its ordering key
+// (it is handled alone, and parks). next is the index of the first row
+// after the group. Fewer than two messages mean no group.
+func (w *processBatchWorker) group(job *river.Job[processBatchArgs], rows []dbsqlc.WharfInboxMessage, i int, msg *Message, order *batchOrder) (group []*Message, next int) {
+	reg := w.ib.registered(msg.Source, msg.EventType)
+	if reg == nil || reg.many == nil {
+		return nil, i + 1
+	}
+	if held, _ := order.held(msg); held {
+		return nil, i + 1
+	}
+	group = []*Message{msg}
+	next = i + 1
+	for ; next < len(rows); next++ {
+		if !ownedBy(&rows[next], job.ID) {
+			continue
+		}
+		m := messageFromRow(&rows[next])
+		if w.ib.registered(m.Source, m.EventType) != reg {
+			break
+		}
+		if held, _ := order.held(m); held {
+			break
+		}
+		group = append(group, m)
+	}
+	return group, next
+}
+
+// runGroup runs a BatchHandler on group in one savepoint that also marks
+// the group's messages processed. ok reports whether it succeeded; an error
+// is one that lost the transaction. A failure is rolled back, and
+// recorded nowhere: the caller runs each message again alone.
+func (w *processBatchWorker) runGroup(ctx context.Context, tx pgx.Tx, sp *savepoints, group []*Message, now time.Time, took map[uuid.UUID]time.Duration) (ok bool, err error) {
+	ib := w.ib
+	ids := make([]uuid.UUID, len(group))
+	for i, m := range group {
+		ids[i] = m.ID
+	}
+	sp.startGroup(dbsqlc.InboxMessagesMarkProcessedArgs(dbsqlc.InboxMessagesMarkProcessedParams{
+		Now: now, ReceivedAt: group[0].ReceivedAt, Ids: dbsqlc.UUIDTexts(ids),
+	}))
+	reg := ib.registered(group[0].Source, group[0].EventType)
+	started := time.Now()
+	spans := make([]trace.Span, len(group))
+	for i, m := range group {
+		_, spans[i] = ib.startProcess(ctx, m)
+	}
+	herr := w.runInSavepoint(ctx, tx, sp, fmt.Sprintf("%d messages from %s", len(group), group[0].ID), func(ctx context.Context, htx handlerTx) error {
+		return recovered(func() error { return reg.many(ctx, htx, group) })
+	})
+	elapsed := time.Since(started)
+	for i, m := range group {
+		took[m.ID] = elapsed
+		if herr == nil {
+			endProcess(spans[i], nil)
+		} else {
+			// The messages go again alone, each with a span of its own.
+			endProcess(spans[i], fmt.Errorf("inbox: batch handler failed; retried alone: %w", herr))
+		}
+	}
+	var fatal *batchFatalError
+	if errors.As(herr, &fatal) {
+		return false, fatal.err
+	}
+	if herr != nil {
+		ib.logger.InfoContext(ctx, "inbox: batch handler failed; its messages go again alone",
+			"messages", len(group), "first_message_id", group[0].ID, "error", herr)
+	}
+	return herr == nil, nil
 }
 
 // diesInBatch reports whether cause, a handler's failure in a batch, makes

@@ -104,7 +104,8 @@ func (t handlerTx) Conn() *pgx.Conn {
 // both back; the next handler's savepoint releases it.
 type savepoints struct {
 	ctx     context.Context // the batch's
-	mark    []any           // the current message's processed-mark arguments
+	markSQL string          // the current handler's processed mark: one message's, or a group's
+	mark    []any           // its arguments
 	pending bool            // the current handler's savepoint is not taken yet
 	taken   bool            // the current handler's savepoint is taken
 	held    bool            // a savepoint (the current handler's or an earlier one's) is open
@@ -118,8 +119,17 @@ const (
 )
 
 // start readies the savepoint of the next handler, whose message's
-// processed mark takes mark as arguments.
-func (s *savepoints) start(mark []any) { s.mark, s.pending, s.taken = mark, true, false }
+// processed mark (InboxMessageMarkProcessed) takes mark as arguments.
+func (s *savepoints) start(mark []any) {
+	s.markSQL, s.mark, s.pending, s.taken = dbsqlc.InboxMessageMarkProcessedSQL, mark, true, false
+}
+
+// startGroup readies the savepoint of the next BatchHandler call, whose
+// messages' processed mark (InboxMessagesMarkProcessed) takes mark as
+// arguments.
+func (s *savepoints) startGroup(mark []any) {
+	s.markSQL, s.mark, s.pending, s.taken = dbsqlc.InboxMessagesMarkProcessedSQL, mark, true, false
+}
 
 func (s *savepoints) context() context.Context {
 	if s == nil || s.ctx == nil {
@@ -141,7 +151,12 @@ func (s *savepoints) take(ctx context.Context, tx pgx.Tx) error {
 		b.Queue(releaseSavepointSQL)
 	}
 	b.Queue(savepointSQL)
-	dbsqlc.QueueGeneric(b, dbsqlc.InboxMessageMarkProcessedSQL, s.mark...)
+	if s.markSQL == dbsqlc.InboxMessageMarkProcessedSQL {
+		// One message's mark: a generic plan (see dbsqlc.GenericPlans).
+		dbsqlc.QueueGeneric(b, s.markSQL, s.mark...)
+	} else {
+		b.Queue(s.markSQL, s.mark...)
+	}
 	err := tx.SendBatch(ctx, b).Close()
 	if err == nil {
 		s.pending, s.taken, s.held = false, true, true

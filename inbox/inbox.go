@@ -117,7 +117,7 @@ type Config struct {
 
 // Inbox receives, stores and processes webhooks. Create one with New, add
 // its workers to the River client that will process its queue with
-// AddWorkers, and register handlers with Handle.
+// AddWorkers, and register handlers with Handle (or HandleBatch).
 type Inbox struct {
 	pool           *pgxpool.Pool
 	river          *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
@@ -136,7 +136,7 @@ type Inbox struct {
 	tracer         trace.Tracer
 
 	mu       sync.RWMutex
-	handlers map[handlerKey]Handler
+	handlers map[handlerKey]*registration
 }
 
 // New returns an Inbox storing messages through pool.
@@ -170,7 +170,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		logger:         cfg.Logger,
 		now:            cfg.Now,
 		sources:        make(map[string]*Source, len(cfg.Sources)),
-		handlers:       make(map[handlerKey]Handler),
+		handlers:       make(map[handlerKey]*registration),
 	}
 	if ib.queue == "" {
 		ib.queue = DefaultQueue

@@ -110,23 +110,70 @@ const Wildcard = "*"
 
 type handlerKey struct{ source, eventType string }
 
+// BatchHandler applies the effects of several messages at once: the
+// messages of one processing batch (see Config.BatchSize) that follow one
+// another in receipt order and resolve to the same registration, so that
+// set-based statements (one upsert for many rows, PublishManyTx) can
+// replace a statement per message. It runs inside tx, as a Handler does, in
+// one savepoint that also marks all of msgs processed: its writes commit
+// exactly once, with those marks.
+//
+// When it returns an error, its writes and marks are rolled back and it is
+// called again for each message of msgs alone, in its own savepoint, so
+// that one bad message fails only itself: that call's error is the
+// message's, with a Handler's meaning (Permanent, river.JobSnooze, a retry
+// with backoff). A message retried later, or processed outside a batch, is
+// also passed alone. msgs are in receipt order, so messages of one ordering
+// key come in their order.
+type BatchHandler func(ctx context.Context, tx pgx.Tx, msgs []*Message) error
+
+// registration is what Handle or HandleBatch registered for a key.
+type registration struct {
+	one  Handler      // a BatchHandler's own, one message at a time, for HandleBatch
+	many BatchHandler // nil for Handle
+}
+
 // Handle registers h for messages of source with eventType. Either may be
 // Wildcard: the most specific registration wins, in the order (source,
 // type), (source, *), (*, type), (*, *). Registering the same pair again
-// replaces the handler.
+// replaces the handler (a BatchHandler too).
 func (ib *Inbox) Handle(source, eventType string, h Handler) {
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
-	ib.handlers[handlerKey{source, eventType}] = h
+	ib.handlers[handlerKey{source, eventType}] = &registration{one: h}
 }
 
-func (ib *Inbox) handlerFor(source, eventType string) Handler {
+// HandleBatch registers h, which applies several messages at once (see
+// BatchHandler), for messages of source with eventType, as Handle does:
+// the same wildcards and precedence, and registering the same pair again
+// replaces the handler (a Handler too).
+func (ib *Inbox) HandleBatch(source, eventType string, h BatchHandler) {
+	ib.mu.Lock()
+	defer ib.mu.Unlock()
+	ib.handlers[handlerKey{source, eventType}] = &registration{
+		one:  func(ctx context.Context, tx pgx.Tx, msg *Message) error { return h(ctx, tx, []*Message{msg}) },
+		many: h,
+	}
+}
+
+// registered returns the registration for messages of source with
+// eventType; nil when there is none.
+func (ib *Inbox) registered(source, eventType string) *registration {
 	ib.mu.RLock()
 	defer ib.mu.RUnlock()
 	for _, k := range []handlerKey{{source, eventType}, {source, Wildcard}, {Wildcard, eventType}, {Wildcard, Wildcard}} {
-		if h, ok := ib.handlers[k]; ok {
-			return h
+		if r, ok := ib.handlers[k]; ok {
+			return r
 		}
+	}
+	return nil
+}
+
+// handlerFor returns the handler of one message of source with eventType;
+// nil when there is none.
+func (ib *Inbox) handlerFor(source, eventType string) Handler {
+	if r := ib.registered(source, eventType); r != nil {
+		return r.one
 	}
 	return nil
 }
@@ -327,13 +374,18 @@ func runHandler(ctx context.Context, h Handler, tx pgx.Tx, msg *Message) (err er
 }
 
 // runHandlerIn is runHandler with the handler's transaction given.
-func runHandlerIn(ctx context.Context, h Handler, tx handlerTx, msg *Message) (err error) {
+func runHandlerIn(ctx context.Context, h Handler, tx handlerTx, msg *Message) error {
+	return recovered(func() error { return h(ctx, tx, msg) })
+}
+
+// recovered runs fn, turning a panic into an error.
+func recovered(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("inbox: handler panicked: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return h(ctx, tx, msg)
+	return fn()
 }
 
 // maxErrorLength bounds the last_error stored on a message.

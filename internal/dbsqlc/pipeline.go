@@ -20,3 +20,13 @@ const (
 	PlanCacheModeGenericSQL = planCacheModeGeneric
 	PlanCacheModeRestoreSQL = planCacheModeRestore
 )
+
+// InboxMessagesMarkProcessedSQL is InboxMessagesMarkProcessed's statement;
+// its arguments are InboxMessagesMarkProcessedArgs's.
+const InboxMessagesMarkProcessedSQL = inboxMessagesMarkProcessed
+
+// InboxMessagesMarkProcessedArgs returns the arguments of
+// InboxMessagesMarkProcessedSQL, in order.
+func InboxMessagesMarkProcessedArgs(arg InboxMessagesMarkProcessedParams) []any {
+	return []any{arg.Now, arg.ReceivedAt, arg.Ids}
+}
