@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,7 +131,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	ib.Handle("payments", "payment.succeeded", applyPayment(ob))
+	ib.HandleBatch("payments", "payment.succeeded", applyPayments(ob))
 	ib.Handle(inbox.Wildcard, inbox.Wildcard, ignore)
 
 	jobsConfig := cfg.jobsConfig(logger)
@@ -235,34 +237,77 @@ type paymentEvent struct {
 	} `json:"data"`
 }
 
-// applyPayment adds a payment to its account's balance inside the inbox
-// transaction, so the addition commits exactly once, and publishes
-// balance.updated in the same transaction: no balance change without its
-// webhook, no webhook without its balance change.
-func applyPayment(ob *outbox.Outbox) inbox.Handler {
-	return func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		var ev paymentEvent
-		if err := json.Unmarshal(msg.Body, &ev); err != nil {
-			return inbox.Permanent(fmt.Errorf("decode payment: %w", err))
+// applyPayments adds payments to their accounts' balances inside the inbox
+// transaction, so each addition commits exactly once, and publishes a
+// balance.updated for each payment in the same transaction: no balance
+// change without its event, and no event without its change. It is an
+// inbox.BatchHandler: a run of payments of one processing batch takes one
+// upsert (the payments of an account summed, accounts in order, so that
+// concurrent batches lock rows in one order) and one PublishManyTx, and each
+// event still carries the balance right after its own payment. A payment
+// that cannot be applied fails the run, which the inbox then runs again
+// payment by payment: only the bad one fails.
+func applyPayments(ob *outbox.Outbox) inbox.BatchHandler {
+	return func(ctx context.Context, tx pgx.Tx, msgs []*inbox.Message) error {
+		type payment struct {
+			account string
+			amount  int64
 		}
-		if ev.Data.Account == "" || ev.Data.Amount == nil {
-			return inbox.Permanent(errors.New("payment needs data.account and data.amount"))
+		payments := make([]payment, len(msgs))
+		totals := map[string]int64{}
+		for i, msg := range msgs {
+			var ev paymentEvent
+			if err := json.Unmarshal(msg.Body, &ev); err != nil {
+				return inbox.Permanent(fmt.Errorf("decode payment: %w", err))
+			}
+			if ev.Data.Account == "" || ev.Data.Amount == nil {
+				return inbox.Permanent(errors.New("payment needs data.account and data.amount"))
+			}
+			amount, err := ev.Data.Amount.Int64()
+			if err != nil {
+				return inbox.Permanent(fmt.Errorf("amount %q is not an integer", ev.Data.Amount.String()))
+			}
+			payments[i] = payment{ev.Data.Account, amount}
+			totals[ev.Data.Account] += amount
 		}
-		amount, err := ev.Data.Amount.Int64()
-		if err != nil {
-			return inbox.Permanent(fmt.Errorf("amount %q is not an integer", ev.Data.Amount.String()))
+		accounts := slices.Sorted(maps.Keys(totals))
+		sums := make([]int64, len(accounts))
+		for i, a := range accounts {
+			sums[i] = totals[a]
 		}
-		var balance int64
-		err = tx.QueryRow(ctx, `INSERT INTO example_balances (account, balance) VALUES ($1, $2)
+		rows, err := tx.Query(ctx, `INSERT INTO example_balances (account, balance)
+			SELECT account, amount FROM unnest($1::text[], $2::bigint[]) AS p(account, amount) ORDER BY account
 			ON CONFLICT (account) DO UPDATE SET balance = example_balances.balance + excluded.balance
-			RETURNING balance`, ev.Data.Account, amount).Scan(&balance)
+			RETURNING account, balance`, accounts, sums)
 		if err != nil {
 			return err
 		}
-		_, err = ob.PublishTx(ctx, tx, &outbox.Event{
-			Type: "balance.updated",
-			Data: map[string]any{"account": ev.Data.Account, "balance": balance},
-		})
+		balances := map[string]int64{}
+		for rows.Next() {
+			var account string
+			var balance int64
+			if err := rows.Scan(&account, &balance); err != nil {
+				rows.Close()
+				return err
+			}
+			balances[account] = balance
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// Each payment's balance: its account's balance now, less the
+		// payments to it that come after.
+		events := make([]*outbox.Event, len(payments))
+		later := map[string]int64{}
+		for i := len(payments) - 1; i >= 0; i-- {
+			p := payments[i]
+			events[i] = &outbox.Event{
+				Type: "balance.updated",
+				Data: map[string]any{"account": p.account, "balance": balances[p.account] - later[p.account]},
+			}
+			later[p.account] += p.amount
+		}
+		_, err = ob.PublishManyTx(ctx, tx, events)
 		return err
 	}
 }
