@@ -9,7 +9,9 @@
 //
 // Create an [Inbox] with [New] and a [Config] listing the [Source]s it
 // accepts over HTTP (each with a signature.Verifier), register a [Handler]
-// per source and event type with [Inbox.Handle], and add the inbox's worker
+// per source and event type with [Inbox.Handle] (or a [BatchHandler], which
+// applies a batch's messages together, with [Inbox.HandleBatch]), and add
+// the inbox's worker
 // to the application's River client with [Inbox.AddWorkers]; that client
 // must work [Inbox.Queue]. Messages arrive through [Inbox.Handler], the HTTP
 // receiver (signature verification, body limits, event-id extraction and

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -190,6 +192,120 @@ func ExampleInbox_ReceiveManyTx() {
 	// "ord_2" received
 	// "ord_1" duplicate
 	// "" refused, invalid: true
+}
+
+// A BatchHandler applies the messages of a processing batch together: here
+// one upsert for all the payments of a run (summed per account, accounts in
+// order), in the savepoint that marks them all processed.
+func ExampleInbox_HandleBatch() {
+	ctx := context.Background()
+	pool, cleanup := testdb.ForExample()
+	defer cleanup()
+	if _, err := pool.Exec(ctx, `CREATE TABLE balances (account text PRIMARY KEY, balance bigint NOT NULL)`); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ib, err := inbox.New(pool, nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	calls := make(chan int, 10) // messages per call, for the output below
+	ib.HandleBatch("payments", "payment.succeeded", func(ctx context.Context, tx pgx.Tx, msgs []*inbox.Message) error {
+		calls <- len(msgs)
+		totals := map[string]int64{}
+		for _, msg := range msgs {
+			var ev struct {
+				Data struct {
+					Account string `json:"account"`
+					Amount  int64  `json:"amount"`
+				} `json:"data"`
+			}
+			if err := json.Unmarshal(msg.Body, &ev); err != nil {
+				// The run is rolled back and goes again message by
+				// message: only this one is dead.
+				return inbox.Permanent(err)
+			}
+			totals[ev.Data.Account] += ev.Data.Amount
+		}
+		accounts := slices.Sorted(maps.Keys(totals))
+		amounts := make([]int64, len(accounts))
+		for i, a := range accounts {
+			amounts[i] = totals[a]
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO balances (account, balance)
+			SELECT * FROM unnest($1::text[], $2::bigint[]) ORDER BY 1
+			ON CONFLICT (account) DO UPDATE SET balance = balances.balance + excluded.balance`, accounts, amounts)
+		return err
+	})
+
+	msgs := make([]inbox.Incoming, 3)
+	for i, amount := range []int{100, 20, 3} {
+		msgs[i] = inbox.Incoming{
+			Source: "payments", EventID: fmt.Sprintf("evt_%d", i), EventType: "payment.succeeded",
+			Body: fmt.Appendf(nil, `{"data":{"account":"acct_%d","amount":%d}}`, i%2, amount),
+		}
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ib.ReceiveManyTx(ctx, tx, msgs) // one job for the three
+		return err
+	}); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	workers := river.NewWorkers()
+	if err := ib.AddWorkers(workers); err != nil {
+		fmt.Println(err)
+		return
+	}
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{ib.Queue(): {MaxWorkers: 2}},
+		Workers: workers,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	finished, cancel := client.Subscribe(river.EventKindJobCompleted, river.EventKindJobFailed)
+	defer cancel()
+	if err := client.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() {
+		if err := client.Stop(ctx); err != nil {
+			fmt.Println(err)
+		}
+	}()
+	select {
+	case ev := <-finished:
+		fmt.Println("job:", ev.Kind)
+	case <-time.After(20 * time.Second):
+		fmt.Println("not processed within 20s")
+		return
+	}
+	fmt.Println("messages in the call:", <-calls)
+	rows, err := pool.Query(ctx, "SELECT account, balance FROM balances ORDER BY account")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for rows.Next() {
+		var account string
+		var balance int64
+		if err := rows.Scan(&account, &balance); err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(account, balance)
+	}
+
+	// Output:
+	// job: job_completed
+	// messages in the call: 3
+	// acct_0 103
+	// acct_1 20
 }
 
 // The HTTP receiver verifies the signature, dedupes and stores in one
