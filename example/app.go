@@ -242,11 +242,11 @@ type paymentEvent struct {
 // balance.updated for each payment in the same transaction: no balance
 // change without its event, and no event without its change. It is an
 // inbox.BatchHandler: a run of payments of one processing batch takes one
-// upsert (the payments of an account summed, accounts in order, so that
-// concurrent batches lock rows in one order) and one PublishManyTx, and each
-// event still carries the balance right after its own payment. A payment
-// that cannot be applied fails the run, which the inbox then runs again
-// payment by payment: only the bad one fails.
+// upsert (the payments of an account summed, accounts in order, so that the
+// runs of concurrent batches lock rows in one order) and one PublishManyTx,
+// and each event still carries the balance right after its own payment. A
+// payment that cannot be applied fails the run, which the inbox then runs
+// again payment by payment: only the bad one fails.
 func applyPayments(ob *outbox.Outbox) inbox.BatchHandler {
 	return func(ctx context.Context, tx pgx.Tx, msgs []*inbox.Message) error {
 		type payment struct {
@@ -268,7 +268,13 @@ func applyPayments(ob *outbox.Outbox) inbox.BatchHandler {
 				return inbox.Permanent(fmt.Errorf("amount %q is not an integer", ev.Data.Amount.String()))
 			}
 			payments[i] = payment{ev.Data.Account, amount}
-			totals[ev.Data.Account] += amount
+			sum := totals[ev.Data.Account] + amount
+			if (amount > 0 && sum < totals[ev.Data.Account]) || (amount < 0 && sum > totals[ev.Data.Account]) {
+				// Beyond int64 in Go: one payment at a time, Postgres
+				// refuses the one that overflows the balance.
+				return fmt.Errorf("payments to %s overflow a sum", ev.Data.Account)
+			}
+			totals[ev.Data.Account] = sum
 		}
 		accounts := slices.Sorted(maps.Keys(totals))
 		sums := make([]int64, len(accounts))

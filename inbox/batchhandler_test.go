@@ -3,6 +3,9 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -171,4 +174,61 @@ func TestHandleReplacesHandleBatch(t *testing.T) {
 	require.ElementsMatch(t, [][]string{{batch[0].EventID}, {batch[1].EventID}}, oneCalls.all())
 	require.Equal(t, [][]string{{single[0].EventID}}, batchCalls.all())
 	require.Equal(t, 1, effectCount(t, b.pool, single[0].EventID))
+}
+
+// TestHandleBatchOwnsItsCopies: a BatchHandler may reorder its slice and
+// clear what it decoded before failing; the messages then go again alone in
+// receipt order and whole. (The worker once handed over its own slice and
+// messages: the fallback ran one ordering key's messages in the handler's
+// order, and good messages died on their cleared bodies.)
+func TestHandleBatchOwnsItsCopies(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 1}})
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, "CREATE TABLE applied (event_id text NOT NULL, n serial)")
+	require.NoError(t, err)
+	b.inbox.HandleBatch("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msgs []*inbox.Message) error {
+		slices.SortFunc(msgs, func(a, b *inbox.Message) int { return strings.Compare(b.EventID, a.EventID) })
+		for _, m := range msgs {
+			if string(m.Body) != `{}` {
+				return inbox.Permanent(fmt.Errorf("body of %s is %q", m.EventID, m.Body))
+			}
+			m.Body = nil // decoded: dropped
+		}
+		for _, m := range msgs {
+			if m.EventType == "poison" {
+				return inbox.Permanent(errors.New("bad payment"))
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO applied (event_id) VALUES ($1)", m.EventID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var batch []inbox.Incoming
+	for i, typ := range []string{"ok", "ok", "ok", "poison"} {
+		batch = append(batch, inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d_%s", i, typ), EventType: typ,
+			Body: []byte(`{}`), OrderingKey: "sub_1"})
+	}
+	results := receiveMany(t, b.pool, b.inbox, batch)
+	b.startWorkers(t)
+	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
+	rows, err := b.pool.Query(ctx, "SELECT event_id FROM applied ORDER BY n")
+	require.NoError(t, err)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"evt_0_ok", "evt_1_ok", "evt_2_ok"}, got, "one ordering key's messages, applied once each in receipt order")
+	for i := range batch[:3] {
+		msg, err := b.inbox.Get(ctx, results[i].MessageID)
+		require.NoError(t, err)
+		require.Equal(t, inbox.StatusProcessed, msg.Status, msg.LastError)
+	}
+}
+
+// TestHandleBatchRejectsNil: registering a nil BatchHandler panics at once,
+// not on every message.
+func TestHandleBatchRejectsNil(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	require.PanicsWithValue(t, "inbox: HandleBatch with a nil BatchHandler", func() { b.inbox.HandleBatch("payments", "x", nil) })
 }

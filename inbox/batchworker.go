@@ -183,7 +183,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				continue
 			}
 			msg := messageFromRow(&rows[i])
-			group, next := w.group(job, rows, i, msg, order)
+			reg, group, next := w.group(job, rows, i, msg, order)
 			if len(group) < 2 {
 				if err := alone(msg); err != nil {
 					return err
@@ -191,7 +191,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				continue
 			}
 			i = next - 1
-			ok, err := w.runGroup(ctx, tx, sp, group, now, took)
+			ok, err := w.runGroup(ctx, log, tx, sp, reg, group, now, took)
 			if err != nil {
 				return err
 			}
@@ -331,18 +331,18 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 }
 
 // group returns the messages a BatchHandler takes together from rows[i]
-// on (msg is rows[i]'s): msg and the owned messages after it, in order,
-// that resolve to msg's registration, when that is a HandleBatch one,
-// stopping at the first that waits for an earlier one of its ordering key
-// (it is handled alone, and parks). next is the index of the first row
-// after the group. Fewer than two messages mean no group.
-func (w *processBatchWorker) group(job *river.Job[processBatchArgs], rows []dbsqlc.WharfInboxMessage, i int, msg *Message, order *batchOrder) (group []*Message, next int) {
-	reg := w.ib.registered(msg.Source, msg.EventType)
+// on (msg is rows[i]'s), and its registration: msg and the owned messages
+// after it, in order, that resolve to msg's registration, when that is a
+// HandleBatch one, stopping at the first that waits for an earlier one of
+// its ordering key (it is handled alone, and parks). next is the index of
+// the first row after the group. Fewer than two messages mean no group.
+func (w *processBatchWorker) group(job *river.Job[processBatchArgs], rows []dbsqlc.WharfInboxMessage, i int, msg *Message, order *batchOrder) (reg *registration, group []*Message, next int) {
+	reg = w.ib.registered(msg.Source, msg.EventType)
 	if reg == nil || reg.many == nil {
-		return nil, i + 1
+		return nil, nil, i + 1
 	}
 	if held, _ := order.held(msg); held {
-		return nil, i + 1
+		return nil, nil, i + 1
 	}
 	group = []*Message{msg}
 	next = i + 1
@@ -359,47 +359,59 @@ func (w *processBatchWorker) group(job *river.Job[processBatchArgs], rows []dbsq
 		}
 		group = append(group, m)
 	}
-	return group, next
+	return reg, group, next
 }
 
-// runGroup runs a BatchHandler on group in one savepoint that also marks
-// the group's messages processed. ok reports whether it succeeded; an error
-// is one that lost the transaction. A failure is rolled back, and
-// recorded nowhere: the caller runs each message again alone.
-func (w *processBatchWorker) runGroup(ctx context.Context, tx pgx.Tx, sp *savepoints, group []*Message, now time.Time, took map[uuid.UUID]time.Duration) (ok bool, err error) {
+// runGroup runs reg's BatchHandler on group in one savepoint that also
+// marks the group's messages processed. ok reports whether it succeeded;
+// an error is one that lost the transaction. A failure is rolled back, and
+// recorded nowhere: the caller runs each message again alone. The handler
+// gets copies of the messages, in a slice of its own: what it does to them
+// (sorting, filtering, clearing a body once decoded) changes nothing the
+// worker goes on with.
+func (w *processBatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx pgx.Tx, sp *savepoints, reg *registration,
+	group []*Message, now time.Time, took map[uuid.UUID]time.Duration,
+) (ok bool, err error) {
 	ib := w.ib
 	ids := make([]uuid.UUID, len(group))
+	msgs := make([]*Message, len(group))
 	for i, m := range group {
 		ids[i] = m.ID
+		c := *m
+		msgs[i] = &c
 	}
 	sp.startGroup(dbsqlc.InboxMessagesMarkProcessedArgs(dbsqlc.InboxMessagesMarkProcessedParams{
 		Now: now, ReceivedAt: group[0].ReceivedAt, Ids: dbsqlc.UUIDTexts(ids),
 	}))
-	reg := ib.registered(group[0].Source, group[0].EventType)
 	started := time.Now()
+	// One span for the call, linked to each message's receipt, with a span
+	// per message under it; the handler's context carries the call's, so
+	// that what it writes (an outbox event) continues its trace.
+	spanCtx, span := ib.startProcessGroup(ctx, group)
 	spans := make([]trace.Span, len(group))
 	for i, m := range group {
-		_, spans[i] = ib.startProcess(ctx, m)
+		_, spans[i] = ib.startProcess(spanCtx, m)
 	}
-	herr := w.runInSavepoint(ctx, tx, sp, fmt.Sprintf("%d messages from %s", len(group), group[0].ID), func(ctx context.Context, htx handlerTx) error {
-		return recovered(func() error { return reg.many(ctx, htx, group) })
+	herr := w.runInSavepoint(spanCtx, tx, sp, fmt.Sprintf("%d messages from %s", len(group), group[0].ID), func(ctx context.Context, htx handlerTx) error {
+		return recovered(func() error { return reg.many(ctx, htx, msgs) })
 	})
-	elapsed := time.Since(started)
-	for i, m := range group {
-		took[m.ID] = elapsed
-		if herr == nil {
-			endProcess(spans[i], nil)
-		} else {
-			// The messages go again alone, each with a span of its own.
-			endProcess(spans[i], fmt.Errorf("inbox: batch handler failed; retried alone: %w", herr))
-		}
+	// Each message's share of the call, for the handler-duration metric.
+	share := time.Since(started) / time.Duration(len(group))
+	var spanErr error
+	if herr != nil {
+		spanErr = fmt.Errorf("inbox: batch handler failed; its messages go again alone: %w", herr)
 	}
+	for i, m := range group {
+		took[m.ID] = share
+		endProcess(spans[i], spanErr)
+	}
+	endProcess(span, spanErr)
 	var fatal *batchFatalError
 	if errors.As(herr, &fatal) {
 		return false, fatal.err
 	}
 	if herr != nil {
-		ib.logger.InfoContext(ctx, "inbox: batch handler failed; its messages go again alone",
+		log.InfoContext(ctx, "inbox: batch handler failed; its messages go again alone",
 			"messages", len(group), "first_message_id", group[0].ID, "error", herr)
 	}
 	return herr == nil, nil

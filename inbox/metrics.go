@@ -150,6 +150,23 @@ func (ib *Inbox) startProcess(ctx context.Context, msg *Message) (context.Contex
 		))
 }
 
+// startProcessGroup starts the span of a BatchHandler call on msgs,
+// linked to each message's receipt.
+func (ib *Inbox) startProcessGroup(ctx context.Context, msgs []*Message) (context.Context, trace.Span) {
+	var links []trace.Link
+	for _, m := range msgs {
+		links = append(links, telemetry.Link(m.trace)...)
+	}
+	return ib.tracer.Start(ctx, "wharf.inbox.process_batch",
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(links...),
+		trace.WithAttributes(
+			attribute.String("wharf.source", msgs[0].Source),
+			attribute.String("wharf.event_type", msgs[0].EventType),
+			attribute.Int("wharf.messages", len(msgs)),
+		))
+}
+
 // endProcess ends a handler run's span with its outcome.
 func endProcess(span trace.Span, err error) {
 	if err != nil {

@@ -118,13 +118,20 @@ type handlerKey struct{ source, eventType string }
 // one savepoint that also marks all of msgs processed: its writes commit
 // exactly once, with those marks.
 //
-// When it returns an error, its writes and marks are rolled back and it is
-// called again for each message of msgs alone, in its own savepoint, so
-// that one bad message fails only itself: that call's error is the
+// When it returns an error (or panics), its writes and marks are rolled
+// back and the messages go again one by one, in the same transaction, each
+// in its own savepoint, so that one bad message fails only itself: the
+// handler is called with each message alone, and that call's error is the
 // message's, with a Handler's meaning (Permanent, river.JobSnooze, a retry
-// with backoff). A message retried later, or processed outside a batch, is
-// also passed alone. msgs are in receipt order, so messages of one ordering
-// key come in their order.
+// with backoff). A message whose ordering key an earlier one's failure
+// holds waits for it instead, as with a Handler. What the failed call did
+// outside the database (an HTTP request, an email) is not rolled back, as
+// with any retry. A message retried later, or processed outside a batch,
+// is also passed alone.
+//
+// msgs are in receipt order, so messages of one ordering key come in their
+// order. They are the handler's own copies: it may sort or filter the
+// slice, or clear a body once decoded.
 type BatchHandler func(ctx context.Context, tx pgx.Tx, msgs []*Message) error
 
 // registration is what Handle or HandleBatch registered for a key.
@@ -148,6 +155,9 @@ func (ib *Inbox) Handle(source, eventType string, h Handler) {
 // the same wildcards and precedence, and registering the same pair again
 // replaces the handler (a Handler too).
 func (ib *Inbox) HandleBatch(source, eventType string, h BatchHandler) {
+	if h == nil {
+		panic("inbox: HandleBatch with a nil BatchHandler")
+	}
 	ib.mu.Lock()
 	defer ib.mu.Unlock()
 	ib.handlers[handlerKey{source, eventType}] = &registration{
