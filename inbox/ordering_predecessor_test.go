@@ -70,13 +70,7 @@ func TestOrderingWaitsForTheImmediatePredecessor(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t, nil)
 	createEffects(t, b.pool)
-	var ids []uuid.UUID
-	for _, m := range payments("evt_f", "evt_y", "evt_l") {
-		m.OrderingKey = "sub_1"
-		res := receiveMany(t, b.pool, b.inbox, []inbox.Incoming{m})
-		ids = append(ids, res[0].MessageID)
-		b.clock.Advance(time.Millisecond)
-	}
+	ids := receiveInTurn(t, b, "sub_1", "evt_f", "evt_y", "evt_l")
 	f, y := ids[0], ids[1]
 	// f's and y's jobs wait.
 	_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'
@@ -118,13 +112,7 @@ func TestOrderingDeadMarkSurvivesAFailedWake(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, nil)
-	var ids []uuid.UUID
-	for _, m := range payments("evt_m", "evt_n") {
-		m.OrderingKey = "sub_1"
-		res := receiveMany(t, b.pool, b.inbox, []inbox.Incoming{m})
-		ids = append(ids, res[0].MessageID)
-		b.clock.Advance(time.Millisecond)
-	}
+	ids := receiveInTurn(t, b, "sub_1", "evt_m", "evt_n")
 	m, n := ids[0], ids[1]
 	_, err := b.pool.Exec(ctx, `UPDATE river_job SET state = 'scheduled', scheduled_at = now() + interval '1 hour'
 		WHERE args->>'message_id' = $1`, m.String())
@@ -185,4 +173,19 @@ func derefS(p *string) any {
 		return "NULL"
 	}
 	return *p
+}
+
+// receiveInTurn receives a payment for each event id, with ordering key
+// key, each in a transaction of its own, a millisecond apart on b's clock;
+// it returns their message ids.
+func receiveInTurn(t *testing.T, b *testBundle, key string, eventIDs ...string) []uuid.UUID {
+	t.Helper()
+	var ids []uuid.UUID
+	for _, m := range payments(eventIDs...) {
+		m.OrderingKey = key
+		res := receiveMany(t, b.pool, b.inbox, []inbox.Incoming{m})
+		ids = append(ids, res[0].MessageID)
+		b.clock.Advance(time.Millisecond)
+	}
+	return ids
 }
