@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
 
@@ -119,7 +118,10 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		processed, failures = nil, nil
 		clear(took)
 		var waiting []heldMessage
-		q := dbsqlc.New(tx)
+		// Generic plans: a custom plan of these statements on the
+		// day-partitioned messages took as long as running them (see
+		// dbsqlc.GenericPlans).
+		q := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx})
 		// Locked here, in id order, so that no other run of this job, nor a
 		// split, nor Forget, changes them while their handlers run.
 		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
@@ -248,8 +250,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				return err
 			}
 		}
-		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
+		return completeJob(ctx, tx, job)
 	})
 	if err != nil {
 		// Nothing of the batch committed. Split it now, so that one bad
@@ -477,7 +478,7 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 	ib := w.ib
 	var moved int
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
+		q := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx})
 		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
 			ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(job.Args.MessageIDs),
 		})
@@ -503,8 +504,7 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 			}
 		}
 		moved = len(params)
-		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
+		return completeJob(ctx, tx, job)
 	})
 	if err != nil {
 		return fmt.Errorf("inbox: split batch: %w", err)

@@ -151,12 +151,8 @@ func (s *savepoints) take(ctx context.Context, tx pgx.Tx) error {
 		b.Queue(releaseSavepointSQL)
 	}
 	b.Queue(savepointSQL)
-	if s.markSQL == dbsqlc.InboxMessageMarkProcessedSQL {
-		// One message's mark: a generic plan (see dbsqlc.GenericPlans).
-		dbsqlc.QueueGeneric(b, s.markSQL, s.mark...)
-	} else {
-		b.Queue(s.markSQL, s.mark...)
-	}
+	// The mark has a generic plan (see dbsqlc.GenericPlans).
+	dbsqlc.QueueGeneric(b, s.markSQL, s.mark...)
 	err := tx.SendBatch(ctx, b).Close()
 	if err == nil {
 		s.pending, s.taken, s.held = false, true, true

@@ -221,8 +221,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		msg = messageFromRow(&row)
 		if msg.Status == StatusProcessed {
 			// A replayed or duplicated job: the effect already committed.
-			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-			return err
+			return completeJob(ctx, tx, job)
 		}
 		if msg.Status == StatusDead {
 			// Skipped while this job was running or waiting for a retry: a
@@ -241,8 +240,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 				return err
 			}
 			parked = true
-			_, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-			return err
+			return completeJob(ctx, tx, job)
 		}
 		h := ib.handlerFor(msg.Source, msg.EventType)
 		if h == nil {
@@ -270,8 +268,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		if err := ib.wakeNext(ctx, tx, msg); err != nil {
 			return err
 		}
-		_, err = river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job)
-		return err
+		return completeJob(ctx, tx, job)
 	})
 	if err == nil {
 		if parked {
@@ -429,4 +426,12 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 	}
 	_ = json.Unmarshal(row.Headers, &m.Header) // written by ReceiveTx from an http.Header
 	return m
+}
+
+// completeJob completes job in tx (River's JobCompleteTx), with a generic
+// plan for River's statement (see dbsqlc.GenericTx): it commits with the
+// work's marks, or not at all.
+func completeJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T]) error {
+	_, err := river.JobCompleteTx[*riverpgxv5.Driver, pgx.Tx](ctx, dbsqlc.GenericTx{Tx: tx}, job)
+	return err
 }

@@ -96,3 +96,22 @@ func (r *genericPlanRows) Err() error {
 }
 
 func (r *genericPlanRows) Close() { r.finish() }
+
+// GenericTx is a pgx.Tx whose Query and Exec run their statement with a
+// generic plan, as GenericPlans's do, for statements that other libraries
+// send through a pgx.Tx: River's JobCompleteTx, whose statement Postgres
+// otherwise plans afresh on every call (a 0.46 ms plan for a 0.2 ms
+// update of one job, measured with pg_stat_statements.track_planning).
+// QueryRow, SendBatch, CopyFrom and the rest are the wrapped transaction's
+// own.
+type GenericTx struct{ pgx.Tx }
+
+var _ pgx.Tx = GenericTx{}
+
+func (t GenericTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return GenericPlans{DBTX: t.Tx}.Exec(ctx, sql, args...)
+}
+
+func (t GenericTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return GenericPlans{DBTX: t.Tx}.Query(ctx, sql, args...)
+}

@@ -78,3 +78,28 @@ func TestGenericPlansOutsideATransaction(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
 	require.Equal(t, "auto", mode, "a failed query left the generic mode")
 }
+
+// GenericTx runs a statement sent through its Query or Exec (as River's
+// JobCompleteTx sends its own) with a generic plan, and restores the mode
+// the transaction had; its QueryRow is the transaction's own.
+func TestGenericTx(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		gtx := dbsqlc.GenericTx{Tx: tx}
+		rows, err := gtx.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+		require.NoError(t, err)
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		require.NoError(t, err)
+		require.Equal(t, []string{"force_generic_plan"}, got)
+		_, err = gtx.Exec(ctx, "CREATE TEMP TABLE seen AS SELECT current_setting('plan_cache_mode') AS mode")
+		require.NoError(t, err)
+		var seen, mode string
+		require.NoError(t, tx.QueryRow(ctx, "SELECT mode FROM seen").Scan(&seen))
+		require.Equal(t, "force_generic_plan", seen)
+		require.NoError(t, gtx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+		require.Equal(t, "auto", mode, "the mode was not restored, or QueryRow changed it")
+		return nil
+	}))
+}

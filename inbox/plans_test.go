@@ -1,0 +1,84 @@
+package inbox_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+)
+
+// TestBatchStatementsUseGenericPlans: the batch worker's statements on the
+// day-partitioned messages (loading a batch, a BatchHandler's processed
+// mark, the bulk mark of messages whose handlers never touched the
+// database) run with generic plans. Postgres otherwise made a custom plan
+// for each execution, which took as long as running the statement.
+func TestBatchStatementsUseGenericPlans(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	createEffects(t, b.pool)
+	b.inbox.HandleBatch("payments", "paid", func(ctx context.Context, tx pgx.Tx, msgs []*inbox.Message) error {
+		for _, m := range msgs {
+			if err := applyEffect(ctx, tx, m); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b.inbox.Handle("payments", "noted", func(context.Context, pgx.Tx, *inbox.Message) error { return nil })
+	for i := range 3 {
+		batch := typedPayments("paid", "paid", "noted", "noted")
+		for j := range batch {
+			batch[j].EventID += "_" + string(rune('a'+i))
+		}
+		receiveMany(t, b.pool, b.inbox, batch)
+	}
+	b.startWorkers(t)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+
+	plans := preparedPlans(t, b.pool)
+	for _, name := range []string{"InboxMessagesGetForUpdate", "InboxMessagesMarkProcessed"} {
+		p := plans[name]
+		require.Positive(t, p.generic, "%s never ran with a generic plan", name)
+		require.Zero(t, p.custom, "%s ran with custom plans", name)
+	}
+}
+
+type planCounts struct{ generic, custom int64 }
+
+// preparedPlans sums, over the pool's idle connections, the generic and
+// custom plans of their prepared statements, by the sqlc name the
+// statement's text begins with.
+func preparedPlans(t *testing.T, pool *pgxpool.Pool) map[string]planCounts {
+	t.Helper()
+	ctx := context.Background()
+	conns := pool.AcquireAllIdle(ctx)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	plans := map[string]planCounts{}
+	for _, c := range conns {
+		rows, err := c.Query(ctx, "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+		require.NoError(t, err)
+		for rows.Next() {
+			var stmt string
+			var p planCounts
+			require.NoError(t, rows.Scan(&stmt, &p.generic, &p.custom))
+			name, ok := strings.CutPrefix(stmt, "-- name: ")
+			if !ok {
+				continue
+			}
+			name, _, _ = strings.Cut(name, " ")
+			sum := plans[name]
+			plans[name] = planCounts{sum.generic + p.generic, sum.custom + p.custom}
+		}
+		require.NoError(t, rows.Err())
+	}
+	return plans
+}
