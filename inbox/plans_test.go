@@ -12,12 +12,13 @@ import (
 	"github.com/wharfhq/wharf/inbox"
 )
 
-// TestBatchStatementsUseGenericPlans: the batch worker's statements on the
-// day-partitioned messages (loading a batch, a BatchHandler's processed
-// mark, the bulk mark of messages whose handlers never touched the
-// database) run with generic plans. Postgres otherwise made a custom plan
-// for each execution, which took as long as running the statement.
-func TestBatchStatementsUseGenericPlans(t *testing.T) {
+// TestWorkerStatementsUseGenericPlans: the workers' statements on the
+// day-partitioned messages (loading a batch or a lone message, a
+// BatchHandler's processed mark, the bulk mark of messages whose handlers
+// never touched the database, a lone message's mark) run with generic
+// plans. Postgres otherwise made a custom plan for each execution, which
+// took as long as running the statement.
+func TestWorkerStatementsUseGenericPlans(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
 	createEffects(t, b.pool)
@@ -36,12 +37,16 @@ func TestBatchStatementsUseGenericPlans(t *testing.T) {
 			batch[j].EventID += "_" + string(rune('a'+i))
 		}
 		receiveMany(t, b.pool, b.inbox, batch)
+		// A batch of one gets a job of its own (the per-message worker).
+		lone := typedPayments("paid")
+		lone[0].EventID = "lone_" + string(rune('a'+i))
+		receiveMany(t, b.pool, b.inbox, lone)
 	}
 	b.startWorkers(t)
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
 
 	plans := preparedPlans(t, b.pool)
-	for _, name := range []string{"InboxMessagesGetForUpdate", "InboxMessagesMarkProcessed"} {
+	for _, name := range []string{"InboxMessagesGetForUpdate", "InboxMessagesMarkProcessed", "InboxMessageGetForUpdate", "InboxMessageMarkProcessed"} {
 		p := plans[name]
 		require.Positive(t, p.generic, "%s never ran with a generic plan", name)
 		require.Zero(t, p.custom, "%s ran with custom plans", name)

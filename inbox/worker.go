@@ -204,7 +204,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 	var parked bool // waiting for an earlier message of its ordering key
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		parked = false
-		row, err := dbsqlc.New(tx).InboxMessageGetForUpdate(ctx, dbsqlc.InboxMessageGetForUpdateParams{
+		row, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessageGetForUpdate(ctx, dbsqlc.InboxMessageGetForUpdateParams{
 			ReceivedAt: job.Args.ReceivedAt,
 			ID:         job.Args.MessageID,
 		})

@@ -79,9 +79,10 @@ func TestGenericPlansOutsideATransaction(t *testing.T) {
 	require.Equal(t, "auto", mode, "a failed query left the generic mode")
 }
 
-// GenericTx runs a statement sent through its Query or Exec (as River's
-// JobCompleteTx sends its own) with a generic plan, and restores the mode
-// the transaction had; its QueryRow is the transaction's own.
+// GenericTx runs a statement sent through its Query, QueryRow or Exec (as
+// River's JobCompleteTx sends its own) with a generic plan, and restores
+// the mode the transaction had. QueryRow answers as pgx's own: the first
+// row, pgx.ErrNoRows, or the statement's error.
 func TestGenericTx(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -98,8 +99,21 @@ func TestGenericTx(t *testing.T) {
 		var seen, mode string
 		require.NoError(t, tx.QueryRow(ctx, "SELECT mode FROM seen").Scan(&seen))
 		require.Equal(t, "force_generic_plan", seen)
-		require.NoError(t, gtx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
-		require.Equal(t, "auto", mode, "the mode was not restored, or QueryRow changed it")
+		require.NoError(t, gtx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode') FROM generate_series(1, $1::int)", 3).Scan(&mode))
+		require.Equal(t, "force_generic_plan", mode)
+		require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+		require.Equal(t, "auto", mode, "the mode was not restored")
+		require.ErrorIs(t, gtx.QueryRow(ctx, "SELECT 1 WHERE $1::int < 0", 1).Scan(&mode), pgx.ErrNoRows)
+		var n int
+		require.ErrorContains(t, gtx.QueryRow(ctx, "SELECT 'x'::text").Scan(&n), "cannot scan")
+		require.NoError(t, tx.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
+		require.Equal(t, "auto", mode, "a failed scan left the generic mode")
 		return nil
 	}))
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	var n int
+	require.ErrorContains(t, dbsqlc.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT 1/0").Scan(&n), "division by zero")
 }
