@@ -33,18 +33,25 @@ type parsedBody struct {
 	json  bool // whether raw is valid JSON
 }
 
+// parseBody decodes raw when it is one JSON value, as json.Valid defines it,
+// in one decoding: the decoder validates what it reads (a json.Valid first
+// scanned every body once more, a third of the cost of parsing it).
 func parseBody(raw []byte) parsedBody {
 	p := parsedBody{raw: raw}
-	if !json.Valid(raw) {
-		return p
-	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
-	if err := dec.Decode(&p.value); err != nil {
-		p.value = nil
+	var v any
+	if err := dec.Decode(&v); err != nil {
 		return p
 	}
-	p.json = true
+	// The decoder stops after the first value: only JSON whitespace may
+	// follow it.
+	for _, c := range raw[dec.InputOffset():] {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return p
+		}
+	}
+	p.value, p.json = v, true
 	return p
 }
 

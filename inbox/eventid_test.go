@@ -1,8 +1,10 @@
 package inbox
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -207,4 +209,28 @@ func TestProviderPresets(t *testing.T) {
 			require.Equal(t, tt.wantType, typ)
 		})
 	}
+}
+
+// FuzzParseBody: a body from the network is JSON exactly when json.Valid
+// says so, decodes to what json's own decoder makes of it (numbers kept as
+// json.Number), and identifies without panicking.
+func FuzzParseBody(f *testing.F) {
+	for _, s := range []string{`{}`, ` {"a":1} `, `{} {}`, `{}}`, `[1,2.5e3,"x",null,true]`, "{}\v", "{}\u00a0", `{"type":"t","data":{"id":7}}`, "\"\xff\"", ``, `nope`} {
+		f.Add([]byte(s))
+	}
+	src := &Source{Name: "s", IDFields: []string{"data.id"}, TypeFields: []string{"type"}}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		p := parseBody(raw)
+		require.Equal(t, json.Valid(raw), p.json)
+		if p.json {
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.UseNumber()
+			var want any
+			require.NoError(t, dec.Decode(&want))
+			require.Equal(t, want, p.value)
+		} else {
+			require.Nil(t, p.value)
+		}
+		_, _, _ = src.identify(http.Header{}, p)
+	})
 }
