@@ -458,8 +458,6 @@ FROM k, j;
 
 var tpsPattern = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
-// pgbench runs the one-statement write with clients connections for
-// seconds and returns its transactions per second.
 // checkpoint runs a CHECKPOINT, so that the run about to start does not
 // share its time with one the WAL of earlier runs would trigger (cloning
 // each target's database and warming it up writes hundreds of MB, and a
@@ -479,6 +477,8 @@ func checkpoint(b *testing.B) {
 	}
 }
 
+// pgbench runs the one-statement write with clients connections for
+// seconds and returns its transactions per second.
 func pgbench(b *testing.B, clients, seconds int) float64 {
 	b.Helper()
 	bin, err := exec.LookPath("pgbench")

@@ -152,7 +152,7 @@ func (s *savepoints) take(ctx context.Context, tx pgx.Tx) error {
 	}
 	b.Queue(savepointSQL)
 	// The mark has a generic plan (see dbsqlc.GenericPlans).
-	dbsqlc.QueueGeneric(b, s.markSQL, s.mark...)
+	dbsqlc.QueueGeneric(b, tx, s.markSQL, s.mark...)
 	err := tx.SendBatch(ctx, b).Close()
 	if err == nil {
 		s.pending, s.taken, s.held = false, true, true

@@ -1,11 +1,13 @@
 package dbsqlc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // This file is not generated.
@@ -26,21 +28,70 @@ import (
 // and knows the arrays' lengths). Planning the ordering lookups, a lookup
 // per message over every day partition, cost milliseconds per batch, more
 // than the rest of it; planning a message's processed mark cost more than
-// running it. Their generic plans prune partitions at run time.
+// running it. Their generic plans prune partitions at run time. With up to
+// about 100 day partitions (retention is at most 90 days) they cost no more
+// to run than custom plans; with 400 they would cost 1.6× as much.
+//
+// Only a prepared statement keeps its generic plan: GenericPlans changes
+// nothing on connections whose statements are not prepared and cached (a
+// pgx default_query_exec_mode other than cache_statement, as behind
+// PgBouncer), where a generic plan would be made, without pruning, on
+// every call (see CachesPlans).
 type GenericPlans struct{ DBTX }
 
 var _ DBTX = GenericPlans{}
 
-// QueueGeneric queues sql, with a generic plan, on b (see GenericPlans).
-func QueueGeneric(b *pgx.Batch, sql string, args ...any) {
+// CachesPlans reports whether db (a pgx.Tx, *pgx.Conn or *pgxpool.Pool)
+// runs statements as prepared statements that it caches (pgx's
+// QueryExecModeCacheStatement, its default), whose generic plans Postgres
+// keeps. When it cannot tell, it reports false.
+func CachesPlans(db any) bool {
+	var mode pgx.QueryExecMode
+	switch d := db.(type) {
+	case interface{ Conn() *pgx.Conn }:
+		conn := d.Conn()
+		if conn == nil {
+			return false
+		}
+		mode = conn.Config().DefaultQueryExecMode
+	case interface{ Config() *pgx.ConnConfig }:
+		mode = d.Config().DefaultQueryExecMode
+	case interface{ Config() *pgxpool.Config }:
+		mode = d.Config().ConnConfig.DefaultQueryExecMode
+	default:
+		return false
+	}
+	return mode == pgx.QueryExecModeCacheStatement
+}
+
+// QueueGeneric queues sql on b, with a generic plan when db (on which b
+// will be sent) caches plans (see GenericPlans).
+func QueueGeneric(b *pgx.Batch, db any, sql string, args ...any) {
+	if !CachesPlans(db) {
+		b.Queue(sql, args...)
+		return
+	}
 	b.Queue(PlanCacheModeGenericSQL)
 	b.Queue(sql, args...)
 	b.Queue(PlanCacheModeRestoreSQL)
 }
 
+// closed is err, and then the batch's closing error when it is another:
+// after a failed statement, pgx's Close returns the same error again.
+func closed(err error, br pgx.BatchResults) error {
+	closeErr := br.Close()
+	if err == nil || closeErr == nil || closeErr.Error() == err.Error() {
+		return cmp.Or(err, closeErr)
+	}
+	return errors.Join(err, closeErr)
+}
+
 func (g GenericPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if !CachesPlans(g.DBTX) {
+		return g.DBTX.Exec(ctx, sql, args...)
+	}
 	b := &pgx.Batch{}
-	QueueGeneric(b, sql, args...)
+	QueueGeneric(b, g.DBTX, sql, args...)
 	br := g.DBTX.SendBatch(ctx, b)
 	_, err := br.Exec()
 	var tag pgconn.CommandTag
@@ -50,24 +101,30 @@ func (g GenericPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn
 	if err == nil {
 		_, err = br.Exec()
 	}
-	return tag, errors.Join(err, br.Close())
+	return tag, closed(err, br)
 }
 
 func (g GenericPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if !CachesPlans(g.DBTX) {
+		return g.DBTX.Query(ctx, sql, args...)
+	}
 	b := &pgx.Batch{}
-	QueueGeneric(b, sql, args...)
+	QueueGeneric(b, g.DBTX, sql, args...)
 	br := g.DBTX.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
-		return nil, errors.Join(err, br.Close())
+		return nil, closed(err, br)
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, errors.Join(err, br.Close())
+		return nil, closed(err, br)
 	}
 	return &genericPlanRows{Rows: rows, br: br}, nil
 }
 
 func (g GenericPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if !CachesPlans(g.DBTX) {
+		return g.DBTX.QueryRow(ctx, sql, args...)
+	}
 	rows, err := g.Query(ctx, sql, args...)
 	return genericPlanRow{rows: rows, err: err}
 }
@@ -118,7 +175,7 @@ func (r *genericPlanRows) finish() {
 	if r.err == nil {
 		_, r.err = r.br.Exec()
 	}
-	r.err = errors.Join(r.err, r.br.Close())
+	r.err = closed(r.err, r.br)
 }
 
 // Err is meant for after the last row: it reads the rest of the pipeline.
@@ -130,11 +187,15 @@ func (r *genericPlanRows) Err() error {
 func (r *genericPlanRows) Close() { r.finish() }
 
 // GenericTx is a pgx.Tx whose Query, QueryRow and Exec run their statement
-// with a generic plan, as GenericPlans's do, for statements that other libraries
-// send through a pgx.Tx: River's JobCompleteTx, whose statement Postgres
-// otherwise plans afresh on every call (a 0.46 ms plan for a 0.2 ms
-// update of one job, measured with pg_stat_statements.track_planning).
-// SendBatch, CopyFrom and the rest are the wrapped transaction's own.
+// with a generic plan, as GenericPlans's do (on connections that cache
+// plans), for statements that other libraries send through a pgx.Tx:
+// River's JobCompleteTx, whose statement Postgres otherwise plans afresh
+// on every call (a 0.46 ms plan for a 0.2 ms update of one job, measured
+// with pg_stat_statements.track_planning). SendBatch, CopyFrom and the
+// rest are the wrapped transaction's own. Unlike the transaction's own
+// methods, they take no pgx.QueryExecMode or QueryResultFormats among
+// their arguments (a pipeline's statements cannot), and an argument pgx
+// cannot encode closes the connection.
 type GenericTx struct{ pgx.Tx }
 
 var _ pgx.Tx = GenericTx{}

@@ -2,9 +2,11 @@ package dbsqlc_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
@@ -116,4 +118,64 @@ func TestGenericTx(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	var n int
 	require.ErrorContains(t, dbsqlc.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT 1/0").Scan(&n), "division by zero")
+}
+
+// Only a prepared, cached statement keeps a generic plan: on connections
+// whose statements are not (pgx's other exec modes, as behind PgBouncer)
+// GenericPlans and GenericTx send the statement as it is, since a generic
+// plan made on every call cannot prune the day partitions and costs
+// milliseconds with a hundred of them. An error is reported once.
+func TestGenericPlansOnlyWhereStatementsAreCached(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	for mode, generic := range map[pgx.QueryExecMode]bool{
+		pgx.QueryExecModeCacheStatement: true,
+		pgx.QueryExecModeCacheDescribe:  false,
+		pgx.QueryExecModeDescribeExec:   false,
+		pgx.QueryExecModeExec:           false,
+		pgx.QueryExecModeSimpleProtocol: false,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			cfg, err := pgxpool.ParseConfig(url)
+			require.NoError(t, err)
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			cfg.MaxConns = 2
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			want := map[bool]string{true: "force_generic_plan", false: "auto"}[generic]
+			require.Equal(t, generic, dbsqlc.CachesPlans(pool))
+
+			rows, err := dbsqlc.GenericPlans{DBTX: pool}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+			require.NoError(t, err)
+			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			require.NoError(t, err)
+			require.Equal(t, []string{want}, got)
+
+			require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				require.Equal(t, generic, dbsqlc.CachesPlans(tx))
+				require.Equal(t, generic, dbsqlc.CachesPlans(tx.Conn()))
+				var m string
+				require.NoError(t, dbsqlc.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1).Scan(&m))
+				require.Equal(t, want, m)
+				b := &pgx.Batch{}
+				dbsqlc.QueueGeneric(b, tx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+				require.NoError(t, tx.SendBatch(ctx, b).Close())
+				require.Equal(t, generic, b.Len() == 3, "%d statements queued", b.Len())
+				return nil
+			}))
+
+			tx, err := pool.Begin(ctx)
+			require.NoError(t, err)
+			defer func() { _ = tx.Rollback(ctx) }()
+			var n int
+			err = dbsqlc.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT 1/$1::int", 0).Scan(&n)
+			require.ErrorContains(t, err, "division by zero")
+			require.Equal(t, 1, strings.Count(err.Error(), "division by zero"), "%v", err)
+		})
+	}
+	require.False(t, dbsqlc.CachesPlans(nil))
+	require.False(t, dbsqlc.CachesPlans(struct{}{}))
 }
