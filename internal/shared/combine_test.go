@@ -118,18 +118,31 @@ func TestCombinerLimits(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = c.Do(ctx, 0) })
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 2 }, 10*time.Second, time.Millisecond)
-	for i := 1; i <= 5; i++ {
+	do := func(i int) {
 		wg.Go(func() {
 			got, err := c.Do(ctx, i)
 			require.NoError(t, err)
 			require.Equal(t, i, got)
 		})
 	}
-	require.Eventually(t, func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.open != nil && len(c.open.ins) == 2 // 3 filled one batch, 2 wait in the next
-	}, 10*time.Second, time.Millisecond)
+	open := func(check func(*combined[int, int]) bool) func() bool {
+		return func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return check(c.open)
+		}
+	}
+	// 3 fill one batch, then 2 wait in the next. Each step is awaited: a
+	// release while the first batch still had 2 let the last two run
+	// alone, one after the other.
+	do(1)
+	do(2)
+	require.Eventually(t, open(func(b *combined[int, int]) bool { return b != nil && len(b.ins) == 2 }), 10*time.Second, time.Millisecond)
+	do(3)
+	require.Eventually(t, open(func(b *combined[int, int]) bool { return b == nil }), 10*time.Second, time.Millisecond, "the first batch filled")
+	do(4)
+	do(5)
+	require.Eventually(t, open(func(b *combined[int, int]) bool { return b != nil && len(b.ins) == 2 }), 10*time.Second, time.Millisecond)
 	close(release)
 	wg.Wait()
 	require.Equal(t, []int{1, 1}, sizes[:2])
