@@ -223,7 +223,7 @@ func (tg *target) measure(b *testing.B, run string, n int, load func(op func(int
 	for i := range reqs {
 		reqs[i] = tg.request(b, run, i)
 	}
-	checkpoint(b)
+	loadtest.Checkpoint(b)
 	start := time.Now()
 	res, err := load(func(i int) error { return tg.send(reqs[i]) })
 	if err != nil {
@@ -458,25 +458,6 @@ FROM k, j;
 
 var tpsPattern = regexp.MustCompile(`tps = ([0-9.]+) \(without initial connection time\)`)
 
-// checkpoint runs a CHECKPOINT, so that the run about to start does not
-// share its time with one the WAL of earlier runs would trigger (cloning
-// each target's database and warming it up writes hundreds of MB, and a
-// checkpoint spread over 11 s fell on one target's run and not another's).
-// Every run then starts just after one. It needs a superuser or the
-// pg_checkpoint role on DATABASE_URL; without, the runs go on unaligned.
-func checkpoint(b *testing.B) {
-	b.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, os.Getenv("DATABASE_URL"))
-	if err == nil {
-		_, err = conn.Exec(ctx, "CHECKPOINT")
-		conn.Close(ctx)
-	}
-	if err != nil {
-		b.Logf("CHECKPOINT before a run failed, so a checkpoint may fall within it: %v", err)
-	}
-}
-
 // pgbench runs the one-statement write with clients connections for
 // seconds and returns its transactions per second.
 func pgbench(b *testing.B, clients, seconds int) float64 {
@@ -491,7 +472,7 @@ func pgbench(b *testing.B, clients, seconds int) float64 {
 		b.Fatal(err)
 	}
 	threads := min(clients, 2)
-	checkpoint(b)
+	loadtest.Checkpoint(b)
 	out, err := exec.Command(bin, "-n", "-c", strconv.Itoa(clients), "-j", strconv.Itoa(threads),
 		"-T", strconv.Itoa(seconds), "-f", script, url).CombinedOutput()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -157,7 +158,8 @@ func BenchmarkIngest(b *testing.B) {
 		// WHARF_BENCH_EXISTING_KEYS keys and today's partition
 		// WHARF_BENCH_EXISTING_MESSAGES messages, a tenth as many by default
 		// (vacuumed and analysed, as autovacuum would).
-		if existing := loadtest.EnvInt("WHARF_BENCH_EXISTING_KEYS", 1_000_000); existing > 0 {
+		// (EnvInt takes 0 for unset: "0" is read here.)
+		if existing := loadtest.EnvInt("WHARF_BENCH_EXISTING_KEYS", 1_000_000); os.Getenv("WHARF_BENCH_EXISTING_KEYS") != "0" {
 			messages := loadtest.EnvInt("WHARF_BENCH_EXISTING_MESSAGES", existing/10)
 			grow(b, pool, existing, messages)
 			ingest("warm_grown", 200)
@@ -222,9 +224,11 @@ type rawArgs struct {
 
 func (rawArgs) Kind() string { return "bench_raw" }
 
-// hammer runs a load and fails the benchmark on error.
+// hammer runs a load, just after a checkpoint, and fails the benchmark on
+// error.
 func hammer(b *testing.B, workers, n int, op func(i int) error) loadtest.Result {
 	b.Helper()
+	loadtest.Checkpoint(b)
 	res, err := loadtest.Run(workers, n, op)
 	if err != nil {
 		b.Fatal(err)

@@ -128,6 +128,7 @@ func workAll(b *testing.B, pool *pgxpool.Pool, cfg *river.Config, n int) time.Du
 		Kinds: []river.EventKind{river.EventKindJobCompleted}, ChanSize: n + 100,
 	})
 	defer cancel()
+	loadtest.Checkpoint(b)
 	require.NoError(b, client.Start(ctx))
 	var first, last time.Time
 	for range n {

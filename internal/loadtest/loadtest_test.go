@@ -1,9 +1,16 @@
 package loadtest
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/internal/testdb"
 )
 
 func TestPercentile(t *testing.T) {
@@ -53,4 +60,36 @@ func TestChartSVG(t *testing.T) {
 	if !strings.Contains(svg, "t &lt;&amp;&gt;") {
 		t.Fatal("title not escaped")
 	}
+}
+
+type logged struct{ lines []string }
+
+func (*logged) Helper() {}
+func (l *logged) Logf(format string, args ...any) {
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+
+// Checkpoint runs a CHECKPOINT on DATABASE_URL, which leaves a record in
+// pg_stat_bgwriter; when it cannot, it says why and goes on.
+func TestCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	t.Setenv("DATABASE_URL", testdb.URL())
+	conn, err := pgx.Connect(ctx, testdb.URL())
+	require.NoError(t, err, "start Postgres: pg_ctlcluster --skip-systemctl-redirect 15 main start")
+	defer conn.Close(ctx)
+	requested := func() int64 {
+		var n int64
+		require.NoError(t, conn.QueryRow(ctx, "SELECT checkpoints_req FROM pg_stat_bgwriter").Scan(&n))
+		return n
+	}
+	before := requested()
+	var l logged
+	Checkpoint(&l)
+	require.Empty(t, l.lines)
+	require.Greater(t, requested(), before)
+
+	t.Setenv("DATABASE_URL", "postgres://nobody@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	Checkpoint(&l)
+	require.Len(t, l.lines, 1)
+	require.Contains(t, l.lines[0], "CHECKPOINT before a run failed")
 }
