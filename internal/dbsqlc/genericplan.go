@@ -71,6 +71,12 @@ func QueueGeneric(b *pgx.Batch, db any, sql string, args ...any) {
 		b.Queue(sql, args...)
 		return
 	}
+	queueGeneric(b, sql, args...)
+}
+
+// queueGeneric queues sql on b between the plan-mode switch and its
+// restore.
+func queueGeneric(b *pgx.Batch, sql string, args ...any) {
 	b.Queue(PlanCacheModeGenericSQL)
 	b.Queue(sql, args...)
 	b.Queue(PlanCacheModeRestoreSQL)
@@ -91,7 +97,7 @@ func (g GenericPlans) Exec(ctx context.Context, sql string, args ...any) (pgconn
 		return g.DBTX.Exec(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
-	QueueGeneric(b, g.DBTX, sql, args...)
+	queueGeneric(b, sql, args...)
 	br := g.DBTX.SendBatch(ctx, b)
 	_, err := br.Exec()
 	var tag pgconn.CommandTag
@@ -109,7 +115,7 @@ func (g GenericPlans) Query(ctx context.Context, sql string, args ...any) (pgx.R
 		return g.DBTX.Query(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
-	QueueGeneric(b, g.DBTX, sql, args...)
+	queueGeneric(b, sql, args...)
 	br := g.DBTX.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		return nil, closed(err, br)
