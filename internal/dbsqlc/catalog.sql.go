@@ -131,24 +131,33 @@ func (q *Queries) CatalogUnattachedTables(ctx context.Context, namePattern strin
 }
 
 const planCacheModeGeneric = `-- name: PlanCacheModeGeneric :exec
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
-FROM (SELECT set_config('wharf.plan_cache_mode', current_setting('plan_cache_mode'), true)) AS kept
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true)
+FROM (SELECT set_config('wharf.plan_cache_mode', current_setting('plan_cache_mode'), true),
+             set_config('wharf.enable_seqscan', current_setting('enable_seqscan'), true)) AS kept
 `
 
 // For the rest of the transaction (or savepoint): plan_cache_mode
-// force_generic_plan, its value before kept in wharf.plan_cache_mode for
-// PlanCacheModeRestore (kept first: the subquery, volatile, is not pulled
-// up, and is scanned before the outer target list is computed).
+// force_generic_plan and enable_seqscan off, their values before kept in
+// wharf.plan_cache_mode and wharf.enable_seqscan for PlanCacheModeRestore
+// (kept first: the subquery, volatile, is not pulled up, and is scanned
+// before the outer target list is computed). A generic plan is kept for
+// the connection's life, until the tables' statistics change: made while
+// a table was nearly empty (River's job table, a new day's partition) it
+// would scan the whole table as it grows, where a lookup by key needs its
+// index whatever the size.
 func (q *Queries) PlanCacheModeGeneric(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, planCacheModeGeneric)
 	return err
 }
 
 const planCacheModeRestore = `-- name: PlanCacheModeRestore :exec
-SELECT set_config('plan_cache_mode', current_setting('wharf.plan_cache_mode'), true)
+SELECT set_config('plan_cache_mode', current_setting('wharf.plan_cache_mode'), true),
+       set_config('enable_seqscan', current_setting('wharf.enable_seqscan'), true)
 `
 
-// plan_cache_mode as it was before PlanCacheModeGeneric.
+// plan_cache_mode and enable_seqscan as they were before
+// PlanCacheModeGeneric.
 func (q *Queries) PlanCacheModeRestore(ctx context.Context) error {
 	_, err := q.db.Exec(ctx, planCacheModeRestore)
 	return err
