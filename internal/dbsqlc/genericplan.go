@@ -14,8 +14,9 @@ import (
 
 // GenericPlans is a DBTX whose Query and Exec run their statement with a
 // generic plan, in the same round trip: they send, as one pipeline,
-// PlanCacheModeGeneric (SET LOCAL plan_cache_mode = force_generic_plan,
-// keeping the mode it had), the statement, and PlanCacheModeRestore; so
+// PlanCacheModeGeneric (SET LOCAL plan_cache_mode = force_generic_plan
+// and enable_seqscan = off, keeping the values they had), the statement,
+// and PlanCacheModeRestore; so
 // does QueryRow, whose row reads the rest of the pipeline when scanned.
 // SendBatch is the wrapped DBTX's own. It wraps a
 // transaction, or a pool or connection outside one: a pipeline outside a
@@ -31,6 +32,12 @@ import (
 // running it. Their generic plans prune partitions at run time. With up to
 // about 100 day partitions (retention is at most 90 days) they cost no more
 // to run than custom plans; with 400 they would cost 1.6× as much.
+//
+// A generic plan is kept until the tables' statistics change, so it is
+// made with sequential scans off: one made while a table was nearly empty
+// (River's job table on a new database, a new day's partition before
+// midnight) would otherwise scan the whole table once it has grown. The
+// statements run this way look rows up by key.
 //
 // Only a prepared statement keeps its generic plan: GenericPlans changes
 // nothing on connections whose statements are not prepared and cached (a
