@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,22 +11,25 @@ import (
 
 // receiveBatcher gathers concurrent HTTP deliveries into one receive
 // transaction (group commit). There is no background goroutine: the first
-// delivery of a batch leads it. It waits, at most maxWait and only while
-// another batch is committing, for others to join; then for one of a few
-// commit slots, the batch still growing meanwhile (the busier the database,
-// the larger the batches); then it closes the batch to newcomers (who start
-// the next one), commits it and wakes the followers, each of which answers
-// its own request from its own result.
+// delivery of a batch leads it. While other batches are committing it
+// waits for others to join, until those commits end, the batch is full or
+// maxWait has passed, whichever comes first; then for one of a few commit
+// slots, the batch still growing meanwhile (the busier the database, the
+// larger the batches); then it closes the batch to newcomers (who start the
+// next one), commits it and wakes the followers, each of which answers its
+// own request from its own result. So batches commit one after the other
+// while commits are quick, and side by side when one takes longer than
+// maxWait (a lock wait, say, which then holds up no one else).
 type receiveBatcher struct {
 	ib      *Inbox
 	maxSize int
 	maxWait time.Duration
 	slots   chan struct{} // one per batch allowed to commit at once
 
-	committing atomic.Int32 // batches holding a slot
-
-	mu   sync.Mutex
-	open *receiveBatch // taking members; nil when none is
+	mu         sync.Mutex
+	open       *receiveBatch // taking members; nil when none is
+	committing int           // batches holding a slot
+	idle       chan struct{} // closed when committing drops to zero; nil while it is zero
 }
 
 // maxBatchBytes closes a receive batch to bodies that would take it past
@@ -83,10 +85,14 @@ func (b *receiveBatcher) receive(ctx context.Context, msg Incoming) (Result, err
 // lead gathers followers into batch, then commits it.
 func (b *receiveBatcher) lead(ctx context.Context, batch *receiveBatch) {
 	defer close(batch.done)
-	if b.maxWait > 0 && b.committing.Load() > 0 {
+	b.mu.Lock()
+	idle := b.idle
+	b.mu.Unlock()
+	if b.maxWait > 0 && idle != nil {
 		timer := time.NewTimer(b.maxWait)
 		select {
 		case <-batch.full:
+		case <-idle:
 		case <-timer.C:
 		}
 		timer.Stop()
@@ -102,9 +108,20 @@ func (b *receiveBatcher) lead(ctx context.Context, batch *receiveBatch) {
 		batch.err = fmt.Errorf("inbox: no receive slot within the receive timeout: %w", ctx.Err())
 		return
 	}
-	b.committing.Add(1)
+	b.mu.Lock()
+	if b.committing == 0 {
+		b.idle = make(chan struct{})
+	}
+	b.committing++
+	b.mu.Unlock()
 	defer func() {
-		b.committing.Add(-1)
+		b.mu.Lock()
+		b.committing--
+		if b.committing == 0 {
+			close(b.idle)
+			b.idle = nil
+		}
+		b.mu.Unlock()
 		<-b.slots
 	}()
 	b.closeBatch(batch)

@@ -208,6 +208,28 @@ func TestDuplicateStormThroughGroupCommit(t *testing.T) {
 	require.Equal(t, 1, effectCount(t, b.pool, "gate"))
 }
 
+// TestBatchWaitEndsWithTheCommitBeforeIt: a delivery that leads a batch
+// while another commits waits for others until that commit ends, not for
+// all of BatchWait: it is answered once the gate's batch has committed
+// although BatchWait is a minute.
+func TestBatchWaitEndsWithTheCommitBeforeIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{BatchSize: 16, BatchWait: time.Minute}})
+	g := holdGate(t, b) // its batch is committing
+	done := make(chan answer, 1)
+	req := b.signed(t, "payments", "evt_after_gate", []byte(`{}`), time.Now())
+	go func() { done <- do(t, req) }()
+	require.Eventually(t, func() bool { return inbox.GatheringDeliveries(b.inbox) == 1 },
+		10*time.Second, time.Millisecond, "the delivery never joined a batch")
+	require.Equal(t, http.StatusOK, g.open(t).Status)
+	select {
+	case a := <-done:
+		require.Equal(t, "accepted", a.Body["status"], a.RawBody)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the delivery still waits for others after the commit before it ended")
+	}
+}
+
 // TestFailedBatchCommitAnswers503ToAll: when the shared transaction fails
 // at commit, every delivery in it is answered 503 and none is recorded.
 func TestFailedBatchCommitAnswers503ToAll(t *testing.T) {

@@ -82,9 +82,11 @@ type Config struct {
 	// DefaultBatchSize.
 	BatchSize int
 	// BatchWait is the longest a delivery waits for others to join its
-	// batch. It waits only while another batch of this Inbox is committing
-	// (an idle inbox commits at once) and stops waiting when the batch is
-	// full. Defaults to DefaultBatchWait; a negative value never waits.
+	// batch. It waits only while other batches of this Inbox are
+	// committing (an idle inbox commits at once), and stops waiting when
+	// those commits end or the batch is full; past BatchWait it commits
+	// alongside them. Defaults to DefaultBatchWait; a negative value never
+	// waits.
 	BatchWait time.Duration
 	// Now returns the current time; tests inject a clock. Defaults to
 	// time.Now.
