@@ -127,7 +127,9 @@ func holdGate(t *testing.T, b *testBundle) *gate {
 	go func() { g.done <- do(t, req) }()
 	require.Eventually(t, func() bool {
 		var waiting bool
-		err := b.pool.QueryRow(ctx, "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted").Scan(&waiting)
+		// This database's: parallel tests hold gates of their own.
+		err := b.pool.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting)
 		return err == nil && waiting
 	}, 10*time.Second, 5*time.Millisecond, "the gate's receive never reached its lock")
 	return g

@@ -69,7 +69,8 @@ type planCounts struct{ generic, custom int64 }
 
 // preparedPlans sums, over the pool's idle connections, the generic and
 // custom plans of their prepared statements, by the sqlc name the
-// statement's text begins with.
+// statement's text begins with (after the prefix of those sent with a
+// generic plan).
 func preparedPlans(t *testing.T, pool *pgxpool.Pool) map[string]planCounts {
 	t.Helper()
 	ctx := context.Background()
@@ -87,6 +88,9 @@ func preparedPlans(t *testing.T, pool *pgxpool.Pool) map[string]planCounts {
 			var stmt string
 			var p planCounts
 			require.NoError(t, rows.Scan(&stmt, &p.generic, &p.custom))
+			// Statements sent with a generic plan are prepared apart,
+			// their text prefixed (see dbsqlc.GenericPlans).
+			stmt = strings.TrimPrefix(stmt, "/* wharf: generic plan */ ")
 			name, ok := strings.CutPrefix(stmt, "-- name: ")
 			if !ok {
 				continue

@@ -47,21 +47,26 @@ SELECT set_config('statement_timeout', @timeout::text, true);
 
 -- name: PlanCacheModeGeneric :exec
 -- For the rest of the transaction (or savepoint): plan_cache_mode
--- force_generic_plan and enable_seqscan off, their values before kept in
--- wharf.plan_cache_mode and wharf.enable_seqscan for PlanCacheModeRestore
--- (kept first: the subquery, volatile, is not pulled up, and is scanned
--- before the outer target list is computed). A generic plan is kept for
--- the connection's life, until the tables' statistics change: made while
--- a table was nearly empty (River's job table, a new day's partition) it
--- would scan the whole table as it grows, where a lookup by key needs its
--- index whatever the size.
+-- force_generic_plan, enable_seqscan off and jit off, their values before
+-- kept in wharf.plan_cache_mode, wharf.enable_seqscan and wharf.jit for
+-- PlanCacheModeRestore (kept first: the subquery, volatile, is not pulled
+-- up, and is scanned before the outer target list is computed). A generic
+-- plan is kept for the connection's life, until the tables' statistics
+-- change: made while a table was nearly empty (River's job table, a new
+-- day's partition) it would scan the whole table as it grows, where a
+-- lookup by key needs its index whatever the size. A scan that no index
+-- can replace then costs the planner's penalty for a disabled plan, far
+-- above jit_above_cost: without jit off it would be compiled on every run.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('enable_seqscan', 'off', true)
+       set_config('enable_seqscan', 'off', true),
+       set_config('jit', 'off', true)
 FROM (SELECT set_config('wharf.plan_cache_mode', current_setting('plan_cache_mode'), true),
-             set_config('wharf.enable_seqscan', current_setting('enable_seqscan'), true)) AS kept;
+             set_config('wharf.enable_seqscan', current_setting('enable_seqscan'), true),
+             set_config('wharf.jit', current_setting('jit'), true)) AS kept;
 
 -- name: PlanCacheModeRestore :exec
--- plan_cache_mode and enable_seqscan as they were before
+-- plan_cache_mode, enable_seqscan and jit as they were before
 -- PlanCacheModeGeneric.
 SELECT set_config('plan_cache_mode', current_setting('wharf.plan_cache_mode'), true),
-       set_config('enable_seqscan', current_setting('wharf.enable_seqscan'), true);
+       set_config('enable_seqscan', current_setting('wharf.enable_seqscan'), true),
+       set_config('jit', current_setting('wharf.jit'), true);

@@ -14,9 +14,10 @@ import (
 
 // GenericPlans is a DBTX whose Query and Exec run their statement with a
 // generic plan, in the same round trip: they send, as one pipeline,
-// PlanCacheModeGeneric (SET LOCAL plan_cache_mode = force_generic_plan
-// and enable_seqscan = off, keeping the values they had), the statement,
-// and PlanCacheModeRestore; so
+// PlanCacheModeGeneric (SET LOCAL plan_cache_mode = force_generic_plan,
+// enable_seqscan = off and jit = off, keeping the values they had), the
+// statement (its text prefixed, so that it is prepared apart from the same
+// statement sent without), and PlanCacheModeRestore; so
 // does QueryRow, whose row reads the rest of the pipeline when scanned.
 // SendBatch is the wrapped DBTX's own. It wraps a
 // transaction, or a pool or connection outside one: a pipeline outside a
@@ -37,7 +38,9 @@ import (
 // made with sequential scans off: one made while a table was nearly empty
 // (River's job table on a new database, a new day's partition before
 // midnight) would otherwise scan the whole table once it has grown. The
-// statements run this way look rows up by key.
+// statements run this way look rows up by key. A scan no index can replace
+// would cost the planner's penalty for a disabled plan, far above
+// jit_above_cost, hence jit off.
 //
 // Only a prepared statement keeps its generic plan: GenericPlans changes
 // nothing on connections whose statements are not prepared and cached (a
@@ -81,11 +84,19 @@ func QueueGeneric(b *pgx.Batch, db any, sql string, args ...any) {
 	queueGeneric(b, sql, args...)
 }
 
+// genericPrefix marks the text of a statement sent with a generic plan, so
+// that it is prepared apart from the same statement sent without (River's
+// completer sends the one JobCompleteTx sends): Postgres keeps one generic
+// plan per prepared statement, and with plan_cache_mode auto it makes one
+// too after five runs, with sequential scans on, which force_generic_plan
+// would then reuse.
+const genericPrefix = "/* wharf: generic plan */ "
+
 // queueGeneric queues sql on b between the plan-mode switch and its
 // restore.
 func queueGeneric(b *pgx.Batch, sql string, args ...any) {
 	b.Queue(PlanCacheModeGenericSQL)
-	b.Queue(sql, args...)
+	b.Queue(genericPrefix+sql, args...)
 	b.Queue(PlanCacheModeRestoreSQL)
 }
 
