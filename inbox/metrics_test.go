@@ -158,13 +158,18 @@ func TestProcessingMetrics(t *testing.T) {
 	b.startWorkers(t)
 	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
 
-	data := metrics.Collect(t)
-	require.Equal(t, map[string]int64{"payments/processed": 2, "payments/dead": 1},
-		telemetrytest.SumBy(t, data["wharf_inbox_messages_handled"], "source", "status"))
+	// A message is counted after its transaction has committed.
+	data := metrics.CollectWhen(t, "wharf_inbox_messages_handled",
+		map[string]int64{"payments/processed": 2, "payments/dead": 1}, "source", "status")
 	require.Equal(t, map[string]int64{"payments": 1}, telemetrytest.GaugeBy(t, data["wharf_inbox_dead_messages"], "source"))
 	lag, ok := data["wharf_inbox_processing_lag"].(metricdata.Histogram[float64])
 	require.True(t, ok)
 	require.EqualValues(t, 2, lag.DataPoints[0].Count)
+	require.Eventually(t, func() bool { // OnDead runs after the count
+		deadMu.Lock()
+		defer deadMu.Unlock()
+		return len(deadIDs) > 0
+	}, 10*time.Second, 5*time.Millisecond)
 	deadMu.Lock()
 	defer deadMu.Unlock()
 	require.Equal(t, []string{"evt_bad: permanent: bad"}, deadIDs, "OnDead once per dead message")

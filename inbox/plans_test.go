@@ -52,13 +52,23 @@ func TestWorkerStatementsUseGenericPlans(t *testing.T) {
 	// generic plans, Postgres makes custom plans for a statement's first
 	// five executions on a connection. The counts are read from the idle
 	// connections, so a busy one (River polling) is awaited.
+	names := []string{"InboxMessagesGetForUpdate", "InboxMessagesMarkProcessed", "InboxMessageGetForUpdate", "InboxMessageMarkProcessed"}
+	ready := func(plans map[string]planCounts) bool {
+		for _, name := range names {
+			if plans[name].generic == 0 {
+				return false
+			}
+		}
+		return plans["JobSetStateIfRunningMany"].generic >= 6
+	}
 	plans := preparedPlans(t, b.pool)
-	for deadline := time.Now().Add(10 * time.Second); plans["JobSetStateIfRunningMany"].generic < 6 && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(10 * time.Second); !ready(plans) && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond) // polling the connections
 		plans = preparedPlans(t, b.pool)
 	}
 	require.GreaterOrEqual(t, plans["JobSetStateIfRunningMany"].generic, int64(6), "River's job completion: %+v", plans["JobSetStateIfRunningMany"])
-	for _, name := range []string{"InboxMessagesGetForUpdate", "InboxMessagesMarkProcessed", "InboxMessageGetForUpdate", "InboxMessageMarkProcessed"} {
+	require.Zero(t, plans["JobSetStateIfRunningMany"].custom, "River's job completion sent by Wharf ran with custom plans")
+	for _, name := range names {
 		p := plans[name]
 		require.Positive(t, p.generic, "%s never ran with a generic plan", name)
 		require.Zero(t, p.custom, "%s ran with custom plans", name)
@@ -68,9 +78,8 @@ func TestWorkerStatementsUseGenericPlans(t *testing.T) {
 type planCounts struct{ generic, custom int64 }
 
 // preparedPlans sums, over the pool's idle connections, the generic and
-// custom plans of their prepared statements, by the sqlc name the
-// statement's text begins with (after the prefix of those sent with a
-// generic plan).
+// custom plans of the prepared statements Wharf sent with a generic plan
+// (their text prefixed), by the sqlc name that follows the prefix.
 func preparedPlans(t *testing.T, pool *pgxpool.Pool) map[string]planCounts {
 	t.Helper()
 	ctx := context.Background()
@@ -89,9 +98,9 @@ func preparedPlans(t *testing.T, pool *pgxpool.Pool) map[string]planCounts {
 			var p planCounts
 			require.NoError(t, rows.Scan(&stmt, &p.generic, &p.custom))
 			// Statements sent with a generic plan are prepared apart,
-			// their text prefixed (see dbsqlc.GenericPlans).
-			stmt = strings.TrimPrefix(stmt, "/* wharf: generic plan */ ")
-			name, ok := strings.CutPrefix(stmt, "-- name: ")
+			// their text prefixed (see dbsqlc.GenericPlans); River's own
+			// are not counted.
+			name, ok := strings.CutPrefix(stmt, "/* wharf: generic plan */ -- name: ")
 			if !ok {
 				continue
 			}

@@ -51,7 +51,13 @@ func TestEndpointTimeoutLongerThanJobTimeout(t *testing.T) {
 		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "x", Data: 1})
 		return err
 	}))
-	time.Sleep(6 * time.Second)
+	// Until the delivery is settled: succeeded, or dead after its two
+	// attempts were cut short.
+	require.Eventually(t, func() bool {
+		var st string
+		err := pool.QueryRow(ctx, "SELECT status FROM wharf_outbox_deliveries").Scan(&st)
+		return err == nil && (st == "succeeded" || st == "dead")
+	}, 60*time.Second, 20*time.Millisecond)
 	rows, _ := pool.Query(ctx, "SELECT attempt, status, error, duration_us FROM wharf_outbox_attempts")
 	for rows.Next() {
 		var a int
@@ -66,4 +72,5 @@ func TestEndpointTimeoutLongerThanJobTimeout(t *testing.T) {
 	_ = pool.QueryRow(ctx, "SELECT status, next_attempt_at FROM wharf_outbox_deliveries").Scan(&st, &next)
 	t.Logf("delivery %s next %v (now %v)", st, next, time.Now())
 	require.Equal(t, "succeeded", st, "a receiver answering in 3 s within its endpoint's 5 s timeout was cut off by River's JobTimeout, which Configure accepted")
+	require.Equal(t, int64(1), got.Load(), "requests sent")
 }

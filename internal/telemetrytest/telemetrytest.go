@@ -4,8 +4,10 @@ package telemetrytest
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -41,6 +43,32 @@ func (m *Metrics) Collect(tb testing.TB) map[string]metricdata.Aggregation {
 		}
 	}
 	return out
+}
+
+// CollectWhen collects until the int64 sum named name, keyed as SumBy
+// keys it, equals want, and returns that collection; it fails the test
+// after 10 s. Wharf counts an outcome after the transaction that recorded
+// it has committed, so a test that saw the rows may collect before the
+// count.
+func (m *Metrics) CollectWhen(tb testing.TB, name string, want map[string]int64, keys ...string) map[string]metricdata.Aggregation {
+	tb.Helper()
+	var data map[string]metricdata.Aggregation
+	got := map[string]int64{}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		data = m.Collect(tb)
+		if sum, ok := data[name].(metricdata.Sum[int64]); ok {
+			got = map[string]int64{}
+			for _, dp := range sum.DataPoints {
+				got[join(dp.Attributes, keys)] += dp.Value
+			}
+			if maps.Equal(got, want) {
+				return data
+			}
+		}
+		if time.Now().After(deadline) {
+			require.Equal(tb, want, got, "%s after 10 s", name)
+		}
+	}
 }
 
 // SumBy returns an int64 sum's values keyed by the given attributes'
