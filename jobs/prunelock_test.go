@@ -103,15 +103,26 @@ func TestConcurrentPrunesAfterAnInterruptedDetach(t *testing.T) {
 
 	// Interrupt a DETACH … CONCURRENTLY in its second phase, as a prune
 	// stopped mid-way leaves it.
+	// The second phase waits for older snapshots (a virtualxid lock): it is
+	// cancelled there, not by a timeout that a slow first phase would use
+	// up.
 	end := holdSnapshot(t, b)
 	conn, err := b.pool.Acquire(ctx)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "SET statement_timeout = '300ms'")
+	pid := conn.Conn().PgConn().PID()
+	detached := make(chan error, 1)
+	go func() {
+		_, err := conn.Exec(ctx, "ALTER TABLE wharf_inbox_messages DETACH PARTITION "+pgx.Identifier{name}.Sanitize()+" CONCURRENTLY")
+		detached <- err
+	}()
+	require.Eventually(t, func() bool {
+		var waiting bool
+		err := b.pool.QueryRow(ctx, "SELECT wait_event = 'virtualxid' FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)
+		return err == nil && waiting
+	}, 20*time.Second, 5*time.Millisecond, "the detach never reached its second phase")
+	_, err = b.pool.Exec(ctx, "SELECT pg_cancel_backend($1)", pid)
 	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "ALTER TABLE wharf_inbox_messages DETACH PARTITION "+pgx.Identifier{name}.Sanitize()+" CONCURRENTLY")
-	require.ErrorContains(t, err, "statement timeout")
-	_, err = conn.Exec(ctx, "RESET statement_timeout")
-	require.NoError(t, err)
+	require.ErrorContains(t, <-detached, "canceling statement")
 	conn.Release()
 	end()
 	var pending bool
