@@ -540,8 +540,10 @@ func TestFailedRecordingIsRetried(t *testing.T) {
 	entered, locked := newGate(), newGate()
 	b := setup(t, testOptions{
 		// The first try to record waits for the row lock the test holds,
-		// and gives up after lock_timeout.
-		runtimeParams: map[string]string{"lock_timeout": "100ms"},
+		// and gives up after lock_timeout. The test then has until the
+		// last try gives up (50 ms + 500 + 250 + 500 after the first
+		// failure's log) to release the lock.
+		runtimeParams: map[string]string{"lock_timeout": "500ms"},
 		gates:         []*gate{entered, locked},
 		handler: func(b *testBundle) http.HandlerFunc {
 			return func(w http.ResponseWriter, r *http.Request) {
