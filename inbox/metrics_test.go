@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -159,8 +160,13 @@ func TestProcessingMetrics(t *testing.T) {
 	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
 
 	// A message is counted after its transaction has committed.
-	data := metrics.CollectWhen(t, "wharf_inbox_messages_handled",
-		map[string]int64{"payments/processed": 2, "payments/dead": 1}, "source", "status")
+	data := metrics.CollectWhen(t, "every outcome counted", func(data map[string]metricdata.Aggregation) bool {
+		return maps.Equal(telemetrytest.Sum(data["wharf_inbox_messages_handled"], "source", "status"),
+			map[string]int64{"payments/processed": 2, "payments/dead": 1}) &&
+			telemetrytest.Count(data["wharf_inbox_processing_lag"]) == 2
+	})
+	require.Equal(t, map[string]int64{"payments/processed": 2, "payments/dead": 1},
+		telemetrytest.SumBy(t, data["wharf_inbox_messages_handled"], "source", "status"))
 	require.Equal(t, map[string]int64{"payments": 1}, telemetrytest.GaugeBy(t, data["wharf_inbox_dead_messages"], "source"))
 	lag, ok := data["wharf_inbox_processing_lag"].(metricdata.Histogram[float64])
 	require.True(t, ok)

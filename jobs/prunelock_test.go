@@ -110,11 +110,17 @@ func TestConcurrentPrunesAfterAnInterruptedDetach(t *testing.T) {
 	conn, err := b.pool.Acquire(ctx)
 	require.NoError(t, err)
 	pid := conn.Conn().PgConn().PID()
-	detached := make(chan error, 1)
+	detached, done := make(chan error, 1), make(chan struct{})
 	go func() {
+		defer close(done)
 		_, err := conn.Exec(ctx, "ALTER TABLE wharf_inbox_messages DETACH PARTITION "+pgx.Identifier{name}.Sanitize()+" CONCURRENTLY")
 		detached <- err
 	}()
+	t.Cleanup(func() { // when the test fails before the release below
+		end()
+		<-done
+		conn.Release()
+	})
 	require.Eventually(t, func() bool {
 		var waiting bool
 		err := b.pool.QueryRow(ctx, "SELECT wait_event = 'virtualxid' FROM pg_stat_activity WHERE pid = $1", pid).Scan(&waiting)

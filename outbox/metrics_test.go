@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"sync"
 	"testing"
@@ -54,7 +55,12 @@ func TestDeliveryMetrics(t *testing.T) {
 	}, 20*time.Second, 10*time.Millisecond)
 
 	// An attempt is counted after its record has committed.
-	data := metrics.CollectWhen(t, "wharf_outbox_attempts", map[string]int64{"2xx": 3, "5xx": 4}, "outcome")
+	data := metrics.CollectWhen(t, "every attempt counted", func(data map[string]metricdata.Aggregation) bool {
+		return maps.Equal(telemetrytest.Sum(data["wharf_outbox_attempts"], "outcome"), map[string]int64{"2xx": 3, "5xx": 4}) &&
+			maps.Equal(telemetrytest.Sum(data["wharf_outbox_deliveries_dead"]), map[string]int64{"": 1}) &&
+			telemetrytest.Count(data["wharf_outbox_delivery_latency"]) == 3
+	})
+	require.Equal(t, map[string]int64{"2xx": 3, "5xx": 4}, telemetrytest.SumBy(t, data["wharf_outbox_attempts"], "outcome"))
 	require.Equal(t, map[string]int64{"": 4}, telemetrytest.SumBy(t, data["wharf_outbox_published"]))
 	require.Equal(t, map[string]int64{"": 1}, telemetrytest.SumBy(t, data["wharf_outbox_deliveries_dead"]))
 	require.Equal(t, map[string]int64{bad.ID.String(): 1, good.ID.String(): 0},

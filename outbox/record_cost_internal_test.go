@@ -67,9 +67,10 @@ func TestLeaseUpdatesStayHOT(t *testing.T) {
 	defer func() { _ = tx.Rollback(ctx) }()
 	// Counted from here: pg_stat_xact_user_tables also holds the counts of
 	// earlier transactions on this connection not yet reported.
+	const counts = `SELECT coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_hot_upd), 0)::bigint
+		FROM pg_stat_xact_user_tables WHERE relname = 'wharf_outbox_leases'`
 	var updates0, hot0 int64
-	require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_hot_upd), 0)::bigint
-		FROM pg_stat_xact_user_tables WHERE relname = 'wharf_outbox_leases'`).Scan(&updates0, &hot0))
+	require.NoError(t, tx.QueryRow(ctx, counts).Scan(&updates0, &hot0))
 	q := dbsqlc.New(tx)
 	for round := range 3 {
 		ids := make([]string, len(rows))
@@ -84,7 +85,7 @@ func TestLeaseUpdatesStayHOT(t *testing.T) {
 		}
 	}
 	var updates, hot int64
-	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'wharf_outbox_leases'`).Scan(&updates, &hot))
+	require.NoError(t, tx.QueryRow(ctx, counts).Scan(&updates, &hot))
 	updates, hot = updates-updates0, hot-hot0
 	require.Equal(t, int64(2*3*len(rows)), updates)
 	require.Equal(t, updates, hot, "lease updates that were HOT")

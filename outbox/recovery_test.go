@@ -374,7 +374,7 @@ func TestRecovery(t *testing.T) {
 		// scheduled_at is taken after the transaction's now() (created_at)
 		// and the statements before the insert: at least the wait later.
 		require.GreaterOrEqual(t, delay, 0.69, "River runs the job after the first entry's wait")
-		require.Less(t, delay, 5.0, "River runs the job after the first entry's wait only")
+		require.Less(t, delay, 1.4, "River runs the job after the first entry's wait only")
 
 		startRiver(t, bundle.pool, bundle.outbox)
 		bundle.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusSucceeded)

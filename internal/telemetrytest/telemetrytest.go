@@ -4,7 +4,6 @@ package telemetrytest
 
 import (
 	"context"
-	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -45,30 +44,49 @@ func (m *Metrics) Collect(tb testing.TB) map[string]metricdata.Aggregation {
 	return out
 }
 
-// CollectWhen collects until the int64 sum named name, keyed as SumBy
-// keys it, equals want, and returns that collection; it fails the test
-// after 10 s. Wharf counts an outcome after the transaction that recorded
-// it has committed, so a test that saw the rows may collect before the
-// count.
-func (m *Metrics) CollectWhen(tb testing.TB, name string, want map[string]int64, keys ...string) map[string]metricdata.Aggregation {
+// CollectWhen collects until cond holds of the collection, and returns
+// that collection; it fails the test, naming what, after 10 s. Wharf
+// counts an outcome after the transaction that recorded it has committed,
+// so a test that saw the rows may collect before the counts.
+func (m *Metrics) CollectWhen(tb testing.TB, what string, cond func(map[string]metricdata.Aggregation) bool) map[string]metricdata.Aggregation {
 	tb.Helper()
-	var data map[string]metricdata.Aggregation
-	got := map[string]int64{}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		data = m.Collect(tb)
-		if sum, ok := data[name].(metricdata.Sum[int64]); ok {
-			got = map[string]int64{}
-			for _, dp := range sum.DataPoints {
-				got[join(dp.Attributes, keys)] += dp.Value
-			}
-			if maps.Equal(got, want) {
-				return data
-			}
+		data := m.Collect(tb)
+		if cond(data) {
+			return data
 		}
 		if time.Now().After(deadline) {
-			require.Equal(tb, want, got, "%s after 10 s", name)
+			tb.Fatalf("after 10 s, still not %s: %v", what, data)
 		}
 	}
+}
+
+// Sum is an int64 sum's values keyed as SumBy keys them; nil when data is
+// not an int64 sum (not collected yet).
+func Sum(data metricdata.Aggregation, keys ...string) map[string]int64 {
+	sum, ok := data.(metricdata.Sum[int64])
+	if !ok {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, dp := range sum.DataPoints {
+		out[join(dp.Attributes, keys)] += dp.Value
+	}
+	return out
+}
+
+// Count is a float64 histogram's count of measurements; 0 when data is
+// not one.
+func Count(data metricdata.Aggregation) uint64 {
+	h, ok := data.(metricdata.Histogram[float64])
+	if !ok {
+		return 0
+	}
+	var n uint64
+	for _, dp := range h.DataPoints {
+		n += dp.Count
+	}
+	return n
 }
 
 // SumBy returns an int64 sum's values keyed by the given attributes'
