@@ -47,6 +47,7 @@ const (
 	DefaultEndpointTimeout           = 15 * time.Second
 	DefaultMaxEndpointTimeout        = time.Minute
 	DefaultMaxInFlight               = 10
+	DefaultDeliveryBatchSize         = 16
 	DefaultBusyRetryDelay            = time.Second
 	DefaultRetryJitter               = 0.2
 	DefaultThrottledRetryMin         = time.Minute
@@ -61,6 +62,10 @@ const (
 // maxRetryScheduleLen bounds the schedule, so a typo cannot make a delivery
 // retry for ever.
 const maxRetryScheduleLen = 100
+
+// maxDeliveryBatchSize bounds Config.DeliveryBatchSize: a batch job's args
+// hold its deliveries' ids.
+const maxDeliveryBatchSize = 1000
 
 // maxEndpointTimeout bounds an endpoint's timeout: a delivery holds a River
 // worker and a concurrency slot for that long.
@@ -165,6 +170,22 @@ type Config struct {
 	//
 	// Defaults to DefaultMaxInFlight (10).
 	MaxInFlight int
+
+	// DeliveryBatchSize is how many deliveries to one endpoint, published
+	// together (one PublishManyTx, one DeliveryReplayDead, one
+	// EndpointRecover batch), one River job attempts first, one after
+	// another (see DeliveryBatchArgs). A job per delivery costs River's
+	// fetch and completion of each, which outweighs a fast endpoint's
+	// request. Deliveries with an ordering key get a job each. 1 gives
+	// every delivery a job of its own.
+	//
+	// Upgrading from a release without batch jobs: deploy it to every node
+	// working the queue before publishing in batches, or start with 1: a
+	// node without the batch worker fails the batch jobs it fetches, and
+	// River retries them later.
+	//
+	// Defaults to DefaultDeliveryBatchSize (16).
+	DeliveryBatchSize int
 
 	// SecretRotationOverlap is how long the previous secret keeps being used
 	// (both signatures are sent) after EndpointRotateSecret, unless the call
@@ -353,6 +374,7 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.EndpointTimeout = cmp.Or(out.EndpointTimeout, DefaultEndpointTimeout)
 	out.MaxEndpointTimeout = cmp.Or(out.MaxEndpointTimeout, DefaultMaxEndpointTimeout)
 	out.MaxInFlight = cmp.Or(out.MaxInFlight, DefaultMaxInFlight)
+	out.DeliveryBatchSize = cmp.Or(out.DeliveryBatchSize, DefaultDeliveryBatchSize)
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
 	out.SecretKeys = cloneSecretKeys(out.SecretKeys)
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
@@ -424,6 +446,9 @@ func (c *Config) validate() error {
 	}
 	if c.MaxInFlight < 0 {
 		bad("MaxInFlight must not be negative")
+	}
+	if c.DeliveryBatchSize < 1 || c.DeliveryBatchSize > maxDeliveryBatchSize {
+		bad("DeliveryBatchSize must be in [1, %d], is %d", maxDeliveryBatchSize, c.DeliveryBatchSize)
 	}
 	if c.SecretRotationOverlap < 0 {
 		bad("SecretRotationOverlap must not be negative")

@@ -65,6 +65,10 @@ type DeliveryArgs struct {
 	// when published, one more on each replay. A job of an older generation
 	// than the delivery's (a replay superseded it) finishes without sending.
 	Generation int `json:"generation,omitempty"`
+	// AttemptOffset is how many attempts the delivery had before this job:
+	// those a batch job made (see DeliveryBatchArgs) before it handed the
+	// delivery over to a job of its own.
+	AttemptOffset int `json:"attempt_offset,omitempty"`
 }
 
 // Kind returns DeliveryKind.
@@ -96,7 +100,7 @@ func (w *deliveryWorker) NextRetry(job *river.Job[DeliveryArgs]) time.Time {
 	if at, ok := w.outbox.retries.take(job.ID); ok {
 		return at
 	}
-	return time.Now().Add(w.outbox.retries.scheduled(job.Attempt))
+	return time.Now().Add(w.outbox.retries.scheduled(attemptOf(job)))
 }
 
 // Work makes one delivery attempt. When River cancels the job remotely
@@ -111,7 +115,7 @@ func (w *deliveryWorker) Work(ctx context.Context, job *river.Job[DeliveryArgs])
 }
 
 func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
-	log := o.config.Logger.With("delivery_id", job.Args.DeliveryID, "job_id", job.ID, "attempt", job.Attempt)
+	log := o.config.Logger.With("delivery_id", job.Args.DeliveryID, "job_id", job.ID, "attempt", attemptOf(job))
 	row, err := o.loadDelivery(ctx, job.Args.DeliveryID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		log.InfoContext(ctx, "outbox: delivery no longer exists (endpoint deleted); nothing to send")
@@ -135,7 +139,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return o.deadWithoutAttempt(ctx, log, row, "endpoint disabled")
 	case row.Payload == nil:
 		return o.deadWithoutAttempt(ctx, log, row, "event no longer stored")
-	case job.Attempt > o.retries.attemptLimit(job):
+	case attemptOf(job) > o.retries.attemptLimit(job):
 		// Only reachable when a run ended without recording its outcome
 		// (a crash, a panic, a failure to record) after the last attempt.
 		return o.deadWithoutAttempt(ctx, log, row, "attempts exhausted; the outcome of the last one is unknown")
@@ -211,28 +215,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	}
 
 	attemptedAt := o.config.now()
-	sendCtx, span := o.tracer.Start(telemetry.Parent(ctx, row.TraceContext), "wharf.outbox.deliver",
-		trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(
-			attribute.String("wharf.endpoint_id", row.EndpointID.String()),
-			attribute.String("wharf.delivery_id", row.ID.String()),
-			attribute.Int("wharf.attempt", job.Attempt),
-		))
-	out := o.send(sendCtx, &delivery{
-		endpointID: row.EndpointID,
-		url:        row.Url,
-		eventID:    formatEventID(row.EventID),
-		secrets:    secrets,
-		headers:    decodeHeaders(row.Headers),
-		auth:       auth,
-		body:       row.Payload,
-		timeout:    timeout,
-	})
-	span.SetAttributes(attribute.String("wharf.outcome", out.outcome()), attribute.Int("http.response.status_code", out.statusCode))
-	if !out.succeeded() {
-		span.SetStatus(codes.Error, out.outcome())
-	}
-	span.End()
+	out := o.attemptSend(ctx, row, attemptOf(job), secrets, auth, timeout)
 	if ctx.Err() != nil && !out.succeeded() {
 		switch {
 		case errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
@@ -251,25 +234,83 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, slot, attemptedAt, out)
 }
 
+// attemptSend sends row's delivery, attempt number attempt, in a span.
+func (o *Outbox) attemptSend(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, attempt int,
+	secrets []string, auth *storedAuth, timeout time.Duration,
+) *sendOutcome {
+	sendCtx, span := o.tracer.Start(telemetry.Parent(ctx, row.TraceContext), "wharf.outbox.deliver",
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(
+			attribute.String("wharf.endpoint_id", row.EndpointID.String()),
+			attribute.String("wharf.delivery_id", row.ID.String()),
+			attribute.Int("wharf.attempt", attempt),
+		))
+	out := o.send(sendCtx, &delivery{
+		endpointID: row.EndpointID,
+		url:        row.Url,
+		eventID:    formatEventID(row.EventID),
+		secrets:    secrets,
+		headers:    decodeHeaders(row.Headers),
+		auth:       auth,
+		body:       row.Payload,
+		timeout:    timeout,
+	})
+	span.SetAttributes(attribute.String("wharf.outcome", out.outcome()), attribute.Int("http.response.status_code", out.statusCode))
+	if !out.succeeded() {
+		span.SetStatus(codes.Error, out.outcome())
+	}
+	span.End()
+	return out
+}
+
 // finishAttempt records an attempt, updates endpoint health and returns
 // what River should do with the job.
 func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryArgs],
 	row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, attemptedAt time.Time, out *sendOutcome,
 ) error {
+	attempt := attemptOf(job)
+	s, err := o.settleAttempt(ctx, log, attempt, o.retries.attemptLimit(job), row, slot, attemptedAt, out)
+	switch {
+	case err != nil:
+		return err
+	case s.status == StatusDead:
+		return river.JobCancel(fmt.Errorf("outbox: dead after attempt %d: %s", attempt, out.errorText()))
+	case s.status == StatusRetrying:
+		o.retries.decide(job.ID, time.Now().Add(s.wait))
+		return fmt.Errorf("outbox: attempt %d failed: %s", attempt, out.errorText())
+	}
+	return nil
+}
+
+// settled is where an attempt left its delivery.
+type settled struct {
+	// status is the delivery's new status; empty when the attempt was not
+	// recorded, the delivery being no longer its to record.
+	status DeliveryStatus
+	// wait is how long after now the next attempt is due (StatusRetrying).
+	wait time.Duration
+}
+
+// settleAttempt records attempt number attempt (of limit) of row, updates
+// endpoint health and says where it left the delivery. An error means the
+// attempt could not be recorded; the slot is then released.
+func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, limit int,
+	row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, attemptedAt time.Time, out *sendOutcome,
+) (settled, error) {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
 
 	rec := &attemptRecord{row: row, slot: slot, attemptedAt: attemptedAt, out: out, status: StatusSucceeded}
 	// The SSRF guard's refusal is no transient failure: the address is
 	// refused on every try, so the delivery is dead at once.
-	final := job.Attempt >= o.retries.attemptLimit(job) || out.gone() || out.cancelled || errors.Is(out.err, ErrBlockedAddress)
+	final := attempt >= limit || out.gone() || out.cancelled || errors.Is(out.err, ErrBlockedAddress)
 	var wait time.Duration
 	if !out.succeeded() {
 		rec.status = StatusRetrying
 		if final {
 			rec.status = StatusDead
 		} else {
-			wait = o.retries.wait(job.Attempt, out)
+			wait = o.retries.wait(attempt, out)
 			next := attemptedAt.Add(out.duration + wait)
 			rec.nextAttemptAt = &next
 		}
@@ -281,11 +322,11 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 		// deleted, a replay took it over, or it finished meanwhile.
 		log.InfoContext(ctx, "outbox: attempt not recorded; the delivery was deleted, replayed or finished meanwhile",
 			"status_code", out.statusCode)
-		return nil
+		return settled{}, nil
 	}
 	if err != nil {
 		o.releaseLease(ctx, row.EndpointID, row.ID, slot)
-		return fmt.Errorf("outbox: delivery %s: %w", row.ID, err)
+		return settled{}, fmt.Errorf("outbox: delivery %s: %w", row.ID, err)
 	}
 
 	attrs := []any{"status_code", out.statusCode, "duration", out.duration}
@@ -301,18 +342,15 @@ func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river
 	if rec.status == StatusDead {
 		o.deadHook(ctx, row, out.errorText())
 	}
-	switch {
-	case out.succeeded():
+	switch rec.status {
+	case StatusSucceeded:
 		log.DebugContext(ctx, "outbox: delivered", attrs...)
-		return nil
-	case final:
+	case StatusDead:
 		log.WarnContext(ctx, "outbox: delivery dead-lettered", append(attrs, "error", out.errorText())...)
-		return river.JobCancel(fmt.Errorf("outbox: dead after attempt %d: %s", job.Attempt, out.errorText()))
 	default:
 		log.InfoContext(ctx, "outbox: attempt failed; will retry", append(attrs, "error", out.errorText(), "retry_in", wait)...)
-		o.retries.decide(job.ID, time.Now().Add(wait))
-		return fmt.Errorf("outbox: attempt %d failed: %s", job.Attempt, out.errorText())
 	}
+	return settled{status: rec.status, wait: wait}, nil
 }
 
 // deadWithoutAttempt dead-letters a delivery that cannot be attempted and

@@ -141,7 +141,7 @@ func TestDelivery(t *testing.T) {
 
 	t.Run("ConcurrencyCapDefersWithoutFailing", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, testConfig())
+		bundle := setup(t, singleJobConfig())
 		release := make(chan struct{})
 		slow := newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 			select {
@@ -180,7 +180,7 @@ func TestDelivery(t *testing.T) {
 
 	t.Run("LoweredCapCountsEveryLiveLease", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, testConfig())
+		bundle := setup(t, singleJobConfig())
 		var (
 			lowered   atomic.Bool
 			worst     atomic.Int64 // most requests in flight as one started after the cap was lowered

@@ -264,37 +264,61 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 	} else if err != nil {
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
 	}
-	return o.insertDeliveryJobs(ctx, tx, []DeliveryArgs{{DeliveryID: id, Generation: int(generation)}}, 0)
+	return o.insertDeliveryJobs(ctx, tx, []pendingDelivery{{id: id, generation: generation}}, 0)
 }
 
 // liveJob returns a job of the delivery's generation that River may still
-// run (waiting, scheduled, retryable or running), or nil. It looks the job
-// up by kind and args; River indexes args (GIN), so this is no scan.
+// run (waiting, scheduled, retryable or running): a job of its own or a
+// batch job, or nil. It looks the job up by kind and args; River indexes
+// args (GIN), so this is no scan.
 func (o *Outbox) liveJob(ctx context.Context, tx pgx.Tx, id uuid.UUID, generation int32) (*rivertype.JobRow, error) {
-	// The containment document goes as JSON text: pgx cannot encode a
+	// The containment documents go as JSON text: pgx cannot encode a
 	// struct in the text format of its exec and simple_protocol modes
 	// (PgBouncer in transaction mode).
-	containment, err := json.Marshal(DeliveryArgs{DeliveryID: id})
+	own, err := json.Marshal(DeliveryArgs{DeliveryID: id})
+	if err != nil {
+		return nil, err
+	}
+	inBatch, err := json.Marshal(map[string]any{"deliveries": []DeliveryRef{{DeliveryID: id}}})
 	if err != nil {
 		return nil, err
 	}
 	params := river.NewJobListParams().
-		Kinds(DeliveryKind).
+		Kinds(DeliveryKind, DeliveryBatchKind).
 		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
 			rivertype.JobStateRunning, rivertype.JobStateScheduled).
-		Where("args @> @delivery_args::jsonb", river.NamedArgs{"delivery_args": string(containment)}).
+		Where("(args @> @own_args::jsonb OR args @> @batch_args::jsonb)",
+			river.NamedArgs{"own_args": string(own), "batch_args": string(inBatch)}).
 		First(100)
 	res, err := o.inserter.JobListTx(ctx, tx, params)
 	if err != nil {
 		return nil, fmt.Errorf("look up its jobs: %w", err)
 	}
 	for _, job := range res.Jobs {
-		var args DeliveryArgs
-		if err := json.Unmarshal(job.EncodedArgs, &args); err == nil && args.Generation == int(generation) {
+		if jobHolds(job, id, int(generation)) {
 			return job, nil
 		}
 	}
 	return nil, nil
+}
+
+// jobHolds reports whether job, a delivery job or a batch job, is for
+// delivery id at generation.
+func jobHolds(job *rivertype.JobRow, id uuid.UUID, generation int) bool {
+	if job.Kind == DeliveryBatchKind {
+		var args DeliveryBatchArgs
+		if json.Unmarshal(job.EncodedArgs, &args) != nil {
+			return false
+		}
+		for _, ref := range args.Deliveries {
+			if ref.DeliveryID == id && ref.Generation == generation {
+				return true
+			}
+		}
+		return false
+	}
+	var args DeliveryArgs
+	return json.Unmarshal(job.EncodedArgs, &args) == nil && args.DeliveryID == id && args.Generation == generation
 }
 
 // whyNotReplayable returns the error of a replay of a delivery that could
@@ -347,9 +371,9 @@ func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID
 	if err != nil {
 		return 0, fmt.Errorf("outbox: replay dead deliveries of endpoint %s: %w", endpointID, err)
 	}
-	jobs := make([]DeliveryArgs, len(rows))
+	jobs := make([]pendingDelivery, len(rows))
 	for i, row := range rows {
-		jobs[i] = DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation)}
+		jobs[i] = pendingDelivery{id: row.ID, endpointID: endpointID, generation: row.Generation, orderingKey: row.OrderingKey}
 	}
 	if err := o.insertDeliveryJobs(ctx, tx, jobs, 0); err != nil {
 		return 0, err

@@ -43,6 +43,14 @@ func testConfig() *outbox.Config {
 	}
 }
 
+// singleJobConfig is testConfig with a job per delivery, for tests of how
+// such a job waits its turn that publish several events at once.
+func singleJobConfig() *outbox.Config {
+	cfg := testConfig()
+	cfg.DeliveryBatchSize = 1
+	return cfg
+}
+
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }

@@ -119,14 +119,18 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	return o, nil
 }
 
-// AddWorkers registers the outbox's delivery worker in workers, the
-// application's River workers. It fails if the worker is already registered.
+// AddWorkers registers the outbox's delivery workers (a delivery per job,
+// and batches: DeliveryBatchArgs) in workers, the application's River
+// workers. It fails if a worker is already registered.
 func (o *Outbox) AddWorkers(workers *river.Workers) error {
 	if workers == nil {
 		return errors.New("outbox: AddWorkers: nil workers")
 	}
 	if err := river.AddWorkerSafely(workers, &deliveryWorker{outbox: o}); err != nil {
 		return fmt.Errorf("outbox: add delivery worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &batchWorker{outbox: o}); err != nil {
+		return fmt.Errorf("outbox: add batch delivery worker: %w", err)
 	}
 	return nil
 }

@@ -173,16 +173,49 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 	return results, nil
 }
 
-// insertDeliveryJobs inserts one delivery job per args in one round trip,
-// to run after delay.
-func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, jobs []DeliveryArgs, delay time.Duration) error {
-	if len(jobs) == 0 {
+// pendingDelivery is a delivery that needs a job.
+type pendingDelivery struct {
+	id, endpointID uuid.UUID
+	generation     int32
+	orderingKey    string
+}
+
+// insertDeliveryJobs inserts the jobs of deliveries, to run after delay, in
+// one round trip: a batch job (DeliveryBatchArgs) for each run of up to
+// Config.DeliveryBatchSize deliveries to one endpoint without an ordering
+// key, in their order, and a job of its own for any other.
+func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, deliveries []pendingDelivery, delay time.Duration) error {
+	if len(deliveries) == 0 {
 		return nil
 	}
-	params := make([]river.InsertManyParams, len(jobs))
 	opts := o.jobInsertOpts(delay)
-	for i, args := range jobs {
-		params[i] = river.InsertManyParams{Args: args, InsertOpts: opts}
+	var params []river.InsertManyParams
+	single := func(d pendingDelivery) {
+		params = append(params, river.InsertManyParams{
+			Args: DeliveryArgs{DeliveryID: d.id, Generation: int(d.generation)}, InsertOpts: opts,
+		})
+	}
+	batches := make(map[uuid.UUID]*DeliveryBatchArgs)
+	var order []*DeliveryBatchArgs
+	for _, d := range deliveries {
+		if d.orderingKey != "" || o.config.DeliveryBatchSize == 1 {
+			single(d)
+			continue
+		}
+		b := batches[d.endpointID]
+		if b == nil || len(b.Deliveries) == o.config.DeliveryBatchSize {
+			b = &DeliveryBatchArgs{EndpointID: d.endpointID}
+			batches[d.endpointID] = b
+			order = append(order, b)
+		}
+		b.Deliveries = append(b.Deliveries, DeliveryRef{DeliveryID: d.id, Generation: int(d.generation)})
+	}
+	for _, b := range order {
+		if len(b.Deliveries) == 1 {
+			single(pendingDelivery{id: b.Deliveries[0].DeliveryID, generation: int32(b.Deliveries[0].Generation)})
+			continue
+		}
+		params = append(params, river.InsertManyParams{Args: *b, InsertOpts: opts})
 	}
 	if _, err := o.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("outbox: insert delivery jobs: %w", err)
@@ -203,10 +236,10 @@ func (o *Outbox) jobInsertOpts(delay time.Duration) *river.InsertOpts {
 	return opts
 }
 
-func publishedJobs(rows []dbsqlc.OutboxPublishRow) []DeliveryArgs {
-	jobs := make([]DeliveryArgs, len(rows))
+func publishedJobs(rows []dbsqlc.OutboxPublishRow) []pendingDelivery {
+	jobs := make([]pendingDelivery, len(rows))
 	for i, row := range rows {
-		jobs[i] = DeliveryArgs{DeliveryID: row.ID}
+		jobs[i] = pendingDelivery{id: row.ID, endpointID: row.EndpointID, orderingKey: row.OrderingKey}
 	}
 	return jobs
 }

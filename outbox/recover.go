@@ -116,9 +116,9 @@ func (o *Outbox) recoverBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID, sinc
 	if len(rows) == 0 {
 		return 0, after, nil
 	}
-	jobs := make([]DeliveryArgs, len(rows))
+	jobs := make([]pendingDelivery, len(rows))
 	for i, row := range rows {
-		jobs[i] = DeliveryArgs{DeliveryID: row.ID}
+		jobs[i] = pendingDelivery{id: row.ID, endpointID: id, orderingKey: row.OrderingKey}
 	}
 	if err := o.insertDeliveryJobs(ctx, tx, jobs, 0); err != nil {
 		return 0, after, err

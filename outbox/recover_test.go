@@ -103,11 +103,20 @@ func TestEndpointRecoverBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, len(events), n)
 	require.Equal(t, len(events), countDeliveries(t, b, ep.ID))
-	var distinct, jobs int
+	var distinct, inJobs, distinctInJobs, largest int
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM wharf_outbox_deliveries WHERE endpoint_id = $1`, ep.ID).Scan(&distinct))
 	require.Equal(t, len(events), distinct)
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = $1`, outbox.DeliveryKind).Scan(&jobs))
-	require.Equal(t, len(events), jobs, "one job per recovered delivery")
+	require.NoError(t, b.pool.QueryRow(ctx, `
+		SELECT count(*), count(DISTINCT id) FROM (
+			SELECT args->>'delivery_id' AS id FROM river_job WHERE kind = $1
+			UNION ALL
+			SELECT jsonb_array_elements(args->'deliveries')->>'delivery_id' FROM river_job WHERE kind = $2) jobs`,
+		outbox.DeliveryKind, outbox.DeliveryBatchKind).Scan(&inJobs, &distinctInJobs))
+	require.Equal(t, len(events), inJobs, "one job per recovered delivery")
+	require.Equal(t, len(events), distinctInJobs, "one job per recovered delivery")
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(jsonb_array_length(args->'deliveries')) FROM river_job WHERE kind = $1`,
+		outbox.DeliveryBatchKind).Scan(&largest))
+	require.Equal(t, outbox.DefaultDeliveryBatchSize, largest, "batch jobs of up to DeliveryBatchSize deliveries")
 }
 
 func countDeliveries(t *testing.T, b *testBundle, endpointID uuid.UUID) int {

@@ -305,7 +305,7 @@ func TestRecovery(t *testing.T) {
 
 	t.Run("CappedEndpointBacklogSnoozesLonger", func(t *testing.T) {
 		t.Parallel()
-		bundle := setup(t, testConfig()) // BusyRetryDelay 20 ms
+		bundle := setup(t, singleJobConfig()) // BusyRetryDelay 20 ms
 		release := make(chan struct{})
 		receiver := newSink(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 			select {

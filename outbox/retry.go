@@ -73,7 +73,14 @@ func (p *retryPlan) attempts() int { return len(p.schedule) }
 // under a shorter schedule before a redeploy still finishes its delivery
 // before River discards it.
 func (p *retryPlan) attemptLimit(job *river.Job[DeliveryArgs]) int {
-	return max(min(p.attempts(), job.MaxAttempts-1), 1)
+	return max(min(p.attempts(), job.MaxAttempts-1+job.Args.AttemptOffset), 1)
+}
+
+// attemptOf is the delivery's attempt number of job's current run: River's
+// count of the job's runs, plus the attempts made before the job (a batch
+// job's).
+func attemptOf(job *river.Job[DeliveryArgs]) int {
+	return job.Attempt + job.Args.AttemptOffset
 }
 
 // firstDelay is the wait before a published delivery's first attempt: the

@@ -138,6 +138,7 @@ func TestConfigValidation(t *testing.T) {
 	require.Equal(t, 16<<10, cfg.ResponseHeaderLimit)
 	require.Equal(t, 24*time.Hour, cfg.SecretRotationOverlap)
 	require.Equal(t, 5*24*time.Hour, cfg.DisableAfter)
+	require.Equal(t, 16, cfg.DeliveryBatchSize)
 
 	for name, bad := range map[string]*Config{
 		"empty schedule":    {RetrySchedule: []time.Duration{}},
@@ -148,6 +149,8 @@ func TestConfigValidation(t *testing.T) {
 		"payload":           {MaxPayloadBytes: -1},
 		"header limit":      {ResponseHeaderLimit: -1},
 		"disable after":     {DisableAfter: -2},
+		"batch size":        {DeliveryBatchSize: -1},
+		"huge batch size":   {DeliveryBatchSize: maxDeliveryBatchSize + 1},
 	} {
 		_, err := bad.withDefaults()
 		require.ErrorIs(t, err, ErrInvalidConfig, name)

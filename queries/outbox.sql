@@ -128,7 +128,8 @@ JOIN wharf_outbox_endpoints ep
              OR f.pattern = '*'
              OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
 ORDER BY input.n, ep.id
-RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id;
+RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.endpoint_id,
+          wharf_outbox_deliveries.ordering_key;
 
 -- name: OutboxDeliveryGetForWork :one
 -- Everything a delivery attempt needs; payload is NULL when the event row is
@@ -728,6 +729,18 @@ SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
         AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed
 FROM delivery, async_commit;
 
+-- name: OutboxDeliveryHandOff :many
+-- Moves unfinished deliveries of a batch job, each still at the generation
+-- the job was inserted for, to the next generation, for the jobs of their
+-- own the caller inserts in the same transaction; the batch job's later
+-- runs then leave them alone, as a replay's. Returns the deliveries moved,
+-- with their new generation and how many attempts they have had.
+UPDATE wharf_outbox_deliveries d
+SET generation = d.generation + 1, updated_at = @now::timestamptz
+FROM (SELECT unnest(@ids::text[])::uuid AS id, unnest(@generations::int[]) AS generation) i
+WHERE d.id = i.id AND d.generation = i.generation AND d.status IN ('pending', 'retrying')
+RETURNING d.id, d.generation, d.attempts;
+
 -- name: OutboxDeliveryMarkDead :execrows
 -- Dead-letters an unfinished delivery of generation without an attempt (its
 -- endpoint was disabled, its event is gone, its attempts ran out or its job
@@ -791,7 +804,7 @@ WHERE d.endpoint_id = @endpoint_id::uuid
                   WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
-RETURNING d.id, d.generation;
+RETURNING d.id, d.generation, d.ordering_key;
 
 -- name: OutboxAttemptList :many
 SELECT * FROM wharf_outbox_attempts
@@ -848,7 +861,8 @@ SELECT gen_random_uuid(), missed.id, missed.created_at, @endpoint_id::uuid, miss
        @now::timestamptz, @now::timestamptz, @now::timestamptz
 FROM missed
 ORDER BY missed.created_at, missed.id
-RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.event_created_at;
+RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.event_created_at,
+          wharf_outbox_deliveries.ordering_key;
 
 -- name: OutboxGaugeByEndpoint :many
 -- The outbox's gauges per endpoint (every endpoint, 0 when it has none),

@@ -214,7 +214,7 @@ func cmpLogger(l *slog.Logger) *slog.Logger {
 }
 
 // wharfKinds are the kinds of Wharf's jobs that wait for a worker.
-var wharfKinds = []string{"wharf_inbox_process", "wharf_inbox_process_batch", outbox.DeliveryKind}
+var wharfKinds = []string{"wharf_inbox_process", "wharf_inbox_process_batch", outbox.DeliveryKind, outbox.DeliveryBatchKind}
 
 // queueCheckArgs is the job that looks for Wharf's jobs waiting in a queue
 // no client works.

@@ -519,6 +519,51 @@ func (q *Queries) OutboxDeliveryGetForWorkMany(ctx context.Context, ids []string
 	return items, nil
 }
 
+const outboxDeliveryHandOff = `-- name: OutboxDeliveryHandOff :many
+UPDATE wharf_outbox_deliveries d
+SET generation = d.generation + 1, updated_at = $1::timestamptz
+FROM (SELECT unnest($2::text[])::uuid AS id, unnest($3::int[]) AS generation) i
+WHERE d.id = i.id AND d.generation = i.generation AND d.status IN ('pending', 'retrying')
+RETURNING d.id, d.generation, d.attempts
+`
+
+type OutboxDeliveryHandOffParams struct {
+	Now         time.Time
+	Ids         []string
+	Generations []int32
+}
+
+type OutboxDeliveryHandOffRow struct {
+	ID         uuid.UUID
+	Generation int32
+	Attempts   int32
+}
+
+// Moves unfinished deliveries of a batch job, each still at the generation
+// the job was inserted for, to the next generation, for the jobs of their
+// own the caller inserts in the same transaction; the batch job's later
+// runs then leave them alone, as a replay's. Returns the deliveries moved,
+// with their new generation and how many attempts they have had.
+func (q *Queries) OutboxDeliveryHandOff(ctx context.Context, arg OutboxDeliveryHandOffParams) ([]OutboxDeliveryHandOffRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveryHandOff, arg.Now, arg.Ids, arg.Generations)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxDeliveryHandOffRow
+	for rows.Next() {
+		var i OutboxDeliveryHandOffRow
+		if err := rows.Scan(&i.ID, &i.Generation, &i.Attempts); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxDeliveryList = `-- name: OutboxDeliveryList :many
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation, d.throttled_until FROM wharf_outbox_deliveries d
 WHERE ($1::uuid IS NULL OR d.endpoint_id = $1::uuid)
@@ -667,7 +712,7 @@ WHERE d.endpoint_id = $2::uuid
                   WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
-RETURNING d.id, d.generation
+RETURNING d.id, d.generation, d.ordering_key
 `
 
 type OutboxDeliveryRequeueDeadParams struct {
@@ -677,8 +722,9 @@ type OutboxDeliveryRequeueDeadParams struct {
 }
 
 type OutboxDeliveryRequeueDeadRow struct {
-	ID         uuid.UUID
-	Generation int32
+	ID          uuid.UUID
+	Generation  int32
+	OrderingKey string
 }
 
 // Moves an endpoint's dead deliveries published at or after since back to
@@ -693,7 +739,7 @@ func (q *Queries) OutboxDeliveryRequeueDead(ctx context.Context, arg OutboxDeliv
 	var items []OutboxDeliveryRequeueDeadRow
 	for rows.Next() {
 		var i OutboxDeliveryRequeueDeadRow
-		if err := rows.Scan(&i.ID, &i.Generation); err != nil {
+		if err := rows.Scan(&i.ID, &i.Generation, &i.OrderingKey); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1095,7 +1141,8 @@ SELECT gen_random_uuid(), missed.id, missed.created_at, $1::uuid, missed.orderin
        $2::timestamptz, $2::timestamptz, $2::timestamptz
 FROM missed
 ORDER BY missed.created_at, missed.id
-RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.event_created_at
+RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.event_created_at,
+          wharf_outbox_deliveries.ordering_key
 `
 
 type OutboxEndpointRecoverParams struct {
@@ -1111,6 +1158,7 @@ type OutboxEndpointRecoverRow struct {
 	ID             uuid.UUID
 	EventID        uuid.UUID
 	EventCreatedAt time.Time
+	OrderingKey    string
 }
 
 // Creates, for an enabled endpoint, a pending delivery of every stored
@@ -1138,7 +1186,12 @@ func (q *Queries) OutboxEndpointRecover(ctx context.Context, arg OutboxEndpointR
 	var items []OutboxEndpointRecoverRow
 	for rows.Next() {
 		var i OutboxEndpointRecoverRow
-		if err := rows.Scan(&i.ID, &i.EventID, &i.EventCreatedAt); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.EventCreatedAt,
+			&i.OrderingKey,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1716,7 +1769,8 @@ JOIN wharf_outbox_endpoints ep
              OR f.pattern = '*'
              OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
 ORDER BY input.n, ep.id
-RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id
+RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.endpoint_id,
+          wharf_outbox_deliveries.ordering_key
 `
 
 type OutboxPublishParams struct {
@@ -1731,8 +1785,10 @@ type OutboxPublishParams struct {
 }
 
 type OutboxPublishRow struct {
-	ID      uuid.UUID
-	EventID uuid.UUID
+	ID          uuid.UUID
+	EventID     uuid.UUID
+	EndpointID  uuid.UUID
+	OrderingKey string
 }
 
 // Stores events and, for each, one pending delivery per enabled endpoint of
@@ -1756,7 +1812,12 @@ func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([
 	var items []OutboxPublishRow
 	for rows.Next() {
 		var i OutboxPublishRow
-		if err := rows.Scan(&i.ID, &i.EventID); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.EndpointID,
+			&i.OrderingKey,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -1,0 +1,315 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+)
+
+// DeliveryBatchKind is the River job kind of batch delivery jobs.
+const DeliveryBatchKind = "wharf_outbox_delivery_batch"
+
+// DeliveryRef names a delivery at the generation a job was inserted for.
+type DeliveryRef struct {
+	DeliveryID uuid.UUID `json:"delivery_id"`
+	Generation int       `json:"generation,omitempty"`
+}
+
+// DeliveryBatchArgs are the args of a batch delivery job: deliveries to one
+// endpoint that were published together (one PublishManyTx, one
+// DeliveryReplayDead, one EndpointRecover batch), up to
+// Config.DeliveryBatchSize, attempted by one job, one after another, in
+// publish order. The job makes the first attempt of each: one River job,
+// one concurrency slot and one load for all of them, where a job per
+// delivery would cost River's fetch and completion of each.
+//
+// A delivery the job cannot simply send (its endpoint is rate limited,
+// ordered by a key, has a circuit that is not closed; its attempt failed
+// and is to be retried; the job ran past its time, see batchSpan) is
+// handed over to a job of its own (DeliveryArgs), which goes on as any
+// delivery's: the hand-over moves it to its next generation and inserts
+// that job in one transaction, so later runs of the batch job leave it
+// alone. A crash anywhere leaves every delivery either recorded, handed
+// over, or still the batch job's, which River runs again.
+type DeliveryBatchArgs struct {
+	// EndpointID is the deliveries' endpoint.
+	EndpointID uuid.UUID `json:"endpoint_id"`
+	// Deliveries are the deliveries, in publish order.
+	Deliveries []DeliveryRef `json:"deliveries"`
+}
+
+// Kind returns DeliveryBatchKind.
+func (DeliveryBatchArgs) Kind() string { return DeliveryBatchKind }
+
+// batchSpan is how long a batch job sends before it hands the deliveries
+// it has not yet sent over to jobs of their own, which other workers run
+// at once: a slow endpoint delays the last of a batch by about this much,
+// not by the sum of its requests.
+const batchSpan = time.Second
+
+// batchWorker runs batch delivery jobs.
+type batchWorker struct {
+	river.WorkerDefaults[DeliveryBatchArgs]
+	outbox *Outbox
+}
+
+// Timeout is the River timeout of every batch job: batchSpan, then one
+// more request of up to Config.MaxEndpointTimeout, plus deliveryJobMargin.
+func (w *batchWorker) Timeout(*river.Job[DeliveryBatchArgs]) time.Duration {
+	return batchSpan + w.outbox.config.MaxEndpointTimeout + deliveryJobMargin
+}
+
+// Work attempts the batch's deliveries. When River cancels the job
+// remotely while it runs, its deliveries not yet finished or handed over
+// are dead-lettered, since no job will attempt them again.
+func (w *batchWorker) Work(ctx context.Context, job *river.Job[DeliveryBatchArgs]) error {
+	err := w.outbox.workBatch(ctx, job)
+	if err != nil && errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+		return w.outbox.deadCancelledBatch(context.WithoutCancel(ctx), job, err)
+	}
+	return err
+}
+
+// handOver is a delivery a batch job gives a job of its own, to run at at.
+type handOver struct {
+	row *dbsqlc.OutboxDeliveryGetForWorkRow
+	at  time.Time
+}
+
+// batchMember is a delivery a batch job sends.
+type batchMember struct {
+	row     *dbsqlc.OutboxDeliveryGetForWorkRow
+	secrets []string
+	auth    *storedAuth
+}
+
+func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs]) error {
+	log := o.config.Logger.With("job_id", job.ID, "endpoint_id", job.Args.EndpointID)
+	ids := make([]uuid.UUID, len(job.Args.Deliveries))
+	for i, ref := range job.Args.Deliveries {
+		ids[i] = ref.DeliveryID
+	}
+	rows, errs := o.loadMany(ctx, ids)
+	now := time.Now()
+	// The last run River allows hands everything over: River would discard
+	// the job after a failure, and its deliveries would have no job.
+	lastRun := job.Attempt >= job.MaxAttempts
+	var members []batchMember
+	var over []handOver
+	for i, ref := range job.Args.Deliveries {
+		if errs != nil && errs[i] != nil {
+			if errors.Is(errs[i], pgx.ErrNoRows) {
+				continue // deleted with its endpoint
+			}
+			return o.batchDatabaseError(ctx, log, job, "load deliveries", errs[i])
+		}
+		row := rows[i]
+		status := DeliveryStatus(row.Status)
+		switch {
+		case int(row.Generation) != ref.Generation || status == StatusSucceeded || status == StatusDead:
+			// Handed over or replayed, or finished.
+		case row.Attempts > 0:
+			// Attempted by an earlier run that stopped before handing it
+			// over: the retry is due on the schedule.
+			over = append(over, handOver{row: row, at: now.Add(o.retries.scheduled(int(row.Attempts)))})
+		case lastRun:
+			over = append(over, handOver{row: row, at: now})
+		default:
+			m, ok := o.batchable(row)
+			if !ok {
+				over = append(over, handOver{row: row, at: now})
+				continue
+			}
+			members = append(members, m)
+		}
+	}
+	if len(members) == 0 {
+		return o.handOver(ctx, log, over)
+	}
+
+	first := members[0].row
+	timeout := min(time.Duration(first.TimeoutMs)*time.Millisecond, o.config.MaxEndpointTimeout)
+	slot := int32(noLease)
+	if first.MaxInFlight > 0 {
+		adm, err := o.acquireLease(ctx, batchLeaseJob(job, first), first, batchSpan+timeout, false)
+		if err != nil {
+			return o.batchDatabaseError(ctx, log, job, "take a concurrency slot", err)
+		}
+		if adm.wait > 0 {
+			// At the cap: the batch waits as one, using no attempt.
+			if err := o.handOver(ctx, log, over); err != nil {
+				return err
+			}
+			return o.snooze(ctx, adm.reason, adm.wait)
+		}
+		slot = adm.slot
+	}
+
+	start := time.Now()
+	var sendErr error
+	for i, m := range members {
+		if i > 0 && time.Since(start) > batchSpan {
+			for _, rest := range members[i:] {
+				over = append(over, handOver{row: rest.row, at: time.Now()})
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			// The client is stopping: the rest wait for the job's next run.
+			sendErr = ctx.Err()
+			break
+		}
+		row := m.row
+		mlog := log.With("delivery_id", row.ID, "event_id", formatEventID(row.EventID), "attempt", 1)
+		attemptedAt := o.config.now()
+		out := o.attemptSend(ctx, row, 1, m.secrets, m.auth, timeout)
+		if ctx.Err() != nil && !out.succeeded() {
+			if !errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+				// Stopping: no verdict on the endpoint; the job's next run
+				// sends it again.
+				sendErr = ctx.Err()
+				break
+			}
+			out.cancelled = true
+		}
+		s, err := o.settleAttempt(context.WithoutCancel(ctx), mlog, 1, o.retries.attempts(), row, noLease, attemptedAt, out)
+		if err != nil {
+			// Not recorded: the job's next run sends it again.
+			sendErr = err
+			break
+		}
+		if s.status == StatusRetrying {
+			over = append(over, handOver{row: row, at: time.Now().Add(s.wait)})
+		}
+	}
+	o.releaseLease(context.WithoutCancel(ctx), first.EndpointID, first.ID, slot)
+	if err := o.handOver(ctx, log, over); err != nil {
+		return err
+	}
+	return sendErr
+}
+
+// batchable reports whether a batch job may send row's delivery as it is,
+// with what it is signed and authorised with: its endpoint is enabled and
+// its event stored, it is neither rate limited nor ordered by the
+// delivery's key, its circuit is closed, and its secrets open. Any other
+// delivery is handed over to a job of its own, which knows what to do.
+func (o *Outbox) batchable(row *dbsqlc.OutboxDeliveryGetForWorkRow) (batchMember, bool) {
+	if !row.Enabled || row.Payload == nil || row.RateLimitPerSecond > 0 || (row.Ordered && row.OrderingKey != "") {
+		return batchMember{}, false
+	}
+	if wait, probe := o.circuitGate(row); wait > 0 || probe {
+		return batchMember{}, false
+	}
+	auth, err := o.openStoredAuth(row.EndpointID, row.Auth)
+	if err != nil {
+		return batchMember{}, false
+	}
+	secrets, err := o.signingSecrets(row, o.config.now())
+	if err != nil {
+		return batchMember{}, false
+	}
+	return batchMember{row: row, secrets: secrets, auth: auth}, true
+}
+
+// batchLeaseJob is the job acquireLease is given for a batch: its snooze
+// count is the batch job's, so that a batch at its endpoint's cap polls
+// less often the longer it waits.
+func batchLeaseJob(job *river.Job[DeliveryBatchArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow) *river.Job[DeliveryArgs] {
+	return &river.Job[DeliveryArgs]{
+		JobRow: &rivertype.JobRow{ID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Metadata: job.Metadata},
+		Args:   DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation)},
+	}
+}
+
+// handOver moves each delivery of over to its next generation and inserts
+// a job of its own for it, due at its time, in one transaction: the batch
+// job's later runs leave it alone. Its job goes on from the attempts it
+// has had.
+func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver) error {
+	if len(over) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	params := dbsqlc.OutboxDeliveryHandOffParams{Now: o.config.now()}
+	at := make(map[uuid.UUID]time.Time, len(over))
+	for _, h := range over {
+		params.Ids = append(params.Ids, h.row.ID.String())
+		params.Generations = append(params.Generations, h.row.Generation)
+		at[h.row.ID] = h.at
+	}
+	err := o.inTx(ctx, func(tx pgx.Tx) error {
+		rows, err := o.queries.WithTx(tx).OutboxDeliveryHandOff(ctx, params)
+		if err != nil {
+			return err
+		}
+		jobs := make([]river.InsertManyParams, len(rows))
+		for i, row := range rows {
+			offset := int(row.Attempts)
+			opts := o.jobInsertOpts(0)
+			opts.MaxAttempts = max(opts.MaxAttempts-offset, spareRuns+1)
+			if due := at[row.ID]; due.After(time.Now()) {
+				opts.ScheduledAt = due
+			}
+			jobs[i] = river.InsertManyParams{
+				Args:       DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation), AttemptOffset: offset},
+				InsertOpts: opts,
+			}
+		}
+		if len(jobs) == 0 {
+			return nil
+		}
+		_, err = o.inserter.InsertManyFastTx(ctx, tx, jobs)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("outbox: hand deliveries over to jobs of their own: %w", err)
+	}
+	log.DebugContext(ctx, "outbox: deliveries handed over to jobs of their own", "deliveries", len(over))
+	return nil
+}
+
+// batchDatabaseError is databaseError for a batch job: a transient error
+// snoozes the job, using no attempt.
+func (o *Outbox) batchDatabaseError(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryBatchArgs], what string, err error) error {
+	err = fmt.Errorf("outbox: %s: %w", what, err)
+	if ctx.Err() != nil || !transientDatabaseError(err) {
+		return err
+	}
+	wait := o.retries.dbError(snoozeCount(batchLeaseJob(job, &dbsqlc.OutboxDeliveryGetForWorkRow{})))
+	log.WarnContext(ctx, "outbox: database error in a batch job; snoozing without using an attempt",
+		"error", err, "retry_in", wait)
+	return o.snooze(ctx, deferDatabase, wait)
+}
+
+// deadCancelledBatch dead-letters the deliveries of a batch job River
+// cancelled remotely while it ran that are still the job's (neither
+// finished nor handed over): no job is left to attempt them.
+func (o *Outbox) deadCancelledBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs], err error) error {
+	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
+	defer cancel()
+	log := o.config.Logger.With("job_id", job.ID, "endpoint_id", job.Args.EndpointID)
+	for _, ref := range job.Args.Deliveries {
+		n, markErr := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
+			ID: ref.DeliveryID, Generation: int32(ref.Generation), Reason: reasonCancelled, Now: o.config.now(),
+		})
+		switch {
+		case markErr != nil:
+			log.ErrorContext(ctx, "outbox: job cancelled, but a delivery could not be dead-lettered; it stays unfinished until replayed",
+				"delivery_id", ref.DeliveryID, "error", markErr)
+		case n > 0:
+			log.WarnContext(ctx, "outbox: job cancelled; delivery dead-lettered", "delivery_id", ref.DeliveryID, "reason", reasonCancelled)
+		}
+	}
+	return river.JobCancel(err)
+}

@@ -1,0 +1,285 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/outbox"
+	"github.com/wharfhq/wharf/signature"
+)
+
+// jobOf is a River job of a delivery as the tests read it.
+type jobOf struct {
+	kind, state string
+	args        json.RawMessage
+}
+
+// outboxJobs returns the outbox's River jobs, oldest first.
+func (b *testBundle) outboxJobs(t *testing.T) []jobOf {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(),
+		`SELECT kind, state, args FROM river_job WHERE kind IN ($1, $2) ORDER BY id`,
+		outbox.DeliveryKind, outbox.DeliveryBatchKind)
+	require.NoError(t, err)
+	defer rows.Close()
+	var jobs []jobOf
+	for rows.Next() {
+		var j jobOf
+		require.NoError(t, rows.Scan(&j.kind, &j.state, &j.args))
+		jobs = append(jobs, j)
+	}
+	require.NoError(t, rows.Err())
+	return jobs
+}
+
+// ownJobs returns the args of the jobs of their own (DeliveryArgs) of
+// delivery id.
+func (b *testBundle) ownJobs(t *testing.T, id uuid.UUID) []outbox.DeliveryArgs {
+	t.Helper()
+	var out []outbox.DeliveryArgs
+	for _, j := range b.outboxJobs(t) {
+		if j.kind != outbox.DeliveryKind {
+			continue
+		}
+		var args outbox.DeliveryArgs
+		require.NoError(t, json.Unmarshal(j.args, &args))
+		if args.DeliveryID == id {
+			out = append(out, args)
+		}
+	}
+	return out
+}
+
+func events(n int) []*outbox.Event {
+	out := make([]*outbox.Event, n)
+	for i := range out {
+		out[i] = &outbox.Event{Type: "batch.event", Data: map[string]int{"i": i}}
+	}
+	return out
+}
+
+// byEvent answers each event's requests with respond(event index, how
+// many requests of that event came before).
+func byEvent(res *[]*outbox.PublishResult, respond func(event, before int) int) func(int, http.ResponseWriter, *http.Request) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	return func(_ int, w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get(signature.HeaderWebhookID)
+		mu.Lock()
+		before := seen[id]
+		seen[id]++
+		event := slices.IndexFunc(*res, func(p *outbox.PublishResult) bool { return p.EventID == id })
+		mu.Unlock()
+		w.WriteHeader(respond(event, before))
+	}
+}
+
+func TestBatchJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("DeliversEventsPublishedTogetherInOrder", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig())
+		receiver := okSink(t)
+		ep := b.endpoint(t, receiver.URL(), nil)
+		res := b.publish(t, events(40)...)
+
+		jobs := b.outboxJobs(t)
+		require.Len(t, jobs, 3, "batches of 16, 16 and 8")
+		var batches [][]outbox.DeliveryRef
+		for _, j := range jobs {
+			require.Equal(t, outbox.DeliveryBatchKind, j.kind)
+			var args outbox.DeliveryBatchArgs
+			require.NoError(t, json.Unmarshal(j.args, &args))
+			require.Equal(t, ep.ID, args.EndpointID)
+			batches = append(batches, args.Deliveries)
+		}
+		require.Equal(t, []int{16, 16, 8}, []int{len(batches[0]), len(batches[1]), len(batches[2])})
+
+		startRiver(t, b.pool, b.outbox)
+		eventOf := map[uuid.UUID]string{}
+		for _, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, 1, d.Attempts)
+			eventOf[d.ID] = r.EventID
+		}
+		require.Len(t, receiver.all(), 40)
+		arrival := map[string]int{}
+		for i, r := range receiver.all() {
+			arrival[r.Header.Get(signature.HeaderWebhookID)] = i
+		}
+		for _, batch := range batches {
+			for i := 1; i < len(batch); i++ {
+				require.Less(t, arrival[eventOf[batch[i-1].DeliveryID]], arrival[eventOf[batch[i].DeliveryID]],
+					"a batch sends in publish order")
+			}
+		}
+		require.Eventually(t, func() bool {
+			jobs := b.outboxJobs(t)
+			for _, j := range jobs {
+				require.Equal(t, outbox.DeliveryBatchKind, j.kind, "no delivery needed a job of its own")
+			}
+			return !slices.ContainsFunc(jobs, func(j jobOf) bool { return j.state != "completed" })
+		}, awaitTimeout, 10*time.Millisecond, "River completes the batch jobs")
+	})
+
+	t.Run("FailedAttemptGoesOnInAJobOfItsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig())
+		var res []*outbox.PublishResult
+		receiver := newSink(t, byEvent(&res, func(event, before int) int {
+			if event == 1 && before == 0 {
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusNoContent
+		}))
+		ep := b.endpoint(t, receiver.URL(), nil)
+		res = b.publish(t, events(3)...)
+		startRiver(t, b.pool, b.outbox)
+
+		for i, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			attempts, err := b.outbox.AttemptList(ctx, d.ID)
+			require.NoError(t, err)
+			own := b.ownJobs(t, d.ID)
+			if i != 1 {
+				require.Len(t, attempts, 1)
+				require.Empty(t, own)
+				continue
+			}
+			require.Len(t, attempts, 2)
+			require.Equal(t, []int{1, 2}, []int{attempts[0].Number, attempts[1].Number})
+			require.Equal(t, []outbox.DeliveryArgs{{DeliveryID: d.ID, Generation: 1, AttemptOffset: 1}}, own,
+				"the retry's job goes on from the batch's attempt")
+		}
+		require.Len(t, receiver.all(), 4)
+	})
+
+	t.Run("AttemptsCountTheBatchJobs", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig()) // four attempts
+		var res []*outbox.PublishResult
+		receiver := newSink(t, byEvent(&res, func(event, _ int) int {
+			if event == 0 {
+				return http.StatusServiceUnavailable
+			}
+			return http.StatusNoContent
+		}))
+		ep := b.endpoint(t, receiver.URL(), nil)
+		res = b.publish(t, events(2)...)
+		startRiver(t, b.pool, b.outbox)
+
+		d := b.awaitDelivery(t, ep.ID, res[0].EventID, outbox.StatusDead)
+		require.Equal(t, 4, d.Attempts, "the schedule's four attempts, the batch's first among them")
+		require.Equal(t, 4, receiver.byWebhookID()[res[0].EventID])
+		b.awaitDelivery(t, ep.ID, res[1].EventID, outbox.StatusSucceeded)
+	})
+
+	t.Run("RunAgainLeavesRecordedAndHandedOverDeliveriesAlone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig())
+		receiver := okSink(t)
+		ep := b.endpoint(t, receiver.URL(), nil)
+		res := b.publish(t, events(4)...)
+		ids := make([]uuid.UUID, len(res))
+		for i, r := range res {
+			ids[i] = b.onlyDelivery(t, r.EventID).ID
+		}
+		// As a run that stopped midway leaves them: the first succeeded,
+		// the second failed and was not yet handed over, the third was
+		// handed over (its job is left out here), the fourth not reached.
+		_, err := b.pool.Exec(ctx, `UPDATE wharf_outbox_deliveries SET status = 'succeeded', attempts = 1 WHERE id = $1`, ids[0])
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `UPDATE wharf_outbox_deliveries SET status = 'retrying', attempts = 1 WHERE id = $1`, ids[1])
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `UPDATE wharf_outbox_deliveries SET generation = 1 WHERE id = $1`, ids[2])
+		require.NoError(t, err)
+		startRiver(t, b.pool, b.outbox)
+
+		d := b.awaitDelivery(t, ep.ID, res[1].EventID, outbox.StatusSucceeded)
+		require.Equal(t, 2, d.Attempts)
+		require.Equal(t, []outbox.DeliveryArgs{{DeliveryID: ids[1], Generation: 1, AttemptOffset: 1}}, b.ownJobs(t, ids[1]))
+		b.awaitDelivery(t, ep.ID, res[3].EventID, outbox.StatusSucceeded)
+		require.Eventually(t, func() bool {
+			return slices.ContainsFunc(b.outboxJobs(t), func(j jobOf) bool {
+				return j.kind == outbox.DeliveryBatchKind && j.state == "completed"
+			})
+		}, awaitTimeout, 10*time.Millisecond)
+		sent := receiver.byWebhookID()
+		require.Equal(t, map[string]int{res[1].EventID: 1, res[3].EventID: 1}, sent,
+			"neither the recorded nor the handed-over delivery is sent again")
+		third, err := b.outbox.DeliveryGet(ctx, ids[2])
+		require.NoError(t, err)
+		require.Equal(t, outbox.StatusPending, third.Status, "the third is its own job's, not the batch's")
+	})
+
+	t.Run("LastRunHandsEverythingOver", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig())
+		receiver := okSink(t)
+		ep := b.endpoint(t, receiver.URL(), nil)
+		res := b.publish(t, events(3)...)
+		_, err := b.pool.Exec(ctx, `UPDATE river_job SET max_attempts = 1 WHERE kind = $1`, outbox.DeliveryBatchKind)
+		require.NoError(t, err)
+		startRiver(t, b.pool, b.outbox)
+		for _, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, 1, d.Attempts)
+			require.Equal(t, []outbox.DeliveryArgs{{DeliveryID: d.ID, Generation: 1}}, b.ownJobs(t, d.ID),
+				"a run River would not retry sends nothing itself")
+		}
+	})
+
+	t.Run("RateLimitedEndpointGetsJobsOfItsOwn", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig())
+		receiver := okSink(t)
+		ep := b.endpoint(t, receiver.URL(), &outbox.EndpointParams{RateLimit: &outbox.RateLimit{PerSecond: 1000, Burst: 1000}})
+		res := b.publish(t, events(3)...)
+		startRiver(t, b.pool, b.outbox)
+		for _, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, []outbox.DeliveryArgs{{DeliveryID: d.ID, Generation: 1}}, b.ownJobs(t, d.ID))
+		}
+	})
+
+	t.Run("HoldsOneSlotOfTheCap", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig())
+		receiver := newSink(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+			time.Sleep(5 * time.Millisecond) // long enough for requests to overlap
+			w.WriteHeader(http.StatusNoContent)
+		})
+		ep := b.endpoint(t, receiver.URL(), &outbox.EndpointParams{MaxInFlight: 1})
+		var res []*outbox.PublishResult
+		for range 3 {
+			res = append(res, b.publish(t, events(3)...)...)
+		}
+		startRiver(t, b.pool, b.outbox)
+		for _, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, 1, d.Attempts)
+		}
+		require.EqualValues(t, 1, receiver.maxSeen.Load(), "three batches, one request in flight at a time")
+	})
+
+	t.Run("ReplayOfAQueuedDeliveryIsRefused", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig())
+		ep := b.endpoint(t, okSink(t).URL(), nil)
+		res := b.publish(t, events(2)...)
+		d := b.onlyDelivery(t, res[1].EventID)
+		require.ErrorIs(t, b.outbox.DeliveryReplay(ctx, d.ID), outbox.ErrDeliveryInProgress)
+		startRiver(t, b.pool, b.outbox)
+		b.awaitDelivery(t, ep.ID, res[1].EventID, outbox.StatusSucceeded)
+	})
+}
