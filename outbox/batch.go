@@ -34,8 +34,9 @@ type DeliveryRef struct {
 //
 // A delivery the job cannot simply send (its endpoint is rate limited,
 // ordered by a key, has a circuit that is not closed; its attempt failed
-// and is to be retried; the job ran past its time, see batchSpan) is
-// handed over to a job of its own (DeliveryArgs), which goes on as any
+// and is to be retried; an earlier one's attempt failed; the job ran past
+// its time, see batchSpan) is handed over to a job of its own
+// (DeliveryArgs), which goes on as any
 // delivery's: the hand-over moves it to its next generation and inserts
 // that job in one transaction, so later runs of the batch job leave it
 // alone. A crash anywhere leaves every delivery either recorded, handed
@@ -189,6 +190,14 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 		if s.status == StatusRetrying {
 			over = append(over, handOver{row: row, at: time.Now().Add(s.wait)})
+		}
+		if !out.succeeded() {
+			// The endpoint is failing: the rest go on in jobs of their own,
+			// which heed its circuit, its Retry-After and its disabling.
+			for _, rest := range members[i+1:] {
+				over = append(over, handOver{row: rest.row, at: time.Now()})
+			}
+			break
 		}
 	}
 	o.releaseLease(context.WithoutCancel(ctx), first.EndpointID, first.ID, slot)

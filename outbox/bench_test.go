@@ -201,9 +201,12 @@ func publishBench(b *testing.B, pool *pgxpool.Pool, ob *outbox.Outbox, n int, da
 
 // BenchmarkDelivery compares the outbox's delivery throughput (1 KB events
 // to a loopback sink answering 204, one endpoint with a cap of 100 in
-// flight) with River's throughput for no-op jobs and with a plain River
-// sender (a job signing and POSTing the same body to the same sink), under
-// the same River config, in the same run. WHARF_BENCH_DELIVERY_RATE_LIMIT
+// flight, published in one transaction: batch jobs of 16) with River's
+// throughput for no-op jobs and with a plain River sender (a job signing
+// and POSTing the same body to the same sink), under the same River
+// config, in the same run; and the outbox's throughput with a job per
+// delivery (DeliveryBatchSize 1: what events published one per
+// transaction get) against the same plain sender. WHARF_BENCH_DELIVERY_RATE_LIMIT
 // gives the endpoint a rate limit (requests per second, the same burst). Reported: deliveries/s,
 // noop_jobs/s, plain_sends/s and the ratios, as BENCH lines too.
 func BenchmarkDelivery(b *testing.B) {
@@ -223,7 +226,14 @@ func BenchmarkDelivery(b *testing.B) {
 	require.NoError(b, err)
 	data := json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))
 
-	var deliveryTime, noopTime, plainTime time.Duration
+	// The same deliveries with a job each, as events published one per
+	// transaction get them (DeliveryBatchSize 1).
+	singleCfg := testConfig()
+	singleCfg.DeliveryBatchSize = 1
+	single, err := outbox.New(pool, singleCfg)
+	require.NoError(b, err)
+
+	var deliveryTime, singleTime, noopTime, plainTime time.Duration
 	for b.Loop() {
 		plain := make([]river.InsertManyParams, benchDeliveries)
 		for i := range plain {
@@ -250,6 +260,7 @@ func BenchmarkDelivery(b *testing.B) {
 		noopTime += workAll(b, pool, riverCfg, benchDeliveries)
 
 		deliveryTime += deliverAll(b, pool, ob, benchDeliveries, data)
+		singleTime += deliverAll(b, pool, single, benchDeliveries, data)
 	}
 	deliveriesPerSec := float64(b.N*benchDeliveries) / deliveryTime.Seconds()
 	noopsPerSec := float64(b.N*benchDeliveries) / noopTime.Seconds()
@@ -257,11 +268,14 @@ func BenchmarkDelivery(b *testing.B) {
 	b.ReportMetric(noopsPerSec, "noop_jobs/s")
 	plainPerSec := float64(b.N*benchDeliveries) / plainTime.Seconds()
 	b.ReportMetric(plainPerSec, "plain_sends/s")
+	singlePerSec := float64(b.N*benchDeliveries) / singleTime.Seconds()
+	b.ReportMetric(singlePerSec, "single_job_deliveries/s")
 	b.ReportMetric(deliveriesPerSec/noopsPerSec, "ratio")
 	b.ReportMetric(0, "ns/op")
 	loadtest.Bench("outbox_delivery_vs_river_noop_job_per_s", deliveriesPerSec, noopsPerSec)
 	loadtest.Bench("outbox_delivery_vs_plain_river_sender_per_s", deliveriesPerSec, plainPerSec)
-	require.GreaterOrEqual(b, len(receiver.all()), 2*b.N*benchDeliveries)
+	loadtest.Bench("outbox_delivery_job_each_vs_plain_river_sender_per_s", singlePerSec, plainPerSec)
+	require.GreaterOrEqual(b, len(receiver.all()), 3*b.N*benchDeliveries)
 }
 
 // BenchmarkDeliveryBacklog checks that delivery does not slow as the
