@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,10 @@ const DeliveryBatchKind = "wharf_outbox_delivery_batch"
 type DeliveryRef struct {
 	DeliveryID uuid.UUID `json:"delivery_id"`
 	Generation int       `json:"generation,omitempty"`
+	// AttemptsBefore is how many attempts the delivery had when the job
+	// was inserted: those of earlier generations, for a replay. The job's
+	// own attempts are the delivery's count less these.
+	AttemptsBefore int `json:"attempts_before,omitempty"`
 }
 
 // DeliveryBatchArgs are the args of a batch delivery job: deliveries to one
@@ -34,8 +39,8 @@ type DeliveryRef struct {
 //
 // A delivery the job cannot simply send (its endpoint is rate limited,
 // ordered by a key, has a circuit that is not closed; its attempt failed
-// and is to be retried; an earlier one's attempt failed; the job ran past
-// its time, see batchSpan) is handed over to a job of its own
+// and is to be retried; an earlier one's attempt failed or was not the
+// job's to record; the job ran past its time, see batchSpan) is handed over to a job of its own
 // (DeliveryArgs), which goes on as any
 // delivery's: the hand-over moves it to its next generation and inserts
 // that job in one transaction, so later runs of the batch job leave it
@@ -80,15 +85,18 @@ func (w *batchWorker) Work(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	return err
 }
 
-// handOver is a delivery a batch job gives a job of its own, to run at at.
+// handOver is a delivery a batch job gives a job of its own, to run at at;
+// ref is its place in the batch.
 type handOver struct {
 	row *dbsqlc.OutboxDeliveryGetForWorkRow
+	ref DeliveryRef
 	at  time.Time
 }
 
 // batchMember is a delivery a batch job sends.
 type batchMember struct {
 	row     *dbsqlc.OutboxDeliveryGetForWorkRow
+	ref     DeliveryRef
 	secrets []string
 	auth    *storedAuth
 }
@@ -106,6 +114,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	lastRun := job.Attempt >= job.MaxAttempts
 	var members []batchMember
 	var over []handOver
+	seen := make(map[uuid.UUID]bool, len(ids))
 	for i, ref := range job.Args.Deliveries {
 		if errs != nil && errs[i] != nil {
 			if errors.Is(errs[i], pgx.ErrNoRows) {
@@ -115,26 +124,29 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 		row := rows[i]
 		status := DeliveryStatus(row.Status)
+		own := int(row.Attempts) - ref.AttemptsBefore // this job's attempts
 		switch {
-		case int(row.Generation) != ref.Generation || status == StatusSucceeded || status == StatusDead:
-			// Handed over or replayed, or finished.
-		case row.Attempts > 0:
+		case seen[row.ID] || int(row.Generation) != ref.Generation || status == StatusSucceeded || status == StatusDead:
+			// Listed twice, handed over or replayed, or finished.
+		case own > 0:
 			// Attempted by an earlier run that stopped before handing it
 			// over: the retry is due on the schedule.
-			over = append(over, handOver{row: row, at: now.Add(o.retries.scheduled(int(row.Attempts)))})
-		case lastRun:
-			over = append(over, handOver{row: row, at: now})
+			over = append(over, handOver{row: row, ref: ref, at: now.Add(o.retries.scheduled(own))})
+		case lastRun || row.EndpointID != job.Args.EndpointID:
+			over = append(over, handOver{row: row, ref: ref, at: now})
 		default:
 			m, ok := o.batchable(row)
 			if !ok {
-				over = append(over, handOver{row: row, at: now})
-				continue
+				over = append(over, handOver{row: row, ref: ref, at: now})
+				break
 			}
+			m.ref = ref
 			members = append(members, m)
 		}
+		seen[row.ID] = true
 	}
 	if len(members) == 0 {
-		return o.handOver(ctx, log, over)
+		return o.handOverOrSnooze(ctx, log, job, over)
 	}
 
 	first := members[0].row
@@ -147,7 +159,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 		if adm.wait > 0 {
 			// At the cap: the batch waits as one, using no attempt.
-			if err := o.handOver(ctx, log, over); err != nil {
+			if err := o.handOverOrSnooze(ctx, log, job, over); err != nil {
 				return err
 			}
 			return o.snooze(ctx, adm.reason, adm.wait)
@@ -157,16 +169,20 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 
 	start := time.Now()
 	var sendErr error
+	handRest := func(i int) {
+		for _, rest := range members[i:] {
+			over = append(over, handOver{row: rest.row, ref: rest.ref, at: time.Now()})
+		}
+	}
 	for i, m := range members {
 		if i > 0 && time.Since(start) > batchSpan {
-			for _, rest := range members[i:] {
-				over = append(over, handOver{row: rest.row, at: time.Now()})
-			}
+			handRest(i)
 			break
 		}
 		if ctx.Err() != nil {
-			// The client is stopping: the rest wait for the job's next run.
-			sendErr = ctx.Err()
+			// The client is stopping, or River cancelled the job: the rest
+			// wait for the job's next run, or are dead-lettered (Work).
+			sendErr = context.Cause(ctx)
 			break
 		}
 		row := m.row
@@ -174,13 +190,17 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		attemptedAt := o.config.now()
 		out := o.attemptSend(ctx, row, 1, m.secrets, m.auth, timeout)
 		if ctx.Err() != nil && !out.succeeded() {
-			if !errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+			switch {
+			case errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
+				out.cancelled = true
+			case errors.Is(ctx.Err(), context.Canceled):
 				// Stopping: no verdict on the endpoint; the job's next run
 				// sends it again.
 				sendErr = ctx.Err()
+			}
+			if sendErr != nil {
 				break
 			}
-			out.cancelled = true
 		}
 		s, err := o.settleAttempt(context.WithoutCancel(ctx), mlog, 1, o.retries.attempts(), row, noLease, attemptedAt, out)
 		if err != nil {
@@ -189,19 +209,25 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			break
 		}
 		if s.status == StatusRetrying {
-			over = append(over, handOver{row: row, at: time.Now().Add(s.wait)})
+			over = append(over, handOver{row: row, ref: m.ref, at: time.Now().Add(s.wait)})
 		}
-		if !out.succeeded() {
-			// The endpoint is failing: the rest go on in jobs of their own,
-			// which heed its circuit, its Retry-After and its disabling.
-			for _, rest := range members[i+1:] {
-				over = append(over, handOver{row: rest.row, at: time.Now()})
-			}
+		if s.status == "" || !out.succeeded() {
+			// The endpoint is failing, or the delivery was not the job's to
+			// record any more (replayed, its endpoint deleted) and what the
+			// job loaded may be stale: the rest go on in jobs of their own,
+			// which load them afresh and heed the endpoint's circuit and
+			// its disabling.
+			handRest(i + 1)
 			break
 		}
 	}
 	o.releaseLease(context.WithoutCancel(ctx), first.EndpointID, first.ID, slot)
-	if err := o.handOver(ctx, log, over); err != nil {
+	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
+		// Cancelled: nothing goes on; Work dead-letters what is still the
+		// job's.
+		return cmp.Or(sendErr, context.Cause(ctx))
+	}
+	if err := o.handOverOrSnooze(ctx, log, job, over); err != nil {
 		return err
 	}
 	return sendErr
@@ -240,10 +266,20 @@ func batchLeaseJob(job *river.Job[DeliveryBatchArgs], row *dbsqlc.OutboxDelivery
 	}
 }
 
+// handOverOrSnooze hands over as handOver does; a transient database
+// error snoozes the job (using no attempt: a last run stays the last), any
+// other fails the run.
+func (o *Outbox) handOverOrSnooze(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryBatchArgs], over []handOver) error {
+	if err := o.handOver(ctx, log, over); err != nil {
+		return o.batchDatabaseError(context.WithoutCancel(ctx), log, job, "hand deliveries over to jobs of their own", err)
+	}
+	return nil
+}
+
 // handOver moves each delivery of over to its next generation and inserts
 // a job of its own for it, due at its time, in one transaction: the batch
-// job's later runs leave it alone. Its job goes on from the attempts it
-// has had.
+// job's later runs leave it alone. Its job goes on from the attempts the
+// batch job made.
 func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver) error {
 	if len(over) == 0 {
 		return nil
@@ -251,11 +287,11 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	params := dbsqlc.OutboxDeliveryHandOffParams{Now: o.config.now()}
-	at := make(map[uuid.UUID]time.Time, len(over))
+	byID := make(map[uuid.UUID]handOver, len(over))
 	for _, h := range over {
 		params.Ids = append(params.Ids, h.row.ID.String())
 		params.Generations = append(params.Generations, h.row.Generation)
-		at[h.row.ID] = h.at
+		byID[h.row.ID] = h
 	}
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
 		rows, err := o.queries.WithTx(tx).OutboxDeliveryHandOff(ctx, params)
@@ -264,11 +300,12 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 		}
 		jobs := make([]river.InsertManyParams, len(rows))
 		for i, row := range rows {
-			offset := int(row.Attempts)
+			h := byID[row.ID]
+			offset := max(int(row.Attempts)-h.ref.AttemptsBefore, 0)
 			opts := o.jobInsertOpts(0)
 			opts.MaxAttempts = max(opts.MaxAttempts-offset, spareRuns+1)
-			if due := at[row.ID]; due.After(time.Now()) {
-				opts.ScheduledAt = due
+			if h.at.After(time.Now()) {
+				opts.ScheduledAt = h.at
 			}
 			jobs[i] = river.InsertManyParams{
 				Args:       DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation), AttemptOffset: offset},
@@ -282,7 +319,7 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("outbox: hand deliveries over to jobs of their own: %w", err)
+		return err
 	}
 	log.DebugContext(ctx, "outbox: deliveries handed over to jobs of their own", "deliveries", len(over))
 	return nil

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -276,6 +277,68 @@ func TestBatchJobs(t *testing.T) {
 			require.Equal(t, 1, d.Attempts)
 		}
 		require.EqualValues(t, 1, receiver.maxSeen.Load(), "three batches, one request in flight at a time")
+	})
+
+	t.Run("ReplayedDeadDeliveriesGetTheirAttemptsAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig()) // four attempts
+		var healthy atomic.Bool
+		receiver := newSink(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+			if healthy.Load() {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})
+		ep := b.endpoint(t, receiver.URL(), nil)
+		since := time.Now().Add(-time.Hour)
+		res := b.publish(t, events(2)...)
+		startRiver(t, b.pool, b.outbox)
+		for _, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusDead)
+			require.Equal(t, 4, d.Attempts)
+		}
+
+		healthy.Store(true)
+		n, err := b.outbox.DeliveryReplayDead(ctx, ep.ID, since)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		for _, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, 5, d.Attempts, "four before the replay, one after")
+			require.Equal(t, 5, receiver.byWebhookID()[r.EventID])
+			for _, own := range b.ownJobs(t, d.ID) {
+				require.Less(t, own.Generation, 2, "the replay's batch job sent it itself")
+			}
+		}
+	})
+
+	t.Run("RemoteCancelDeadLettersTheBatch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig())
+		receiver := newSink(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // answers only once the sender gives up
+		})
+		ep := b.endpoint(t, receiver.URL(), nil)
+		client := startRiver(t, b.pool, b.outbox)
+		res := b.publish(t, events(3)...)
+		select {
+		case <-receiver.arrived:
+		case <-time.After(15 * time.Second):
+			t.Fatal("no delivery was attempted")
+		}
+		var jobID int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM river_job WHERE kind = $1`, outbox.DeliveryBatchKind).Scan(&jobID))
+		_, err := client.JobCancel(ctx, jobID)
+		require.NoError(t, err)
+
+		for i, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusDead)
+			require.Contains(t, d.LastError, "cancelled")
+			require.Equal(t, max(1-i, 0), d.Attempts, "the interrupted attempt is recorded; the rest were never sent")
+			require.Empty(t, b.ownJobs(t, d.ID), "nothing goes on after a cancellation")
+		}
+		require.Len(t, receiver.all(), 1)
 	})
 
 	t.Run("ReplayOfAQueuedDeliveryIsRefused", func(t *testing.T) {

@@ -296,7 +296,6 @@ func BenchmarkDeliveryBacklog(b *testing.B) {
 	require.NoError(b, err)
 	data := json.RawMessage(fmt.Sprintf(`{"filler":%q}`, strings.Repeat("x", 1000)))
 	drain := func(n int) float64 {
-		publishBench(b, pool, ob, n, data)
 		return float64(n) / deliverAll(b, pool, ob, n, data).Seconds()
 	}
 	var small, large float64

@@ -179,10 +179,12 @@ type Config struct {
 	// request. Deliveries with an ordering key get a job each. 1 gives
 	// every delivery a job of its own.
 	//
-	// Upgrading from a release without batch jobs: deploy it to every node
-	// working the queue before publishing in batches, or start with 1: a
-	// node without the batch worker fails the batch jobs it fetches, and
-	// River retries them later.
+	// Upgrading from a release without batch jobs: deploy it with 1 to
+	// every node working the queue, then raise it. A node without the batch
+	// worker fails each batch job it fetches, using one of the job's runs
+	// (River retries it after a growing backoff); a batch job whose runs
+	// all fail that way is discarded, and its deliveries stay pending with
+	// no job until replayed.
 	//
 	// Defaults to DefaultDeliveryBatchSize (16).
 	DeliveryBatchSize int

@@ -178,6 +178,7 @@ type pendingDelivery struct {
 	id, endpointID uuid.UUID
 	generation     int32
 	orderingKey    string
+	attempts       int32 // of earlier generations (a replay's)
 }
 
 // insertDeliveryJobs inserts the jobs of deliveries, to run after delay, in
@@ -208,7 +209,7 @@ func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, deliveries [
 			batches[d.endpointID] = b
 			order = append(order, b)
 		}
-		b.Deliveries = append(b.Deliveries, DeliveryRef{DeliveryID: d.id, Generation: int(d.generation)})
+		b.Deliveries = append(b.Deliveries, DeliveryRef{DeliveryID: d.id, Generation: int(d.generation), AttemptsBefore: int(d.attempts)})
 	}
 	for _, b := range order {
 		if len(b.Deliveries) == 1 {

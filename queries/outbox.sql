@@ -804,7 +804,7 @@ WHERE d.endpoint_id = @endpoint_id::uuid
                   WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
-RETURNING d.id, d.generation, d.ordering_key;
+RETURNING d.id, d.generation, d.ordering_key, d.attempts;
 
 -- name: OutboxAttemptList :many
 SELECT * FROM wharf_outbox_attempts

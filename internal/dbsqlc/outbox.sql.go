@@ -712,7 +712,7 @@ WHERE d.endpoint_id = $2::uuid
                   WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
   AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
               WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
-RETURNING d.id, d.generation, d.ordering_key
+RETURNING d.id, d.generation, d.ordering_key, d.attempts
 `
 
 type OutboxDeliveryRequeueDeadParams struct {
@@ -725,6 +725,7 @@ type OutboxDeliveryRequeueDeadRow struct {
 	ID          uuid.UUID
 	Generation  int32
 	OrderingKey string
+	Attempts    int32
 }
 
 // Moves an endpoint's dead deliveries published at or after since back to
@@ -739,7 +740,12 @@ func (q *Queries) OutboxDeliveryRequeueDead(ctx context.Context, arg OutboxDeliv
 	var items []OutboxDeliveryRequeueDeadRow
 	for rows.Next() {
 		var i OutboxDeliveryRequeueDeadRow
-		if err := rows.Scan(&i.ID, &i.Generation, &i.OrderingKey); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Generation,
+			&i.OrderingKey,
+			&i.Attempts,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
