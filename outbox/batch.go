@@ -33,7 +33,7 @@ type DeliveryRef struct {
 // endpoint that were published together (one PublishManyTx, one
 // DeliveryReplayDead, one EndpointRecover batch), up to
 // Config.DeliveryBatchSize, attempted by one job, one after another, in
-// publish order. The job makes the first attempt of each: one River job,
+// the order they were stored (publish order, for PublishManyTx). The job makes the first attempt of each: one River job,
 // one concurrency slot and one load for all of them, where a job per
 // delivery would cost River's fetch and completion of each.
 //
@@ -49,7 +49,8 @@ type DeliveryRef struct {
 type DeliveryBatchArgs struct {
 	// EndpointID is the deliveries' endpoint.
 	EndpointID uuid.UUID `json:"endpoint_id"`
-	// Deliveries are the deliveries, in publish order.
+	// Deliveries are the deliveries, in the order they were stored
+	// (publish order, for PublishManyTx).
 	Deliveries []DeliveryRef `json:"deliveries"`
 }
 
@@ -204,8 +205,11 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 		s, err := o.settleAttempt(context.WithoutCancel(ctx), mlog, 1, o.retries.attempts(), row, noLease, attemptedAt, out)
 		if err != nil {
-			// Not recorded: the job's next run sends it again.
-			sendErr = err
+			// Not recorded: it and the rest go on in jobs of their own
+			// (the hand-over snoozes the batch if the database is still
+			// unavailable, and its next run sends them).
+			mlog.WarnContext(ctx, "outbox: attempt not recorded; the delivery will be sent again", "error", err)
+			handRest(i)
 			break
 		}
 		if s.status == StatusRetrying {
@@ -304,8 +308,14 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 			offset := max(int(row.Attempts)-h.ref.AttemptsBefore, 0)
 			opts := o.jobInsertOpts(0)
 			opts.MaxAttempts = max(opts.MaxAttempts-offset, spareRuns+1)
-			if h.at.After(time.Now()) {
-				opts.ScheduledAt = h.at
+			at := h.at
+			if row.NextAttemptAt != nil && row.NextAttemptAt.After(at) {
+				// Recorded by the attempt (Retry-After, throttling), before
+				// a run that stopped short of handing it over.
+				at = *row.NextAttemptAt
+			}
+			if at.After(time.Now()) {
+				opts.ScheduledAt = at
 			}
 			jobs[i] = river.InsertManyParams{
 				Args:       DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation), AttemptOffset: offset},

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/outbox"
@@ -311,6 +313,74 @@ func TestBatchJobs(t *testing.T) {
 				require.Less(t, own.Generation, 2, "the replay's batch job sent it itself")
 			}
 		}
+	})
+
+	t.Run("ReplayedBatchThatFailsGoesOnFromItsOwnAttempts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig()) // four attempts
+		receiver := newSink(t, status(http.StatusServiceUnavailable))
+		ep := b.endpoint(t, receiver.URL(), nil)
+		since := time.Now().Add(-time.Hour)
+		res := b.publish(t, events(2)...)
+		startRiver(t, b.pool, b.outbox)
+		for _, r := range res {
+			b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusDead)
+		}
+		n, err := b.outbox.DeliveryReplayDead(ctx, ep.ID, since)
+		require.NoError(t, err)
+		require.Equal(t, 2, n)
+		require.Eventually(t, func() bool {
+			for _, r := range res {
+				d := b.onlyDelivery(t, r.EventID)
+				if d.Status != outbox.StatusDead || d.Attempts != 8 {
+					return false
+				}
+			}
+			return true
+		}, awaitTimeout, 10*time.Millisecond, "four attempts before the replay, four after")
+		var offsets []int
+		for _, r := range res {
+			require.Equal(t, 8, receiver.byWebhookID()[r.EventID])
+			d := b.onlyDelivery(t, r.EventID)
+			for _, own := range b.ownJobs(t, d.ID) {
+				if own.Generation == 3 {
+					offsets = append(offsets, own.AttemptOffset)
+				}
+			}
+		}
+		slices.Sort(offsets)
+		require.Equal(t, []int{0, 1}, offsets,
+			"the replay's batch attempted the first (its job goes on from that attempt) and handed the second over untried")
+	})
+
+	t.Run("DuplicateAndForeignRefsAreNotSentTwice", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, singleJobConfig())
+		receiver := okSink(t)
+		ep := b.endpoint(t, receiver.URL(), nil)
+		other := b.endpoint(t, receiver.URL(), &outbox.EndpointParams{Tenant: "other"})
+		mine := b.publish(t, events(1)...)
+		theirs := b.publish(t, &outbox.Event{Type: "batch.event", Tenant: "other"})
+		d := b.onlyDelivery(t, mine[0].EventID)
+		od := b.onlyDelivery(t, theirs[0].EventID)
+		require.Equal(t, other.ID, od.EndpointID)
+		// A batch job written by hand: its own delivery twice and another
+		// endpoint's, whose jobs of their own are gone.
+		_, err := b.pool.Exec(ctx, `DELETE FROM river_job`)
+		require.NoError(t, err)
+		inserter, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{})
+		require.NoError(t, err)
+		_, err = inserter.Insert(ctx, outbox.DeliveryBatchArgs{EndpointID: ep.ID, Deliveries: []outbox.DeliveryRef{
+			{DeliveryID: d.ID}, {DeliveryID: d.ID}, {DeliveryID: od.ID},
+		}}, &river.InsertOpts{Queue: b.outbox.Queue()})
+		require.NoError(t, err)
+		startRiver(t, b.pool, b.outbox)
+
+		b.awaitDelivery(t, ep.ID, mine[0].EventID, outbox.StatusSucceeded)
+		b.awaitDelivery(t, other.ID, theirs[0].EventID, outbox.StatusSucceeded)
+		require.Equal(t, []outbox.DeliveryArgs{{DeliveryID: od.ID, Generation: 1}}, b.ownJobs(t, od.ID),
+			"another endpoint's delivery goes on in a job of its own")
+		require.Equal(t, map[string]int{mine[0].EventID: 1, theirs[0].EventID: 1}, receiver.byWebhookID())
 	})
 
 	t.Run("RemoteCancelDeadLettersTheBatch", func(t *testing.T) {

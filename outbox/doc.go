@@ -3,15 +3,16 @@
 // endpoints, with retries, dead letters and endpoint health tracking.
 //
 // [Outbox.PublishTx] (or [Outbox.PublishManyTx]) writes the [Event] and one River
-// job per matching endpoint in the caller's transaction: if the transaction
-// rolls back nothing is ever sent; once it commits, delivery attempts are
-// guaranteed. Delivery is at least once: every attempt carries the same
+// job per matching endpoint in the caller's transaction (the deliveries to
+// one endpoint published together share a job: [DeliveryBatchArgs]): if
+// the transaction rolls back nothing is ever sent; once it commits,
+// delivery attempts are guaranteed. Delivery is at least once: every attempt carries the same
 // webhook-id (the event id), so a receiver dedupes on it.
 //
 // Create an [Outbox] with [New] and a [Config] (retry schedule, timeouts,
 // the SSRF guard's [Config.AllowPrivateNetworks] and
 // [Config.AllowedNetworks]). The application's River client works the jobs:
-// register the delivery worker with [Outbox.AddWorkers] and list
+// register the delivery workers with [Outbox.AddWorkers] and list
 // [Outbox.Queue] in the client's Queues. Receivers are [Endpoint]s, created
 // with [Outbox.EndpointCreate], which returns the endpoint's signing secret
 // once ([EndpointWithSecret]); every write has a …Tx twin taking the caller's

@@ -734,12 +734,13 @@ FROM delivery, async_commit;
 -- the job was inserted for, to the next generation, for the jobs of their
 -- own the caller inserts in the same transaction; the batch job's later
 -- runs then leave them alone, as a replay's. Returns the deliveries moved,
--- with their new generation and how many attempts they have had.
+-- with their new generation, how many attempts they have had and when the
+-- next is due.
 UPDATE wharf_outbox_deliveries d
 SET generation = d.generation + 1, updated_at = @now::timestamptz
 FROM (SELECT unnest(@ids::text[])::uuid AS id, unnest(@generations::int[]) AS generation) i
 WHERE d.id = i.id AND d.generation = i.generation AND d.status IN ('pending', 'retrying')
-RETURNING d.id, d.generation, d.attempts;
+RETURNING d.id, d.generation, d.attempts, d.next_attempt_at;
 
 -- name: OutboxDeliveryMarkDead :execrows
 -- Dead-letters an unfinished delivery of generation without an attempt (its

@@ -524,7 +524,7 @@ UPDATE wharf_outbox_deliveries d
 SET generation = d.generation + 1, updated_at = $1::timestamptz
 FROM (SELECT unnest($2::text[])::uuid AS id, unnest($3::int[]) AS generation) i
 WHERE d.id = i.id AND d.generation = i.generation AND d.status IN ('pending', 'retrying')
-RETURNING d.id, d.generation, d.attempts
+RETURNING d.id, d.generation, d.attempts, d.next_attempt_at
 `
 
 type OutboxDeliveryHandOffParams struct {
@@ -534,16 +534,18 @@ type OutboxDeliveryHandOffParams struct {
 }
 
 type OutboxDeliveryHandOffRow struct {
-	ID         uuid.UUID
-	Generation int32
-	Attempts   int32
+	ID            uuid.UUID
+	Generation    int32
+	Attempts      int32
+	NextAttemptAt *time.Time
 }
 
 // Moves unfinished deliveries of a batch job, each still at the generation
 // the job was inserted for, to the next generation, for the jobs of their
 // own the caller inserts in the same transaction; the batch job's later
 // runs then leave them alone, as a replay's. Returns the deliveries moved,
-// with their new generation and how many attempts they have had.
+// with their new generation, how many attempts they have had and when the
+// next is due.
 func (q *Queries) OutboxDeliveryHandOff(ctx context.Context, arg OutboxDeliveryHandOffParams) ([]OutboxDeliveryHandOffRow, error) {
 	rows, err := q.db.Query(ctx, outboxDeliveryHandOff, arg.Now, arg.Ids, arg.Generations)
 	if err != nil {
@@ -553,7 +555,12 @@ func (q *Queries) OutboxDeliveryHandOff(ctx context.Context, arg OutboxDeliveryH
 	var items []OutboxDeliveryHandOffRow
 	for rows.Next() {
 		var i OutboxDeliveryHandOffRow
-		if err := rows.Scan(&i.ID, &i.Generation, &i.Attempts); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Generation,
+			&i.Attempts,
+			&i.NextAttemptAt,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
