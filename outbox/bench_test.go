@@ -213,6 +213,8 @@ func BenchmarkDelivery(b *testing.B) {
 	ctx := context.Background()
 	pool := benchPool(b)
 	cfg := testConfig()
+	// WHARF_BENCH_DELIVERY_BATCH sets DeliveryBatchSize (default 16).
+	cfg.DeliveryBatchSize = loadtest.EnvInt("WHARF_BENCH_DELIVERY_BATCH", 0)
 	ob, err := outbox.New(pool, cfg)
 	require.NoError(b, err)
 	receiver := newSink(b, status(http.StatusNoContent))
