@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // DeliveryBatchKind is the River job kind of batch delivery jobs.
@@ -121,7 +121,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			if errors.Is(errs[i], pgx.ErrNoRows) {
 				continue // deleted with its endpoint
 			}
-			return o.batchDatabaseError(ctx, log, job, "load deliveries", errs[i])
+			return o.databaseError(ctx, log, shared.SnoozeCount(job.Metadata), "load deliveries", errs[i])
 		}
 		row := rows[i]
 		status := DeliveryStatus(row.Status)
@@ -156,7 +156,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	if first.MaxInFlight > 0 {
 		adm, err := o.acquireLease(ctx, batchLeaseJob(job, first), first, batchSpan+timeout, false)
 		if err != nil {
-			return o.batchDatabaseError(ctx, log, job, "take a concurrency slot", err)
+			return o.databaseError(ctx, log, shared.SnoozeCount(job.Metadata), "take a concurrency slot", err)
 		}
 		if adm.wait > 0 {
 			// At the cap: the batch waits as one, using no attempt.
@@ -275,7 +275,7 @@ func batchLeaseJob(job *river.Job[DeliveryBatchArgs], row *dbsqlc.OutboxDelivery
 // other fails the run.
 func (o *Outbox) handOverOrSnooze(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryBatchArgs], over []handOver) error {
 	if err := o.handOver(ctx, log, over); err != nil {
-		return o.batchDatabaseError(context.WithoutCancel(ctx), log, job, "hand deliveries over to jobs of their own", err)
+		return o.databaseError(context.WithoutCancel(ctx), log, shared.SnoozeCount(job.Metadata), "hand deliveries over to jobs of their own", err)
 	}
 	return nil
 }
@@ -335,19 +335,6 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 	return nil
 }
 
-// batchDatabaseError is databaseError for a batch job: a transient error
-// snoozes the job, using no attempt.
-func (o *Outbox) batchDatabaseError(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryBatchArgs], what string, err error) error {
-	err = fmt.Errorf("outbox: %s: %w", what, err)
-	if ctx.Err() != nil || !transientDatabaseError(err) {
-		return err
-	}
-	wait := o.retries.dbError(snoozeCount(batchLeaseJob(job, &dbsqlc.OutboxDeliveryGetForWorkRow{})))
-	log.WarnContext(ctx, "outbox: database error in a batch job; snoozing without using an attempt",
-		"error", err, "retry_in", wait)
-	return o.snooze(ctx, deferDatabase, wait)
-}
-
 // deadCancelledBatch dead-letters the deliveries of a batch job River
 // cancelled remotely while it ran that are still the job's (neither
 // finished nor handed over): no job is left to attempt them.
@@ -356,16 +343,7 @@ func (o *Outbox) deadCancelledBatch(ctx context.Context, job *river.Job[Delivery
 	defer cancel()
 	log := o.config.Logger.With("job_id", job.ID, "endpoint_id", job.Args.EndpointID)
 	for _, ref := range job.Args.Deliveries {
-		n, markErr := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
-			ID: ref.DeliveryID, Generation: int32(ref.Generation), Reason: reasonCancelled, Now: o.config.now(),
-		})
-		switch {
-		case markErr != nil:
-			log.ErrorContext(ctx, "outbox: job cancelled, but a delivery could not be dead-lettered; it stays unfinished until replayed",
-				"delivery_id", ref.DeliveryID, "error", markErr)
-		case n > 0:
-			log.WarnContext(ctx, "outbox: job cancelled; delivery dead-lettered", "delivery_id", ref.DeliveryID, "reason", reasonCancelled)
-		}
+		o.deadLetterCancelled(ctx, log, ref.DeliveryID, ref.Generation)
 	}
 	return river.JobCancel(err)
 }

@@ -122,7 +122,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return nil
 	}
 	if err != nil {
-		return o.databaseError(ctx, log, job, "load delivery", err)
+		return o.databaseError(ctx, log, snoozeCount(job), "load delivery", err)
 	}
 	log = log.With("endpoint_id", row.EndpointID, "event_id", formatEventID(row.EventID))
 
@@ -156,7 +156,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	if row.Ordered && row.OrderingKey != "" {
 		wait, blocked, err := o.orderingWait(ctx, row)
 		if err != nil {
-			return o.databaseError(ctx, log, job, "ordering check", err)
+			return o.databaseError(ctx, log, snoozeCount(job), "ordering check", err)
 		}
 		if blocked {
 			return o.snooze(ctx, deferOrdering, wait)
@@ -184,7 +184,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		var ok bool
 		probe, ok, err = o.claimProbe(ctx, row, timeout)
 		if err != nil {
-			return o.databaseError(ctx, log, job, "claim the circuit's probe", err)
+			return o.databaseError(ctx, log, snoozeCount(job), "claim the circuit's probe", err)
 		}
 		if !ok {
 			return o.snooze(ctx, deferCircuit, o.retries.busy())
@@ -196,7 +196,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			o.releaseProbe(context.WithoutCancel(ctx), row)
 		}
 		if err != nil {
-			return o.databaseError(ctx, log, job, "take a concurrency slot and rate limit token", err)
+			return o.databaseError(ctx, log, snoozeCount(job), "take a concurrency slot and rate limit token", err)
 		}
 		return o.snooze(ctx, adm.reason, adm.wait)
 	}
@@ -377,18 +377,24 @@ const reasonCancelled = "cancelled: its River job was cancelled"
 func (o *Outbox) deadCancelled(ctx context.Context, job *river.Job[DeliveryArgs], err error) error {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
-	log := o.config.Logger.With("delivery_id", job.Args.DeliveryID, "job_id", job.ID)
-	n, markErr := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
-		ID: job.Args.DeliveryID, Generation: int32(job.Args.Generation), Reason: reasonCancelled, Now: o.config.now(),
+	log := o.config.Logger.With("job_id", job.ID)
+	o.deadLetterCancelled(ctx, log, job.Args.DeliveryID, job.Args.Generation)
+	return river.JobCancel(err)
+}
+
+// deadLetterCancelled dead-letters delivery id of a cancelled job, unless it
+// is finished or no longer at generation, and logs what it did.
+func (o *Outbox) deadLetterCancelled(ctx context.Context, log *slog.Logger, id uuid.UUID, generation int) {
+	n, err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
+		ID: id, Generation: int32(generation), Reason: reasonCancelled, Now: o.config.now(),
 	})
 	switch {
-	case markErr != nil:
+	case err != nil:
 		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; it stays unfinished until replayed",
-			"error", markErr)
+			"delivery_id", id, "error", err)
 	case n > 0:
-		log.WarnContext(ctx, "outbox: job cancelled; delivery dead-lettered", "reason", reasonCancelled)
+		log.WarnContext(ctx, "outbox: job cancelled; delivery dead-lettered", "delivery_id", id, "reason", reasonCancelled)
 	}
-	return river.JobCancel(err)
 }
 
 // databaseError decides what a database error before the attempt means for
@@ -397,13 +403,13 @@ func (o *Outbox) deadCancelled(ctx context.Context, job *river.Job[DeliveryArgs]
 // growing, jittered wait; the job's context ending is returned as it is
 // (River retries a stopping client's job, and Work handles a remote
 // cancellation); any other error fails the run like an attempt.
-func (o *Outbox) databaseError(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryArgs], what string, err error) error {
+func (o *Outbox) databaseError(ctx context.Context, log *slog.Logger, snoozes int, what string, err error) error {
 	err = fmt.Errorf("outbox: %s: %w", what, err)
 	if ctx.Err() != nil || !transientDatabaseError(err) {
 		return err
 	}
-	wait := o.retries.dbError(snoozeCount(job))
-	log.WarnContext(ctx, "outbox: database error before the attempt; snoozing without using an attempt",
+	wait := o.retries.dbError(snoozes)
+	log.WarnContext(ctx, "outbox: database error; snoozing without using an attempt",
 		"error", err, "retry_in", wait)
 	return o.snooze(ctx, deferDatabase, wait)
 }
