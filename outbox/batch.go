@@ -59,8 +59,9 @@ func (DeliveryBatchArgs) Kind() string { return DeliveryBatchKind }
 
 // batchSpan is how long a batch job sends before it hands the deliveries
 // it has not yet sent over to jobs of their own, which other workers run
-// at once: a slow endpoint delays the last of a batch by about this much,
-// not by the sum of its requests.
+// at once: a slow endpoint delays the last of a batch by about this much
+// plus one request (up to the endpoint's timeout), not by the sum of its
+// requests.
 const batchSpan = time.Second
 
 // batchWorker runs batch delivery jobs.
