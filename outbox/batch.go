@@ -40,12 +40,14 @@ type DeliveryRef struct {
 // A delivery the job cannot simply send (its endpoint is rate limited,
 // ordered by a key, has a circuit that is not closed; its attempt failed
 // and is to be retried; an earlier one's attempt failed or was not the
-// job's to record; the job ran past its time, see batchSpan) is handed over to a job of its own
-// (DeliveryArgs), which goes on as any
-// delivery's: the hand-over moves it to its next generation and inserts
-// that job in one transaction, so later runs of the batch job leave it
-// alone. A crash anywhere leaves every delivery either recorded, handed
-// over, or still the batch job's, which River runs again.
+// job's to record) is handed over to a job of its own (DeliveryArgs),
+// which goes on as any delivery's; the deliveries the job has not reached
+// when Config.DeliveryBatchSpan has passed are handed over to new batch
+// jobs, as many to a job as it sent in the span. A hand-over moves the
+// delivery to its next generation and inserts its new job in one
+// transaction, so later runs of the batch job leave it alone. A crash
+// anywhere leaves every delivery either recorded, handed over, or still
+// the batch job's, which River runs again.
 type DeliveryBatchArgs struct {
 	// EndpointID is the deliveries' endpoint.
 	EndpointID uuid.UUID `json:"endpoint_id"`
@@ -57,23 +59,17 @@ type DeliveryBatchArgs struct {
 // Kind returns DeliveryBatchKind.
 func (DeliveryBatchArgs) Kind() string { return DeliveryBatchKind }
 
-// batchSpan is how long a batch job sends before it hands the deliveries
-// it has not yet sent over to jobs of their own, which other workers run
-// at once: a slow endpoint delays the last of a batch by about this much
-// plus one request (up to the endpoint's timeout), not by the sum of its
-// requests.
-const batchSpan = time.Second
-
 // batchWorker runs batch delivery jobs.
 type batchWorker struct {
 	river.WorkerDefaults[DeliveryBatchArgs]
 	outbox *Outbox
 }
 
-// Timeout is the River timeout of every batch job: batchSpan, then one
-// more request of up to Config.MaxEndpointTimeout, plus deliveryJobMargin.
+// Timeout is the River timeout of every batch job: Config.DeliveryBatchSpan,
+// then one more request of up to Config.MaxEndpointTimeout, plus
+// deliveryJobMargin.
 func (w *batchWorker) Timeout(*river.Job[DeliveryBatchArgs]) time.Duration {
-	return batchSpan + w.outbox.config.MaxEndpointTimeout + deliveryJobMargin
+	return w.outbox.config.DeliveryBatchSpan + w.outbox.config.MaxEndpointTimeout + deliveryJobMargin
 }
 
 // Work attempts the batch's deliveries. When River cancels the job
@@ -87,12 +83,16 @@ func (w *batchWorker) Work(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	return err
 }
 
-// handOver is a delivery a batch job gives a job of its own, to run at at;
-// ref is its place in the batch.
+// handOver is a delivery a batch job gives a new job, to run at at; ref is
+// its place in the batch.
 type handOver struct {
 	row *dbsqlc.OutboxDeliveryGetForWorkRow
 	ref DeliveryRef
 	at  time.Time
+	// batch, above 0, numbers the new batch job the delivery shares with
+	// the others of the same number (one alone gets a job of its own); 0:
+	// a job of its own.
+	batch int
 }
 
 // batchMember is a delivery a batch job sends.
@@ -155,7 +155,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	timeout := min(time.Duration(first.TimeoutMs)*time.Millisecond, o.config.MaxEndpointTimeout)
 	slot := int32(noLease)
 	if first.MaxInFlight > 0 {
-		adm, err := o.acquireLease(ctx, batchLeaseJob(job, first), first, batchSpan+timeout, false)
+		adm, err := o.acquireLease(ctx, batchLeaseJob(job, first), first, o.config.DeliveryBatchSpan+timeout, false)
 		if err != nil {
 			return o.databaseError(ctx, log, shared.SnoozeCount(job.Metadata), "take a concurrency slot", err)
 		}
@@ -177,8 +177,8 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 	}
 	for i, m := range members {
-		if i > 0 && time.Since(start) > batchSpan {
-			handRest(i)
+		if i > 0 && time.Since(start) > o.config.DeliveryBatchSpan {
+			over = append(over, splitRest(members[i:], i, time.Now())...)
 			break
 		}
 		if ctx.Err() != nil {
@@ -238,6 +238,17 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	return sendErr
 }
 
+// splitRest hands rest, the deliveries a batch job did not reach in its
+// span, over to new batch jobs of size deliveries each (what the job sent
+// in the span), the last one smaller, due at at.
+func splitRest(rest []batchMember, size int, at time.Time) []handOver {
+	over := make([]handOver, len(rest))
+	for i, m := range rest {
+		over[i] = handOver{row: m.row, ref: m.ref, at: at, batch: i/size + 1}
+	}
+	return over
+}
+
 // batchable reports whether a batch job may send row's delivery as it is,
 // with what it is signed and authorised with: its endpoint is enabled and
 // its event stored, it is neither rate limited nor ordered by the
@@ -282,9 +293,10 @@ func (o *Outbox) handOverOrSnooze(ctx context.Context, log *slog.Logger, job *ri
 }
 
 // handOver moves each delivery of over to its next generation and inserts
-// a job of its own for it, due at its time, in one transaction: the batch
-// job's later runs leave it alone. Its job goes on from the attempts the
-// batch job made.
+// its new job, due at its time, in one transaction: the batch job's later
+// runs leave it alone. A job of its own goes on from the attempts the batch
+// job made; a new batch job makes the first attempt of each of its
+// deliveries that the batch job did not reach.
 func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver) error {
 	if len(over) == 0 {
 		return nil
@@ -292,36 +304,60 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	params := dbsqlc.OutboxDeliveryHandOffParams{Now: o.config.now()}
-	byID := make(map[uuid.UUID]handOver, len(over))
+	members := make(map[int]int, len(over)) // deliveries of each new batch job
 	for _, h := range over {
 		params.Ids = append(params.Ids, h.row.ID.String())
 		params.Generations = append(params.Generations, h.row.Generation)
-		byID[h.row.ID] = h
+		members[h.batch]++
 	}
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
 		rows, err := o.queries.WithTx(tx).OutboxDeliveryHandOff(ctx, params)
 		if err != nil {
 			return err
 		}
-		jobs := make([]river.InsertManyParams, len(rows))
-		for i, row := range rows {
-			h := byID[row.ID]
-			offset := max(int(row.Attempts)-h.ref.AttemptsBefore, 0)
-			opts := o.jobInsertOpts(0)
-			opts.MaxAttempts = max(opts.MaxAttempts-offset, spareRuns+1)
+		handed := make(map[uuid.UUID]dbsqlc.OutboxDeliveryHandOffRow, len(rows))
+		for _, row := range rows {
+			handed[row.ID] = row
+		}
+		var jobs []river.InsertManyParams
+		batches := make(map[int]int) // the index in jobs of each new batch job
+		for _, h := range over {
+			row, ok := handed[h.row.ID]
+			if !ok {
+				continue // finished, replayed or deleted meanwhile
+			}
 			at := h.at
 			if row.NextAttemptAt != nil && row.NextAttemptAt.After(at) {
 				// Recorded by the attempt (Retry-After, throttling), before
 				// a run that stopped short of handing it over.
 				at = *row.NextAttemptAt
 			}
-			if at.After(time.Now()) {
-				opts.ScheduledAt = at
+			if h.batch == 0 || members[h.batch] == 1 {
+				offset := max(int(row.Attempts)-h.ref.AttemptsBefore, 0)
+				opts := o.jobInsertOpts(0)
+				opts.MaxAttempts = max(opts.MaxAttempts-offset, spareRuns+1)
+				scheduleAt(opts, at)
+				jobs = append(jobs, river.InsertManyParams{
+					Args:       DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation), AttemptOffset: offset},
+					InsertOpts: opts,
+				})
+				continue
 			}
-			jobs[i] = river.InsertManyParams{
-				Args:       DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation), AttemptOffset: offset},
+			ref := DeliveryRef{DeliveryID: row.ID, Generation: int(row.Generation), AttemptsBefore: int(row.Attempts)}
+			if i, ok := batches[h.batch]; ok {
+				args := jobs[i].Args.(DeliveryBatchArgs)
+				args.Deliveries = append(args.Deliveries, ref)
+				jobs[i].Args = args
+				scheduleAt(jobs[i].InsertOpts, at)
+				continue
+			}
+			batches[h.batch] = len(jobs)
+			opts := o.jobInsertOpts(0)
+			scheduleAt(opts, at)
+			jobs = append(jobs, river.InsertManyParams{
+				Args:       DeliveryBatchArgs{EndpointID: h.row.EndpointID, Deliveries: []DeliveryRef{ref}},
 				InsertOpts: opts,
-			}
+			})
 		}
 		if len(jobs) == 0 {
 			return nil
@@ -332,8 +368,15 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 	if err != nil {
 		return err
 	}
-	log.DebugContext(ctx, "outbox: deliveries handed over to jobs of their own", "deliveries", len(over))
+	log.DebugContext(ctx, "outbox: deliveries handed over to new jobs", "deliveries", len(over))
 	return nil
+}
+
+// scheduleAt makes opts' job due at at, or later if it already is.
+func scheduleAt(opts *river.InsertOpts, at time.Time) {
+	if at.After(time.Now()) && at.After(opts.ScheduledAt) {
+		opts.ScheduledAt = at
+	}
 }
 
 // deadCancelledBatch dead-letters the deliveries of a batch job River

@@ -97,7 +97,7 @@ func TestBatchJobs(t *testing.T) {
 		res := b.publish(t, events(40)...)
 
 		jobs := b.outboxJobs(t)
-		require.Len(t, jobs, 3, "batches of 16, 16 and 8")
+		require.Len(t, jobs, 3, "one batch of 64 at most, spread over the jobs the cap of 10 allows, none under 16")
 		var batches [][]outbox.DeliveryRef
 		for _, j := range jobs {
 			require.Equal(t, outbox.DeliveryBatchKind, j.kind)
@@ -106,7 +106,7 @@ func TestBatchJobs(t *testing.T) {
 			require.Equal(t, ep.ID, args.EndpointID)
 			batches = append(batches, args.Deliveries)
 		}
-		require.Equal(t, []int{16, 16, 8}, []int{len(batches[0]), len(batches[1]), len(batches[2])})
+		require.Equal(t, []int{14, 13, 13}, []int{len(batches[0]), len(batches[1]), len(batches[2])})
 
 		startRiver(t, b.pool, b.outbox)
 		eventOf := map[uuid.UUID]string{}
@@ -171,6 +171,47 @@ func TestBatchJobs(t *testing.T) {
 				"the retry's job goes on from the batch's attempt")
 		}
 		require.Len(t, receiver.all(), 4)
+	})
+
+	t.Run("WhatTheSpanDidNotReachSplitsIntoNewBatches", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig()
+		cfg.DeliveryBatchSpan = time.Second
+		b := setup(t, cfg)
+		receiver := newSink(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+			if n == 3 {
+				time.Sleep(cfg.DeliveryBatchSpan + 100*time.Millisecond) // the span ends with the third
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+		ep := b.endpoint(t, receiver.URL(), nil)
+		res := b.publish(t, events(12)...)
+		startRiver(t, b.pool, b.outbox)
+
+		for _, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, 1, d.Attempts)
+			require.Empty(t, b.ownJobs(t, d.ID))
+		}
+		for id, n := range receiver.byWebhookID() {
+			require.Equal(t, 1, n, id)
+		}
+		require.Len(t, receiver.all(), 12)
+		jobs := b.outboxJobs(t)
+		require.Len(t, jobs, 4, "the batch, and what it did not reach in three batches")
+		var sizes []int
+		for _, j := range jobs[1:] {
+			require.Equal(t, outbox.DeliveryBatchKind, j.kind)
+			var args outbox.DeliveryBatchArgs
+			require.NoError(t, json.Unmarshal(j.args, &args))
+			require.Equal(t, ep.ID, args.EndpointID)
+			for _, ref := range args.Deliveries {
+				require.Equal(t, 1, ref.Generation, "handed over")
+				require.Zero(t, ref.AttemptsBefore)
+			}
+			sizes = append(sizes, len(args.Deliveries))
+		}
+		require.Equal(t, []int{3, 3, 3}, sizes, "as many to a job as the batch sent in its span")
 	})
 
 	t.Run("AttemptsCountTheBatchJobs", func(t *testing.T) {
@@ -257,7 +298,11 @@ func TestBatchJobs(t *testing.T) {
 		startRiver(t, b.pool, b.outbox)
 		for _, r := range res {
 			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
-			require.Equal(t, []outbox.DeliveryArgs{{DeliveryID: d.ID, Generation: 1}}, b.ownJobs(t, d.ID))
+			require.Equal(t, []outbox.DeliveryArgs{{DeliveryID: d.ID}}, b.ownJobs(t, d.ID),
+				"published with a job of its own: a batch job would hand it over")
+		}
+		for _, j := range b.outboxJobs(t) {
+			require.Equal(t, outbox.DeliveryKind, j.kind)
 		}
 	})
 

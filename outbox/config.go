@@ -47,7 +47,8 @@ const (
 	DefaultEndpointTimeout           = 15 * time.Second
 	DefaultMaxEndpointTimeout        = time.Minute
 	DefaultMaxInFlight               = 10
-	DefaultDeliveryBatchSize         = 16
+	DefaultDeliveryBatchSize         = 64
+	DefaultDeliveryBatchSpan         = time.Second
 	DefaultBusyRetryDelay            = time.Second
 	DefaultRetryJitter               = 0.2
 	DefaultThrottledRetryMin         = time.Minute
@@ -66,6 +67,10 @@ const maxRetryScheduleLen = 100
 // maxDeliveryBatchSize bounds Config.DeliveryBatchSize: a batch job's args
 // hold its deliveries' ids.
 const maxDeliveryBatchSize = 1000
+
+// maxDeliveryBatchSpan bounds Config.DeliveryBatchSpan: a batch job's
+// River timeout and its concurrency slot's lease include it.
+const maxDeliveryBatchSpan = time.Minute
 
 // maxEndpointTimeout bounds an endpoint's timeout: a delivery holds a River
 // worker and a concurrency slot for that long.
@@ -186,8 +191,19 @@ type Config struct {
 	// all fail that way is discarded, and its deliveries stay pending with
 	// no job until replayed.
 	//
-	// Defaults to DefaultDeliveryBatchSize (16).
+	// Defaults to DefaultDeliveryBatchSize (64).
 	DeliveryBatchSize int
+
+	// DeliveryBatchSpan is how long a batch job sends, one delivery after
+	// another, before it splits the deliveries it has not reached among new
+	// jobs, as many to a job as it sent in the span (a job of its own each
+	// when it sent one), which other workers run at once: a batch to a fast
+	// endpoint stays one job, and one to a slow endpoint fans out, so that
+	// its last delivery waits about this long plus a few requests, not for
+	// the sum of its requests. At most a minute.
+	//
+	// Defaults to DefaultDeliveryBatchSpan (1s).
+	DeliveryBatchSpan time.Duration
 
 	// SecretRotationOverlap is how long the previous secret keeps being used
 	// (both signatures are sent) after EndpointRotateSecret, unless the call
@@ -377,6 +393,7 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.MaxEndpointTimeout = cmp.Or(out.MaxEndpointTimeout, DefaultMaxEndpointTimeout)
 	out.MaxInFlight = cmp.Or(out.MaxInFlight, DefaultMaxInFlight)
 	out.DeliveryBatchSize = cmp.Or(out.DeliveryBatchSize, DefaultDeliveryBatchSize)
+	out.DeliveryBatchSpan = cmp.Or(out.DeliveryBatchSpan, DefaultDeliveryBatchSpan)
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
 	out.SecretKeys = cloneSecretKeys(out.SecretKeys)
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
@@ -451,6 +468,9 @@ func (c *Config) validate() error {
 	}
 	if c.DeliveryBatchSize < 1 || c.DeliveryBatchSize > maxDeliveryBatchSize {
 		bad("DeliveryBatchSize must be in [1, %d], is %d", maxDeliveryBatchSize, c.DeliveryBatchSize)
+	}
+	if c.DeliveryBatchSpan < 0 || c.DeliveryBatchSpan > maxDeliveryBatchSpan {
+		bad("DeliveryBatchSpan must be in [0, %v], is %v", maxDeliveryBatchSpan, c.DeliveryBatchSpan)
 	}
 	if c.SecretRotationOverlap < 0 {
 		bad("SecretRotationOverlap must not be negative")

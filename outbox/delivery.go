@@ -373,7 +373,10 @@ func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID
 	}
 	jobs := make([]pendingDelivery, len(rows))
 	for i, row := range rows {
-		jobs[i] = pendingDelivery{id: row.ID, endpointID: endpointID, generation: row.Generation, orderingKey: row.OrderingKey, attempts: row.Attempts}
+		jobs[i] = pendingDelivery{
+			id: row.ID, endpointID: endpointID, generation: row.Generation, orderingKey: row.OrderingKey, attempts: row.Attempts,
+			endpoint: shapeOf(&endpoint),
+		}
 	}
 	if err := o.insertDeliveryJobs(ctx, tx, jobs, 0); err != nil {
 		return 0, err

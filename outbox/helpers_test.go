@@ -40,6 +40,9 @@ func testConfig() *outbox.Config {
 		EndpointTimeout:           5 * time.Second,
 		AllowPrivateNetworks:      true,
 		Logger:                    quietLogger(),
+		// Long enough that no batch of a test splits on a slow run; the
+		// split's own test sets its span.
+		DeliveryBatchSpan: 10 * time.Second,
 	}
 }
 

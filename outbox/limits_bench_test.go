@@ -56,7 +56,7 @@ func BenchmarkRateLimitAccuracy(b *testing.B) {
 			var mostPerSecond, runs int
 			for b.Loop() {
 				url := testdb.NewURL(b)
-				cfg := testConfig()
+				cfg := benchConfig()
 				cfg.BusyRetryDelay = 0 // the default
 				a := startNodePolling(b, url, "a", cfg, poll)
 				startNodePolling(b, url, "b", cfg, poll)
@@ -122,7 +122,7 @@ func BenchmarkCircuitRecovery(b *testing.B) {
 	var toFirst, fromOpenUntil, toAll []time.Duration
 	for b.Loop() {
 		url := testdb.NewURL(b)
-		cfg := testConfig()
+		cfg := benchConfig()
 		cfg.RetrySchedule = slices.Repeat([]time.Duration{10 * time.Millisecond}, 50)
 		cfg.CircuitBreakerThreshold = 10
 		cfg.CircuitBreakerCooldown = cooldown

@@ -179,12 +179,39 @@ type pendingDelivery struct {
 	generation     int32
 	orderingKey    string
 	attempts       int32 // of earlier generations (a replay's)
+	endpoint       endpointShape
 }
 
+// endpointShape is what the grouping of deliveries into jobs heeds of
+// their endpoint.
+type endpointShape struct {
+	// maxInFlight is the endpoint's stored cap (0: none).
+	maxInFlight int32
+	// rateLimited endpoints get a job per delivery: a batch job would hand
+	// each over (see batchable).
+	rateLimited bool
+}
+
+func shapeOf(row *dbsqlc.WharfOutboxEndpoint) endpointShape {
+	return endpointShape{maxInFlight: row.MaxInFlight, rateLimited: row.RateLimitPerSecond > 0}
+}
+
+// minSpreadBatch is the smallest batch insertDeliveryJobs makes to spread an
+// endpoint's deliveries over as many jobs as its cap lets run at once.
+const minSpreadBatch = 16
+
 // insertDeliveryJobs inserts the jobs of deliveries, to run after delay, in
-// one round trip: a batch job (DeliveryBatchArgs) for each run of up to
-// Config.DeliveryBatchSize deliveries to one endpoint without an ordering
-// key, in their order, and a job of its own for any other.
+// one round trip: batch jobs (DeliveryBatchArgs) for the deliveries to one
+// endpoint without an ordering key, in their order, and a job of its own
+// for any other (and for a batch of one).
+//
+// An endpoint's n deliveries go to ceil(n/Config.DeliveryBatchSize) batch
+// jobs of about the same size, or, when its cap lets more requests run at
+// once than that, to as many jobs as its cap (no cap counts as the largest
+// one, 1,000) but none smaller than minSpreadBatch: a burst to an endpoint
+// whose requests take a while is then sent by as many workers as it
+// allows, while a burst to one that answers at once still costs a job per
+// batch.
 func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, deliveries []pendingDelivery, delay time.Duration) error {
 	if len(deliveries) == 0 {
 		return nil
@@ -196,32 +223,61 @@ func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, deliveries [
 			Args: DeliveryArgs{DeliveryID: d.id, Generation: int(d.generation)}, InsertOpts: opts,
 		})
 	}
-	batches := make(map[uuid.UUID]*DeliveryBatchArgs)
-	var order []*DeliveryBatchArgs
+	perEndpoint := make(map[uuid.UUID][]pendingDelivery)
+	var endpoints []uuid.UUID
 	for _, d := range deliveries {
-		if d.orderingKey != "" || o.config.DeliveryBatchSize == 1 {
+		if d.orderingKey != "" || d.endpoint.rateLimited || o.config.DeliveryBatchSize == 1 {
 			single(d)
 			continue
 		}
-		b := batches[d.endpointID]
-		if b == nil || len(b.Deliveries) == o.config.DeliveryBatchSize {
-			b = &DeliveryBatchArgs{EndpointID: d.endpointID}
-			batches[d.endpointID] = b
-			order = append(order, b)
+		if _, ok := perEndpoint[d.endpointID]; !ok {
+			endpoints = append(endpoints, d.endpointID)
 		}
-		b.Deliveries = append(b.Deliveries, DeliveryRef{DeliveryID: d.id, Generation: int(d.generation), AttemptsBefore: int(d.attempts)})
+		perEndpoint[d.endpointID] = append(perEndpoint[d.endpointID], d)
 	}
-	for _, b := range order {
-		if len(b.Deliveries) == 1 {
-			single(pendingDelivery{id: b.Deliveries[0].DeliveryID, generation: int32(b.Deliveries[0].Generation)})
-			continue
+	for _, id := range endpoints {
+		batch := perEndpoint[id]
+		for _, size := range o.batchSizes(len(batch), batch[0].endpoint.maxInFlight) {
+			if size == 1 {
+				single(batch[0])
+			} else {
+				args := DeliveryBatchArgs{EndpointID: id, Deliveries: make([]DeliveryRef, size)}
+				for i, d := range batch[:size] {
+					args.Deliveries[i] = DeliveryRef{DeliveryID: d.id, Generation: int(d.generation), AttemptsBefore: int(d.attempts)}
+				}
+				params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
+			}
+			batch = batch[size:]
 		}
-		params = append(params, river.InsertManyParams{Args: *b, InsertOpts: opts})
 	}
 	if _, err := o.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
 		return fmt.Errorf("outbox: insert delivery jobs: %w", err)
 	}
 	return nil
+}
+
+// batchSizes splits n deliveries to an endpoint with the stored cap
+// maxInFlight among batch jobs, as insertDeliveryJobs says: the sizes, in
+// order, which differ by at most one.
+func (o *Outbox) batchSizes(n int, maxInFlight int32) []int {
+	size := o.config.DeliveryBatchSize
+	jobs := (n + size - 1) / size
+	parallel := int(maxInFlight)
+	if parallel == 0 {
+		parallel = maxMaxInFlight
+	}
+	if jobs < parallel {
+		floor := min(minSpreadBatch, size)
+		jobs = max(jobs, min(parallel, (n+floor-1)/floor))
+	}
+	sizes := make([]int, jobs)
+	for i := range sizes {
+		sizes[i] = n / jobs
+		if i < n%jobs {
+			sizes[i]++
+		}
+	}
+	return sizes
 }
 
 // jobInsertOpts returns the options of delivery jobs that first run after
@@ -240,7 +296,10 @@ func (o *Outbox) jobInsertOpts(delay time.Duration) *river.InsertOpts {
 func publishedJobs(rows []dbsqlc.OutboxPublishRow) []pendingDelivery {
 	jobs := make([]pendingDelivery, len(rows))
 	for i, row := range rows {
-		jobs[i] = pendingDelivery{id: row.ID, endpointID: row.EndpointID, orderingKey: row.OrderingKey}
+		jobs[i] = pendingDelivery{
+			id: row.ID, endpointID: row.EndpointID, orderingKey: row.OrderingKey,
+			endpoint: endpointShape{maxInFlight: row.MaxInFlight, rateLimited: row.RateLimited},
+		}
 	}
 	return jobs
 }

@@ -34,7 +34,8 @@ const recoverBatch = 1000
 // sends those again. For an endpoint with Ordered set, the recovered
 // deliveries come after those published since it was enabled.
 func (o *Outbox) EndpointRecover(ctx context.Context, id uuid.UUID, since time.Time) (int, error) {
-	if err := o.checkRecover(ctx, o.pool, id, since); err != nil {
+	shape, err := o.checkRecover(ctx, o.pool, id, since)
+	if err != nil {
 		return 0, err
 	}
 	total := 0
@@ -43,7 +44,7 @@ func (o *Outbox) EndpointRecover(ctx context.Context, id uuid.UUID, since time.T
 		var n int
 		err := o.inTx(ctx, func(tx pgx.Tx) error {
 			var err error
-			n, cursor, err = o.recoverBatch(ctx, tx, id, since, cursor)
+			n, cursor, err = o.recoverBatch(ctx, tx, id, shape, since, cursor)
 			return err
 		})
 		if err != nil {
@@ -60,13 +61,14 @@ func (o *Outbox) EndpointRecover(ctx context.Context, id uuid.UUID, since time.T
 // their jobs exist once tx commits. Run it in the transaction that enables
 // the endpoint (EndpointEnableTx) to make both one change.
 func (o *Outbox) EndpointRecoverTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, since time.Time) (int, error) {
-	if err := o.checkRecover(ctx, tx, id, since); err != nil {
+	shape, err := o.checkRecover(ctx, tx, id, since)
+	if err != nil {
 		return 0, err
 	}
 	total := 0
 	cursor := recoverCursor{}
 	for {
-		n, next, err := o.recoverBatch(ctx, tx, id, since, cursor)
+		n, next, err := o.recoverBatch(ctx, tx, id, shape, since, cursor)
 		if err != nil {
 			return total, err
 		}
@@ -84,21 +86,21 @@ type recoverCursor struct {
 	id        uuid.UUID
 }
 
-func (o *Outbox) checkRecover(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, since time.Time) error {
+func (o *Outbox) checkRecover(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, since time.Time) (endpointShape, error) {
 	if since.IsZero() {
-		return fmt.Errorf("outbox: recover endpoint %s: since is required (the oldest event to consider)", id)
+		return endpointShape{}, fmt.Errorf("outbox: recover endpoint %s: since is required (the oldest event to consider)", id)
 	}
 	row, err := o.endpointRow(ctx, db, id)
 	if err != nil {
-		return err
+		return endpointShape{}, err
 	}
 	if !row.Enabled {
-		return fmt.Errorf("outbox: recover endpoint %s: %w; enable it first", id, ErrEndpointDisabled)
+		return endpointShape{}, fmt.Errorf("outbox: recover endpoint %s: %w; enable it first", id, ErrEndpointDisabled)
 	}
-	return nil
+	return shapeOf(row), nil
 }
 
-func (o *Outbox) recoverBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID, since time.Time, after recoverCursor) (int, recoverCursor, error) {
+func (o *Outbox) recoverBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID, shape endpointShape, since time.Time, after recoverCursor) (int, recoverCursor, error) {
 	if after.createdAt.IsZero() {
 		after.createdAt = since.Add(-time.Microsecond)
 	}
@@ -118,7 +120,7 @@ func (o *Outbox) recoverBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID, sinc
 	}
 	jobs := make([]pendingDelivery, len(rows))
 	for i, row := range rows {
-		jobs[i] = pendingDelivery{id: row.ID, endpointID: id, orderingKey: row.OrderingKey}
+		jobs[i] = pendingDelivery{id: row.ID, endpointID: id, orderingKey: row.OrderingKey, endpoint: shape}
 	}
 	if err := o.insertDeliveryJobs(ctx, tx, jobs, 0); err != nil {
 		return 0, after, err

@@ -114,9 +114,11 @@ func TestEndpointRecoverBatches(t *testing.T) {
 		outbox.DeliveryKind, outbox.DeliveryBatchKind).Scan(&inJobs, &distinctInJobs))
 	require.Equal(t, len(events), inJobs, "one job per recovered delivery")
 	require.Equal(t, len(events), distinctInJobs, "one job per recovered delivery")
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT max(jsonb_array_length(args->'deliveries')) FROM river_job WHERE kind = $1`,
-		outbox.DeliveryBatchKind).Scan(&largest))
-	require.Equal(t, outbox.DefaultDeliveryBatchSize, largest, "batch jobs of up to DeliveryBatchSize deliveries")
+	var batches int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*), max(jsonb_array_length(args->'deliveries')) FROM river_job WHERE kind = $1`,
+		outbox.DeliveryBatchKind).Scan(&batches, &largest))
+	require.Equal(t, 63, largest, "batch jobs of up to DeliveryBatchSize (64): 1,000 in 16")
+	require.Equal(t, 16+16+10, batches, "1,000, 1,000, then 345 over the endpoint's cap of 10 jobs")
 }
 
 func countDeliveries(t *testing.T, b *testBundle, endpointID uuid.UUID) int {

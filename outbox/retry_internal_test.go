@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -138,7 +139,8 @@ func TestConfigValidation(t *testing.T) {
 	require.Equal(t, 16<<10, cfg.ResponseHeaderLimit)
 	require.Equal(t, 24*time.Hour, cfg.SecretRotationOverlap)
 	require.Equal(t, 5*24*time.Hour, cfg.DisableAfter)
-	require.Equal(t, 16, cfg.DeliveryBatchSize)
+	require.Equal(t, 64, cfg.DeliveryBatchSize)
+	require.Equal(t, time.Second, cfg.DeliveryBatchSpan)
 
 	for name, bad := range map[string]*Config{
 		"empty schedule":    {RetrySchedule: []time.Duration{}},
@@ -151,10 +153,37 @@ func TestConfigValidation(t *testing.T) {
 		"disable after":     {DisableAfter: -2},
 		"batch size":        {DeliveryBatchSize: -1},
 		"huge batch size":   {DeliveryBatchSize: maxDeliveryBatchSize + 1},
+		"negative span":     {DeliveryBatchSpan: -time.Millisecond},
+		"long span":         {DeliveryBatchSpan: time.Hour},
 	} {
 		_, err := bad.withDefaults()
 		require.ErrorIs(t, err, ErrInvalidConfig, name)
 	}
+}
+
+func TestBatchSizes(t *testing.T) {
+	t.Parallel()
+	o := &Outbox{config: &Config{DeliveryBatchSize: 64}}
+	for _, c := range []struct {
+		n           int
+		maxInFlight int32
+		want        []int
+	}{
+		{1, 10, []int{1}},
+		{16, 10, []int{16}},
+		{40, 10, []int{14, 13, 13}}, // spread to the cap, none under 16
+		{640, 10, []int{64, 64, 64, 64, 64, 64, 64, 64, 64, 64}},
+		{641, 10, []int{59, 59, 59, 58, 58, 58, 58, 58, 58, 58, 58}}, // more than the cap: 64 at most
+		{100, 2, []int{50, 50}},
+		{130, 1, []int{44, 43, 43}},
+		{5000, 100, slices.Repeat([]int{50}, 100)},
+		{64, 0, []int{16, 16, 16, 16}}, // no cap: as many as 16 a job gives
+	} {
+		got := o.batchSizes(c.n, c.maxInFlight)
+		require.Equal(t, c.want, got, "%d deliveries, cap %d", c.n, c.maxInFlight)
+	}
+	small := &Outbox{config: &Config{DeliveryBatchSize: 4}}
+	require.Equal(t, []int{4, 4, 4, 4, 4}, small.batchSizes(20, 6), "never under the batch size when it is under 16")
 }
 
 func TestTransientDatabaseError(t *testing.T) {

@@ -91,7 +91,9 @@ RETURNING *;
 -- name: OutboxPublish :many
 -- Stores events and, for each, one pending delivery per enabled endpoint of
 -- the event's tenant whose filter matches its type, due at first_attempt_at.
--- Returns the deliveries.
+-- Returns the deliveries in the order they were stored (by event, then
+-- endpoint), with their endpoint's concurrency cap and whether it is rate
+-- limited, which the jobs' grouping heeds.
 WITH input AS (
     -- unnest, not a subscript per element: reaching element i of an array
     -- of variable-length values walks the i-1 before it, which made a
@@ -110,26 +112,34 @@ events AS (
            @trace_context::text
     FROM input
     RETURNING wharf_outbox_events.id
+),
+stored AS (
+    INSERT INTO wharf_outbox_deliveries (
+        id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
+    )
+    SELECT gen_random_uuid(), input.id, @created_at::timestamptz, ep.id, input.ordering_key, 'pending',
+           @first_attempt_at::timestamptz, @created_at::timestamptz, @created_at::timestamptz
+    FROM input
+    JOIN events ON events.id = input.id
+    JOIN wharf_outbox_endpoints ep
+      ON ep.enabled
+     AND ep.tenant = input.tenant
+     AND (cardinality(ep.event_types) = 0
+          OR EXISTS (
+              SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
+              WHERE f.pattern = input.type
+                 OR f.pattern = '*'
+                 OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
+    ORDER BY input.n, ep.id
+    -- seq is drawn in this order.
+    RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
+              wharf_outbox_deliveries.endpoint_id, wharf_outbox_deliveries.ordering_key
 )
-INSERT INTO wharf_outbox_deliveries (
-    id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
-)
-SELECT gen_random_uuid(), input.id, @created_at::timestamptz, ep.id, input.ordering_key, 'pending',
-       @first_attempt_at::timestamptz, @created_at::timestamptz, @created_at::timestamptz
-FROM input
-JOIN events ON events.id = input.id
-JOIN wharf_outbox_endpoints ep
-  ON ep.enabled
- AND ep.tenant = input.tenant
- AND (cardinality(ep.event_types) = 0
-      OR EXISTS (
-          SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
-          WHERE f.pattern = input.type
-             OR f.pattern = '*'
-             OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
-ORDER BY input.n, ep.id
-RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.endpoint_id,
-          wharf_outbox_deliveries.ordering_key;
+SELECT stored.id, stored.event_id, stored.endpoint_id, stored.ordering_key,
+       ep.max_in_flight, ep.rate_limit_per_second > 0 AS rate_limited
+FROM stored
+JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id
+ORDER BY stored.seq;
 
 -- name: OutboxDeliveryGetForWork :one
 -- Everything a delivery attempt needs; payload is NULL when the event row is
@@ -731,8 +741,8 @@ FROM delivery, async_commit;
 
 -- name: OutboxDeliveryHandOff :many
 -- Moves unfinished deliveries of a batch job, each still at the generation
--- the job was inserted for, to the next generation, for the jobs of their
--- own the caller inserts in the same transaction; the batch job's later
+-- the job was inserted for, to the next generation, for the new jobs the
+-- caller inserts in the same transaction; the batch job's later
 -- runs then leave them alone, as a replay's. Returns the deliveries moved,
 -- with their new generation, how many attempts they have had and when the
 -- next is due.

@@ -541,8 +541,8 @@ type OutboxDeliveryHandOffRow struct {
 }
 
 // Moves unfinished deliveries of a batch job, each still at the generation
-// the job was inserted for, to the next generation, for the jobs of their
-// own the caller inserts in the same transaction; the batch job's later
+// the job was inserted for, to the next generation, for the new jobs the
+// caller inserts in the same transaction; the batch job's later
 // runs then leave them alone, as a replay's. Returns the deliveries moved,
 // with their new generation, how many attempts they have had and when the
 // next is due.
@@ -1751,50 +1751,58 @@ WITH input AS (
     -- of variable-length values walks the i-1 before it, which made a
     -- batch's cost grow with the square of its size (30,000 events took
     -- 14 s). Set-returning functions in one select list run in step.
-    SELECT generate_subscripts($3::text[], 1) AS n,
-           unnest($3::text[])::uuid AS id,
-           unnest($4::text[]) AS type,
-           unnest($5::bytea[]) AS payload,
-           unnest($6::text[]) AS ordering_key,
-           unnest($7::text[]) AS tenant
+    SELECT generate_subscripts($1::text[], 1) AS n,
+           unnest($1::text[])::uuid AS id,
+           unnest($2::text[]) AS type,
+           unnest($3::bytea[]) AS payload,
+           unnest($4::text[]) AS ordering_key,
+           unnest($5::text[]) AS tenant
 ),
 events AS (
     INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
-    SELECT input.id, $1::timestamptz, input.type, input.payload, input.ordering_key, input.tenant,
-           $8::text
+    SELECT input.id, $6::timestamptz, input.type, input.payload, input.ordering_key, input.tenant,
+           $7::text
     FROM input
     RETURNING wharf_outbox_events.id
+),
+stored AS (
+    INSERT INTO wharf_outbox_deliveries (
+        id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
+    )
+    SELECT gen_random_uuid(), input.id, $6::timestamptz, ep.id, input.ordering_key, 'pending',
+           $8::timestamptz, $6::timestamptz, $6::timestamptz
+    FROM input
+    JOIN events ON events.id = input.id
+    JOIN wharf_outbox_endpoints ep
+      ON ep.enabled
+     AND ep.tenant = input.tenant
+     AND (cardinality(ep.event_types) = 0
+          OR EXISTS (
+              SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
+              WHERE f.pattern = input.type
+                 OR f.pattern = '*'
+                 OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
+    ORDER BY input.n, ep.id
+    -- seq is drawn in this order.
+    RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
+              wharf_outbox_deliveries.endpoint_id, wharf_outbox_deliveries.ordering_key
 )
-INSERT INTO wharf_outbox_deliveries (
-    id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
-)
-SELECT gen_random_uuid(), input.id, $1::timestamptz, ep.id, input.ordering_key, 'pending',
-       $2::timestamptz, $1::timestamptz, $1::timestamptz
-FROM input
-JOIN events ON events.id = input.id
-JOIN wharf_outbox_endpoints ep
-  ON ep.enabled
- AND ep.tenant = input.tenant
- AND (cardinality(ep.event_types) = 0
-      OR EXISTS (
-          SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
-          WHERE f.pattern = input.type
-             OR f.pattern = '*'
-             OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
-ORDER BY input.n, ep.id
-RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id, wharf_outbox_deliveries.endpoint_id,
-          wharf_outbox_deliveries.ordering_key
+SELECT stored.id, stored.event_id, stored.endpoint_id, stored.ordering_key,
+       ep.max_in_flight, ep.rate_limit_per_second > 0 AS rate_limited
+FROM stored
+JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id
+ORDER BY stored.seq
 `
 
 type OutboxPublishParams struct {
-	CreatedAt      time.Time
-	FirstAttemptAt time.Time
 	Ids            []string
 	Types          []string
 	Payloads       [][]byte
 	OrderingKeys   []string
 	Tenants        []string
+	CreatedAt      time.Time
 	TraceContext   string
+	FirstAttemptAt time.Time
 }
 
 type OutboxPublishRow struct {
@@ -1802,21 +1810,25 @@ type OutboxPublishRow struct {
 	EventID     uuid.UUID
 	EndpointID  uuid.UUID
 	OrderingKey string
+	MaxInFlight int32
+	RateLimited bool
 }
 
 // Stores events and, for each, one pending delivery per enabled endpoint of
 // the event's tenant whose filter matches its type, due at first_attempt_at.
-// Returns the deliveries.
+// Returns the deliveries in the order they were stored (by event, then
+// endpoint), with their endpoint's concurrency cap and whether it is rate
+// limited, which the jobs' grouping heeds.
 func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([]OutboxPublishRow, error) {
 	rows, err := q.db.Query(ctx, outboxPublish,
-		arg.CreatedAt,
-		arg.FirstAttemptAt,
 		arg.Ids,
 		arg.Types,
 		arg.Payloads,
 		arg.OrderingKeys,
 		arg.Tenants,
+		arg.CreatedAt,
 		arg.TraceContext,
+		arg.FirstAttemptAt,
 	)
 	if err != nil {
 		return nil, err
@@ -1830,6 +1842,8 @@ func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([
 			&i.EventID,
 			&i.EndpointID,
 			&i.OrderingKey,
+			&i.MaxInFlight,
+			&i.RateLimited,
 		); err != nil {
 			return nil, err
 		}
