@@ -33,9 +33,10 @@ type DeliveryRef struct {
 // endpoint that were published together (one PublishManyTx, one
 // DeliveryReplayDead, one EndpointRecover batch), up to
 // Config.DeliveryBatchSize, attempted by one job, one after another, in
-// the order they were stored (publish order, for PublishManyTx). The job makes the first attempt of each: one River job,
-// one concurrency slot and one load for all of them, where a job per
-// delivery would cost River's fetch and completion of each.
+// the order they were stored (publish order, for PublishManyTx). The job
+// makes the first attempt of each: one River job, one concurrency slot and
+// one load for all of them, where a job per delivery would cost River's
+// fetch and completion of each.
 //
 // A delivery the job cannot simply send (its endpoint is rate limited,
 // ordered by a key, has a circuit that is not closed; its attempt failed

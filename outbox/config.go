@@ -176,13 +176,18 @@ type Config struct {
 	// Defaults to DefaultMaxInFlight (10).
 	MaxInFlight int
 
-	// DeliveryBatchSize is how many deliveries to one endpoint, published
+	// DeliveryBatchSize is the most deliveries to one endpoint, published
 	// together (one PublishManyTx, one DeliveryReplayDead, one
 	// EndpointRecover batch), one River job attempts first, one after
 	// another (see DeliveryBatchArgs). A job per delivery costs River's
 	// fetch and completion of each, which outweighs a fast endpoint's
-	// request. Deliveries with an ordering key get a job each. 1 gives
-	// every delivery a job of its own.
+	// request. The deliveries are spread over as many jobs as the
+	// endpoint's MaxInFlight lets run at once (no cap counts as 1,000),
+	// none with fewer than 16 (or DeliveryBatchSize, if smaller), so that
+	// an endpoint that takes a while to answer gets the requests in flight
+	// it allows. Deliveries with an ordering key, and those to a rate
+	// limited endpoint, get a job each. 1 gives every delivery a job of its
+	// own.
 	//
 	// Upgrading from a release without batch jobs: deploy it with 1 to
 	// every node working the queue, then raise it. A node without the batch
