@@ -38,6 +38,8 @@ type DeliveryRef struct {
 // one load for all of them, where a job per delivery would cost River's
 // fetch and completion of each.
 //
+// A batch job also comes from a split: see below.
+//
 // A delivery the job cannot simply send (its endpoint is rate limited,
 // ordered by a key, has a circuit that is not closed; its attempt failed
 // and is to be retried; an earlier one's attempt failed or was not the
@@ -179,7 +181,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	}
 	for i, m := range members {
 		if i > 0 && time.Since(start) > o.config.DeliveryBatchSpan {
-			over = append(over, splitRest(members[i:], i, time.Now())...)
+			over = append(over, splitRest(members[i:], min(i, o.config.DeliveryBatchSize), time.Now())...)
 			break
 		}
 		if ctx.Err() != nil {
@@ -241,7 +243,9 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 
 // splitRest hands rest, the deliveries a batch job did not reach in its
 // span, over to new batch jobs of size deliveries each (what the job sent
-// in the span), the last one smaller, due at at.
+// in the span, at most Config.DeliveryBatchSize), the last one smaller,
+// due at at. A batch that ends up with one delivery (size 1, or the others
+// finished meanwhile) is a job of its own.
 func splitRest(rest []batchMember, size int, at time.Time) []handOver {
 	over := make([]handOver, len(rest))
 	for i, m := range rest {
@@ -305,11 +309,11 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	params := dbsqlc.OutboxDeliveryHandOffParams{Now: o.config.now()}
-	members := make(map[int]int, len(over)) // deliveries of each new batch job
+	batchOf := make(map[uuid.UUID]int, len(over))
 	for _, h := range over {
 		params.Ids = append(params.Ids, h.row.ID.String())
 		params.Generations = append(params.Generations, h.row.Generation)
-		members[h.batch]++
+		batchOf[h.row.ID] = h.batch
 	}
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
 		rows, err := o.queries.WithTx(tx).OutboxDeliveryHandOff(ctx, params)
@@ -317,8 +321,10 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 			return err
 		}
 		handed := make(map[uuid.UUID]dbsqlc.OutboxDeliveryHandOffRow, len(rows))
+		members := make(map[int]int, len(rows)) // deliveries of each new batch job
 		for _, row := range rows {
 			handed[row.ID] = row
+			members[batchOf[row.ID]]++
 		}
 		var jobs []river.InsertManyParams
 		batches := make(map[int]int) // the index in jobs of each new batch job

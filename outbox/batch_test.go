@@ -97,7 +97,7 @@ func TestBatchJobs(t *testing.T) {
 		res := b.publish(t, events(40)...)
 
 		jobs := b.outboxJobs(t)
-		require.Len(t, jobs, 3, "one batch of 64 at most, spread over the jobs the cap of 10 allows, none under 16")
+		require.Len(t, jobs, 3, "one batch of 64 at most, spread over the jobs the cap of 10 allows, a job per 16 at most")
 		var batches [][]outbox.DeliveryRef
 		for _, j := range jobs {
 			require.Equal(t, outbox.DeliveryBatchKind, j.kind)
@@ -212,6 +212,37 @@ func TestBatchJobs(t *testing.T) {
 			sizes = append(sizes, len(args.Deliveries))
 		}
 		require.Equal(t, []int{3, 3, 3}, sizes, "as many to a job as the batch sent in its span")
+	})
+
+	t.Run("SplitHeedsTheBatchSizeOfTheNodeRunningIt", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testConfig()) // publishes one batch job of 12
+		cfg := testConfig()
+		cfg.DeliveryBatchSpan = time.Second
+		cfg.DeliveryBatchSize = 1 // batch jobs turned off since
+		worker, err := outbox.New(b.pool, cfg)
+		require.NoError(t, err)
+		receiver := newSink(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+			if n == 3 {
+				time.Sleep(cfg.DeliveryBatchSpan + 100*time.Millisecond)
+			}
+			w.WriteHeader(http.StatusNoContent)
+		})
+		ep := b.endpoint(t, receiver.URL(), nil)
+		res := b.publish(t, events(12)...)
+		require.Len(t, b.outboxJobs(t), 1)
+		startRiver(t, b.pool, worker)
+
+		own := 0
+		for _, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+			require.Equal(t, 1, d.Attempts)
+			own += len(b.ownJobs(t, d.ID))
+		}
+		require.Equal(t, 9, own, "what the batch did not reach, a job each")
+		jobs := b.outboxJobs(t)
+		require.Len(t, jobs, 10)
+		require.Equal(t, outbox.DeliveryBatchKind, jobs[0].kind)
 	})
 
 	t.Run("AttemptsCountTheBatchJobs", func(t *testing.T) {

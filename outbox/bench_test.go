@@ -232,7 +232,7 @@ func publishBench(b *testing.B, pool *pgxpool.Pool, ob *outbox.Outbox, n int, da
 
 // BenchmarkDelivery compares the outbox's delivery throughput (1 KB events
 // to a loopback sink answering 204, one endpoint with a cap of 100 in
-// flight, published in one transaction: batch jobs of 16) with River's
+// flight, published in one transaction: 100 batch jobs of 50) with River's
 // throughput for no-op jobs and with a plain River sender (a job signing
 // and POSTing the same body to the same sink), under the same River
 // config, in the same run; and the outbox's throughput with a job per
@@ -244,7 +244,7 @@ func BenchmarkDelivery(b *testing.B) {
 	ctx := context.Background()
 	pool := benchPool(b)
 	cfg := benchConfig()
-	// WHARF_BENCH_DELIVERY_BATCH sets DeliveryBatchSize (default 16).
+	// WHARF_BENCH_DELIVERY_BATCH sets DeliveryBatchSize (default 64).
 	cfg.DeliveryBatchSize = loadtest.EnvInt("WHARF_BENCH_DELIVERY_BATCH", 0)
 	ob, err := outbox.New(pool, cfg)
 	require.NoError(b, err)

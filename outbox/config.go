@@ -162,7 +162,8 @@ type Config struct {
 
 	// MaxEndpointTimeout is the longest request timeout an endpoint may
 	// have (EndpointCreate and EndpointUpdate refuse more). Delivery jobs
-	// carry a River timeout of this plus 50 s, whatever the client's
+	// carry a River timeout of this plus 50 s (batch jobs: plus
+	// DeliveryBatchSpan too), whatever the client's
 	// JobTimeout, so River never cuts a request short; River's rescuer
 	// retries a delivery whose process died once its job is that old, so a
 	// lower limit means faster recovery from a crash. At most 5 minutes.
@@ -182,12 +183,14 @@ type Config struct {
 	// another (see DeliveryBatchArgs). A job per delivery costs River's
 	// fetch and completion of each, which outweighs a fast endpoint's
 	// request. The deliveries are spread over as many jobs as the
-	// endpoint's MaxInFlight lets run at once (no cap counts as 1,000),
-	// none with fewer than 16 (or DeliveryBatchSize, if smaller), so that
-	// an endpoint that takes a while to answer gets the requests in flight
-	// it allows. Deliveries with an ordering key, and those to a rate
-	// limited endpoint, get a job each. 1 gives every delivery a job of its
-	// own.
+	// endpoint's MaxInFlight lets run at once (no cap counts as 1,000), but
+	// no more than one job per 16 of them (or per DeliveryBatchSize, if
+	// smaller), so that an endpoint that takes a while to answer gets the
+	// requests in flight it allows. Deliveries with an ordering key, and
+	// those to a rate limited endpoint, get a job each. 1 gives every
+	// delivery a job of its own (batch jobs already queued, or split by
+	// DeliveryBatchSpan, then hand their deliveries over to jobs of their
+	// own).
 	//
 	// Upgrading from a release without batch jobs: deploy it with 1 to
 	// every node working the queue, then raise it. A node without the batch
@@ -205,7 +208,10 @@ type Config struct {
 	// when it sent one), which other workers run at once: a batch to a fast
 	// endpoint stays one job, and one to a slow endpoint fans out, so that
 	// its last delivery waits about this long plus a few requests, not for
-	// the sum of its requests. At most a minute.
+	// the sum of its requests. A batch job's River timeout is this plus
+	// MaxEndpointTimeout plus 50 s; River's rescuer reads it on the leader,
+	// so set the same span on every node working the queue. At most a
+	// minute.
 	//
 	// Defaults to DefaultDeliveryBatchSpan (1s).
 	DeliveryBatchSpan time.Duration

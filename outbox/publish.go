@@ -196,8 +196,9 @@ func shapeOf(row *dbsqlc.WharfOutboxEndpoint) endpointShape {
 	return endpointShape{maxInFlight: row.MaxInFlight, rateLimited: row.RateLimitPerSecond > 0}
 }
 
-// minSpreadBatch is the smallest batch insertDeliveryJobs makes to spread an
-// endpoint's deliveries over as many jobs as its cap lets run at once.
+// minSpreadBatch bounds how far insertDeliveryJobs spreads an endpoint's
+// deliveries over the jobs its cap lets run at once: no more than one job
+// per minSpreadBatch deliveries (rounded up).
 const minSpreadBatch = 16
 
 // insertDeliveryJobs inserts the jobs of deliveries, to run after delay, in
@@ -208,10 +209,10 @@ const minSpreadBatch = 16
 // An endpoint's n deliveries go to ceil(n/Config.DeliveryBatchSize) batch
 // jobs of about the same size, or, when its cap lets more requests run at
 // once than that, to as many jobs as its cap (no cap counts as the largest
-// one, 1,000) but none smaller than minSpreadBatch: a burst to an endpoint
-// whose requests take a while is then sent by as many workers as it
-// allows, while a burst to one that answers at once still costs a job per
-// batch.
+// one, 1,000) but no more than ceil(n/minSpreadBatch): a burst to an
+// endpoint whose requests take a while is then sent by as many workers as
+// it allows, while a burst to one that answers at once still costs a job
+// per batch.
 func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, deliveries []pendingDelivery, delay time.Duration) error {
 	if len(deliveries) == 0 {
 		return nil

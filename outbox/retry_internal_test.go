@@ -171,19 +171,20 @@ func TestBatchSizes(t *testing.T) {
 	}{
 		{1, 10, []int{1}},
 		{16, 10, []int{16}},
-		{40, 10, []int{14, 13, 13}}, // spread to the cap, none under 16
+		{40, 10, []int{14, 13, 13}}, // spread to the cap, a job per 16 at most
 		{640, 10, []int{64, 64, 64, 64, 64, 64, 64, 64, 64, 64}},
 		{641, 10, []int{59, 59, 59, 58, 58, 58, 58, 58, 58, 58, 58}}, // more than the cap: 64 at most
 		{100, 2, []int{50, 50}},
 		{130, 1, []int{44, 43, 43}},
 		{5000, 100, slices.Repeat([]int{50}, 100)},
-		{64, 0, []int{16, 16, 16, 16}}, // no cap: as many as 16 a job gives
+		{64, 0, []int{16, 16, 16, 16}}, // no cap: a job per 16
+		{17, 0, []int{9, 8}},
 	} {
 		got := o.batchSizes(c.n, c.maxInFlight)
 		require.Equal(t, c.want, got, "%d deliveries, cap %d", c.n, c.maxInFlight)
 	}
 	small := &Outbox{config: &Config{DeliveryBatchSize: 4}}
-	require.Equal(t, []int{4, 4, 4, 4, 4}, small.batchSizes(20, 6), "never under the batch size when it is under 16")
+	require.Equal(t, []int{4, 4, 4, 4, 4}, small.batchSizes(20, 6), "a job per batch size at most, when it is under 16")
 }
 
 func TestTransientDatabaseError(t *testing.T) {
