@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 )
 
@@ -31,4 +33,30 @@ func TestSplitChunkOfOneIsAJobOfItsOwn(t *testing.T) {
 	var own DeliveryArgs
 	require.NoError(t, json.Unmarshal(args, &own))
 	require.Equal(t, DeliveryArgs{DeliveryID: loaded[2].ID, Generation: 1}, own)
+}
+
+// A job that ends without an attempt dead-letters its delivery only while
+// the delivery is still its own: one finished meanwhile is not reported
+// dead to Config.OnDead.
+func TestDeadWithoutAttemptLeavesAFinishedDeliveryAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, pool, _, loaded := combineSetup(t, []int{10}, 2)
+	var reported []DeadDelivery
+	o.config.OnDead = func(_ context.Context, d DeadDelivery) { reported = append(reported, d) }
+	_, err := pool.Exec(ctx, `UPDATE wharf_outbox_deliveries SET status = 'succeeded' WHERE id = $1`, loaded[0].ID)
+	require.NoError(t, err)
+
+	for _, row := range loaded {
+		err := o.deadWithoutAttempt(ctx, o.config.Logger, row, "its event is gone")
+		var cancel *river.JobCancelError
+		require.ErrorAs(t, err, &cancel, "the job ends either way")
+	}
+	require.Len(t, reported, 1)
+	require.Equal(t, loaded[1].ID, reported[0].DeliveryID)
+	rows, err := pool.Query(ctx, `SELECT status FROM wharf_outbox_deliveries ORDER BY seq`)
+	require.NoError(t, err)
+	statuses, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"succeeded", "dead"}, statuses)
 }

@@ -461,7 +461,15 @@ func TestBatchJobs(t *testing.T) {
 
 	t.Run("RemoteCancelDeadLettersTheBatch", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, testConfig())
+		cfg := testConfig()
+		var deadMu sync.Mutex
+		dead := map[string]string{} // event id: reason
+		cfg.OnDead = func(_ context.Context, d outbox.DeadDelivery) {
+			deadMu.Lock()
+			defer deadMu.Unlock()
+			dead[d.EventID] = d.Reason
+		}
+		b := setup(t, cfg)
 		receiver := newSink(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
 			<-r.Context().Done() // answers only once the sender gives up
 		})
@@ -485,6 +493,12 @@ func TestBatchJobs(t *testing.T) {
 			require.Empty(t, b.ownJobs(t, d.ID), "nothing goes on after a cancellation")
 		}
 		require.Len(t, receiver.all(), 1)
+		deadMu.Lock()
+		defer deadMu.Unlock()
+		require.Len(t, dead, 3, "OnDead learns of every delivery the cancellation made dead")
+		for _, r := range res {
+			require.Contains(t, dead[r.EventID], "cancelled")
+		}
 	})
 
 	t.Run("ReplayOfAQueuedDeliveryIsRefused", func(t *testing.T) {

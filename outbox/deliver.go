@@ -356,15 +356,19 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 // deadWithoutAttempt dead-letters a delivery that cannot be attempted and
 // ends its job.
 func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *dbsqlc.OutboxDeliveryGetForWorkRow, reason string) error {
-	_, err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
+	dead, err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
 		ID: row.ID, Generation: row.Generation, Reason: reason, Now: o.config.now(),
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Replayed or finished meanwhile: no longer this job's.
+		log.InfoContext(ctx, "outbox: delivery no longer this job's; not dead-lettered", "reason", reason)
+	case err != nil:
 		return fmt.Errorf("outbox: dead-letter delivery %s: %w", row.ID, err)
+	default:
+		o.markedDead(ctx, dead, reason)
+		log.InfoContext(ctx, "outbox: delivery dead-lettered without an attempt", "reason", reason)
 	}
-	o.metrics.dead.Add(ctx, 1)
-	o.deadHook(ctx, row, reason)
-	log.InfoContext(ctx, "outbox: delivery dead-lettered without an attempt", "reason", reason)
 	return river.JobCancel(fmt.Errorf("outbox: delivery dead: %s", reason))
 }
 
@@ -385,14 +389,17 @@ func (o *Outbox) deadCancelled(ctx context.Context, job *river.Job[DeliveryArgs]
 // deadLetterCancelled dead-letters delivery id of a cancelled job, unless it
 // is finished or no longer at generation, and logs what it did.
 func (o *Outbox) deadLetterCancelled(ctx context.Context, log *slog.Logger, id uuid.UUID, generation int) {
-	n, err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
+	dead, err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
 		ID: id, Generation: int32(generation), Reason: reasonCancelled, Now: o.config.now(),
 	})
 	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Finished, handed over or replayed: not the job's.
 	case err != nil:
 		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; it stays unfinished until replayed",
 			"delivery_id", id, "error", err)
-	case n > 0:
+	default:
+		o.markedDead(ctx, dead, reasonCancelled)
 		log.WarnContext(ctx, "outbox: job cancelled; delivery dead-lettered", "delivery_id", id, "reason", reasonCancelled)
 	}
 }
@@ -456,12 +463,22 @@ func (o *Outbox) orderingWait(ctx context.Context, row *dbsqlc.OutboxDeliveryGet
 
 // deadHook calls Config.OnDead for the delivery of row.
 func (o *Outbox) deadHook(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, reason string) {
+	o.onDead(ctx, DeadDelivery{DeliveryID: row.ID, EndpointID: row.EndpointID, EventID: formatEventID(row.EventID), Reason: reason})
+}
+
+// markedDead counts a delivery a worker dead-lettered without an attempt
+// and calls Config.OnDead for it.
+func (o *Outbox) markedDead(ctx context.Context, dead dbsqlc.OutboxDeliveryMarkDeadRow, reason string) {
+	o.metrics.dead.Add(ctx, 1)
+	o.onDead(ctx, DeadDelivery{DeliveryID: dead.ID, EndpointID: dead.EndpointID, EventID: formatEventID(dead.EventID), Reason: reason})
+}
+
+// onDead calls Config.OnDead, if set, with d.
+func (o *Outbox) onDead(ctx context.Context, d DeadDelivery) {
 	if o.config.OnDead == nil {
 		return
 	}
-	o.hook(ctx, "OnDead", func() {
-		o.config.OnDead(ctx, DeadDelivery{DeliveryID: row.ID, EndpointID: row.EndpointID, EventID: formatEventID(row.EventID), Reason: reason})
-	})
+	o.hook(ctx, "OnDead", func() { o.config.OnDead(ctx, d) })
 }
 
 // hook runs an application callback, recovering a panic.

@@ -752,13 +752,15 @@ FROM (SELECT unnest(@ids::text[])::uuid AS id, unnest(@generations::int[]) AS ge
 WHERE d.id = i.id AND d.generation = i.generation AND d.status IN ('pending', 'retrying')
 RETURNING d.id, d.generation, d.attempts, d.next_attempt_at;
 
--- name: OutboxDeliveryMarkDead :execrows
+-- name: OutboxDeliveryMarkDead :one
 -- Dead-letters an unfinished delivery of generation without an attempt (its
 -- endpoint was disabled, its event is gone, its attempts ran out or its job
--- was cancelled). A delivery a replay took over is left alone.
+-- was cancelled), returning what Config.OnDead is told of it. A delivery a
+-- replay took over, or that finished, is left alone: no row.
 UPDATE wharf_outbox_deliveries
 SET status = 'dead', last_error = @reason::text, next_attempt_at = NULL, updated_at = @now::timestamptz
-WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending', 'retrying');
+WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending', 'retrying')
+RETURNING id, endpoint_id, event_id;
 
 -- name: OutboxDeliveryGet :one
 SELECT * FROM wharf_outbox_deliveries WHERE id = @id::uuid;

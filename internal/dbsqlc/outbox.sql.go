@@ -643,10 +643,11 @@ func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryList
 	return items, nil
 }
 
-const outboxDeliveryMarkDead = `-- name: OutboxDeliveryMarkDead :execrows
+const outboxDeliveryMarkDead = `-- name: OutboxDeliveryMarkDead :one
 UPDATE wharf_outbox_deliveries
 SET status = 'dead', last_error = $1::text, next_attempt_at = NULL, updated_at = $2::timestamptz
 WHERE id = $3::uuid AND generation = $4::int AND status IN ('pending', 'retrying')
+RETURNING id, endpoint_id, event_id
 `
 
 type OutboxDeliveryMarkDeadParams struct {
@@ -656,20 +657,26 @@ type OutboxDeliveryMarkDeadParams struct {
 	Generation int32
 }
 
+type OutboxDeliveryMarkDeadRow struct {
+	ID         uuid.UUID
+	EndpointID uuid.UUID
+	EventID    uuid.UUID
+}
+
 // Dead-letters an unfinished delivery of generation without an attempt (its
 // endpoint was disabled, its event is gone, its attempts ran out or its job
-// was cancelled). A delivery a replay took over is left alone.
-func (q *Queries) OutboxDeliveryMarkDead(ctx context.Context, arg OutboxDeliveryMarkDeadParams) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxDeliveryMarkDead,
+// was cancelled), returning what Config.OnDead is told of it. A delivery a
+// replay took over, or that finished, is left alone: no row.
+func (q *Queries) OutboxDeliveryMarkDead(ctx context.Context, arg OutboxDeliveryMarkDeadParams) (OutboxDeliveryMarkDeadRow, error) {
+	row := q.db.QueryRow(ctx, outboxDeliveryMarkDead,
 		arg.Reason,
 		arg.Now,
 		arg.ID,
 		arg.Generation,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var i OutboxDeliveryMarkDeadRow
+	err := row.Scan(&i.ID, &i.EndpointID, &i.EventID)
+	return i, err
 }
 
 const outboxDeliveryRequeue = `-- name: OutboxDeliveryRequeue :one
