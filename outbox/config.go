@@ -350,8 +350,8 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 
 	// OnDead is called once for each delivery a worker made dead (attempts
-	// exhausted, 410 Gone, its endpoint disabled or deleted, its event
-	// gone, its job cancelled), after the statement that recorded it, with
+	// exhausted, 410 Gone, its endpoint disabled, its event gone, its job
+	// cancelled while it ran), after the statement that recorded it, with
 	// the reason: an alert hook. It runs on the worker's goroutine, so keep
 	// it short; a panic in it is recovered and logged.
 	//

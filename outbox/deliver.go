@@ -361,14 +361,15 @@ func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		// Replayed or finished meanwhile: no longer this job's.
+		// Replayed, finished or deleted meanwhile: no longer this job's,
+		// which ends as one that finds its delivery so when it loads it.
 		log.InfoContext(ctx, "outbox: delivery no longer this job's; not dead-lettered", "reason", reason)
+		return nil
 	case err != nil:
 		return fmt.Errorf("outbox: dead-letter delivery %s: %w", row.ID, err)
-	default:
-		o.markedDead(ctx, dead, reason)
-		log.InfoContext(ctx, "outbox: delivery dead-lettered without an attempt", "reason", reason)
 	}
+	o.markedDead(ctx, dead, reason)
+	log.InfoContext(ctx, "outbox: delivery dead-lettered without an attempt", "reason", reason)
 	return river.JobCancel(fmt.Errorf("outbox: delivery dead: %s", reason))
 }
 
@@ -394,7 +395,7 @@ func (o *Outbox) deadLetterCancelled(ctx context.Context, log *slog.Logger, id u
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		// Finished, handed over or replayed: not the job's.
+		// Finished, handed over, replayed or deleted: not the job's.
 	case err != nil:
 		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; it stays unfinished until replayed",
 			"delivery_id", id, "error", err)
