@@ -340,7 +340,7 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 	}
 	o.circuitChanged(ctx, log, row, changed)
 	if rec.status == StatusDead {
-		o.deadHook(ctx, row, out.errorText())
+		o.onDead(ctx, DeadDelivery{DeliveryID: row.ID, EndpointID: row.EndpointID, EventID: formatEventID(row.EventID), Reason: out.errorText()})
 	}
 	switch rec.status {
 	case StatusSucceeded:
@@ -460,11 +460,6 @@ func (o *Outbox) orderingWait(ctx context.Context, row *dbsqlc.OutboxDeliveryGet
 		wait = max(wait, min(earlier.NextAttemptAt.Sub(o.config.now()), maxOrderingWait))
 	}
 	return wait, true, nil
-}
-
-// deadHook calls Config.OnDead for the delivery of row.
-func (o *Outbox) deadHook(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, reason string) {
-	o.onDead(ctx, DeadDelivery{DeliveryID: row.ID, EndpointID: row.EndpointID, EventID: formatEventID(row.EventID), Reason: reason})
 }
 
 // markedDead counts a delivery a worker dead-lettered without an attempt
