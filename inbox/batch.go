@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
 // receiveBatcher gathers concurrent HTTP deliveries into one receive
@@ -130,7 +132,9 @@ func (b *receiveBatcher) lead(ctx context.Context, batch *receiveBatch) {
 			batch.results, batch.err = nil, fmt.Errorf("inbox: receive batch panicked: %v", r)
 		}
 	}()
-	batch.err = b.ib.txFunc(ctx, func(tx pgx.Tx) error {
+	// Pipelined: BEGIN goes with the key claim and the message insert with
+	// COMMIT, three round trips in all (see dbsqlc.PipelinedTx).
+	batch.err = dbsqlc.RunPipelined(ctx, b.ib.pool, func(tx pgx.Tx) error {
 		var err error
 		batch.results, err = b.ib.ReceiveManyTx(ctx, tx, batch.msgs)
 		return err

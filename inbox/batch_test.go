@@ -268,6 +268,46 @@ func TestFailedBatchCommitAnswers503ToAll(t *testing.T) {
 	require.Equal(t, "accepted", a.Body["status"])
 }
 
+// TestReceiveRoundTrips: a delivery's receive transaction is pipelined:
+// BEGIN goes with the key claim, then the job insert, then the message
+// insert with COMMIT, three round trips; a duplicate takes two. A message
+// insert that fails, sent only with COMMIT, still fails the delivery and
+// stores nothing.
+func TestReceiveRoundTrips(t *testing.T) {
+	t.Parallel()
+	pool, writes := testdb.NewCountingWrites(t)
+	b := setup(t, &setupOpts{pool: pool})
+	receive := func(id string) (answer, int64) {
+		before := writes.Count()
+		a := do(t, b.signed(t, "payments", id, []byte(`{}`), time.Now()))
+		return a, writes.Count() - before
+	}
+	a, _ := receive("evt_warm") // prepares and caches the statements
+	require.Equal(t, "accepted", a.Body["status"], a.RawBody)
+	a, trips := receive("evt_1")
+	require.Equal(t, "accepted", a.Body["status"], a.RawBody)
+	require.EqualValues(t, 3, trips, "round trips of a new delivery")
+	a, trips = receive("evt_1")
+	require.Equal(t, "duplicate", a.Body["status"], a.RawBody)
+	require.EqualValues(t, 2, trips, "round trips of a duplicate")
+
+	_, err := pool.Exec(context.Background(), `
+		CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.event_id = 'refused' THEN RAISE EXCEPTION 'refused message'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER test_refuse BEFORE INSERT ON wharf_inbox_messages
+			FOR EACH ROW EXECUTE FUNCTION test_refuse();`)
+	require.NoError(t, err)
+	a, _ = receive("refused")
+	require.Equal(t, http.StatusServiceUnavailable, a.Status, a.RawBody)
+	keys, messages, jobs := b.counts(t)
+	require.Equal(t, []int{2, 2, 2}, []int{keys, messages, jobs}, "the refused delivery left nothing")
+	a, _ = receive("evt_2")
+	require.Equal(t, "accepted", a.Body["status"], "the connection works after the failure: %s", a.RawBody)
+}
+
 // TestBatchWorkerIsolatesFailures: in one batch job, each handler runs in
 // its own savepoint: the successes commit, a failure rolls back only its own
 // writes and is retried alone on a job of its own, a permanent failure is

@@ -142,7 +142,7 @@ func (g GenericPlans) Query(ctx context.Context, sql string, args ...any) (pgx.R
 	if err != nil {
 		return nil, closed(err, br)
 	}
-	return &genericPlanRows{Rows: rows, br: br}, nil
+	return &batchRows{Rows: rows, br: br, trailing: 1}, nil
 }
 
 func (g GenericPlans) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -179,36 +179,38 @@ func (r genericPlanRow) Scan(dest ...any) error {
 	return r.rows.Err()
 }
 
-// genericPlanRows are the query's rows. Once they are read (Err, which
-// sqlc's methods call after the last row, or Close), the rest of the
-// pipeline is read too, and its error is theirs.
-type genericPlanRows struct {
+// batchRows are a query's rows in a pipeline. Once they are read (Err,
+// which sqlc's methods call after the last row, or Close), the rest of the
+// pipeline is read too (trailing statements' results, then the batch is
+// closed), and its error is theirs.
+type batchRows struct {
 	pgx.Rows
-	br   pgx.BatchResults
-	done bool
-	err  error
+	br       pgx.BatchResults
+	trailing int
+	done     bool
+	err      error
 }
 
-func (r *genericPlanRows) finish() {
+func (r *batchRows) finish() {
 	if r.done {
 		return
 	}
 	r.done = true
 	r.Rows.Close()
 	r.err = r.Rows.Err()
-	if r.err == nil {
+	for ; r.err == nil && r.trailing > 0; r.trailing-- {
 		_, r.err = r.br.Exec()
 	}
 	r.err = closed(r.err, r.br)
 }
 
 // Err is meant for after the last row: it reads the rest of the pipeline.
-func (r *genericPlanRows) Err() error {
+func (r *batchRows) Err() error {
 	r.finish()
 	return r.err
 }
 
-func (r *genericPlanRows) Close() { r.finish() }
+func (r *batchRows) Close() { r.finish() }
 
 // GenericTx is a pgx.Tx whose Query, QueryRow and Exec run their statement
 // with a generic plan, as GenericPlans's do (on connections that cache

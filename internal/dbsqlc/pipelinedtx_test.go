@@ -1,0 +1,165 @@
+package dbsqlc_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/testdb"
+)
+
+// pipelinedSetup returns a pool of one connection that counts its writes
+// and a table t (n int unique) on it.
+func pipelinedSetup(t *testing.T) (*pgxpool.Pool, *testdb.Writes) {
+	t.Helper()
+	pool, writes := testdb.NewCountingWrites(t)
+	_, err := pool.Exec(context.Background(), "CREATE TABLE t (n int PRIMARY KEY)")
+	require.NoError(t, err)
+	return pool, writes
+}
+
+func tableOf(t *testing.T, pool *pgxpool.Pool) []int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT n FROM t ORDER BY n")
+	require.NoError(t, err)
+	ns, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	return ns
+}
+
+// A transaction of an insert, a query whose rows are read and an insert
+// commits in two round trips: BEGIN goes with the first insert and the
+// query, the second insert with COMMIT.
+func TestPipelinedTxRoundTrips(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, writes := pipelinedSetup(t)
+	run := func(first int) (int, int64) {
+		before := writes.Count()
+		var seen int
+		require.NoError(t, dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			tag, err := tx.Exec(ctx, "INSERT INTO t VALUES ($1)", first)
+			require.NoError(t, err)
+			require.Empty(t, tag.String(), "a held statement has no tag yet")
+			if err := tx.QueryRow(ctx, "SELECT count(*) FROM t WHERE n >= $1", first).Scan(&seen); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, "INSERT INTO t VALUES ($1)", first+1)
+			return err
+		}))
+		return seen, writes.Count() - before
+	}
+	run(1) // prepares and caches the statements
+	seen, trips := run(10)
+	require.Equal(t, 1, seen, "the query ran after the insert before it, in the transaction")
+	require.EqualValues(t, 2, trips)
+	require.Equal(t, []int{1, 2, 10, 11}, tableOf(t, pool))
+
+	// Only held statements: one round trip, with COMMIT.
+	before := writes.Count()
+	require.NoError(t, dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO t VALUES ($1)", 20)
+		return err
+	}))
+	require.EqualValues(t, 1, writes.Count()-before)
+	require.Equal(t, []int{1, 2, 10, 11, 20}, tableOf(t, pool))
+
+	// Nothing at all: no round trip.
+	before = writes.Count()
+	require.NoError(t, dbsqlc.RunPipelined(ctx, pool, func(pgx.Tx) error { return nil }))
+	require.EqualValues(t, 0, writes.Count()-before)
+}
+
+// A held statement that fails fails the call that sends it, and nothing of
+// the transaction commits; the connection is then usable again.
+func TestPipelinedTxFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := pipelinedSetup(t)
+	_, err := pool.Exec(ctx, "INSERT INTO t VALUES (1)")
+	require.NoError(t, err)
+
+	t.Run("AtCommit", func(t *testing.T) {
+		err := dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			var n int
+			require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (2) RETURNING n").Scan(&n))
+			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (1)") // a duplicate
+			return err
+		})
+		require.ErrorContains(t, err, "duplicate key")
+		require.Equal(t, []int{1}, tableOf(t, pool))
+	})
+	t.Run("AtTheNextQuery", func(t *testing.T) {
+		var queryErr error
+		err := dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (3)")
+			require.NoError(t, err)
+			_, err = tx.Exec(ctx, "INSERT INTO t VALUES (1)")
+			require.NoError(t, err)
+			rows, err := tx.Query(ctx, "SELECT n FROM t")
+			if err == nil {
+				_, err = pgx.CollectRows(rows, pgx.RowTo[int])
+			}
+			queryErr = err
+			return err
+		})
+		require.ErrorContains(t, queryErr, "duplicate key")
+		require.ErrorIs(t, err, queryErr)
+		require.Equal(t, []int{1}, tableOf(t, pool))
+	})
+	t.Run("FnError", func(t *testing.T) {
+		stop := errors.New("stop")
+		err := dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			var n int
+			require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (4) RETURNING n").Scan(&n))
+			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (5)")
+			require.NoError(t, err)
+			return stop
+		})
+		require.ErrorIs(t, err, stop)
+		require.Equal(t, []int{1}, tableOf(t, pool))
+	})
+	t.Run("Panic", func(t *testing.T) {
+		require.PanicsWithValue(t, "boom", func() {
+			_ = dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+				var n int
+				require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (6) RETURNING n").Scan(&n))
+				panic("boom")
+			})
+		})
+		require.Equal(t, []int{1}, tableOf(t, pool))
+	})
+	t.Run("CancelledBeforeCommit", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		err := dbsqlc.RunPipelined(cctx, pool, func(tx pgx.Tx) error {
+			var n int
+			require.NoError(t, tx.QueryRow(cctx, "INSERT INTO t VALUES (7) RETURNING n").Scan(&n))
+			_, err := tx.Exec(cctx, "INSERT INTO t VALUES (8)")
+			cancel()
+			return err
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, []int{1}, tableOf(t, pool))
+	})
+	t.Run("EndedTransaction", func(t *testing.T) {
+		var kept pgx.Tx
+		require.NoError(t, dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			kept = tx
+			_, err := tx.Begin(ctx)
+			require.Error(t, err, "savepoints are not supported")
+			return nil
+		}))
+		_, err := kept.Exec(ctx, "INSERT INTO t VALUES (9)")
+		require.ErrorIs(t, err, pgx.ErrTxClosed)
+		_, err = kept.Query(ctx, "SELECT 1")
+		require.ErrorIs(t, err, pgx.ErrTxClosed)
+		require.ErrorIs(t, kept.Commit(ctx), pgx.ErrTxClosed)
+		require.ErrorIs(t, kept.Rollback(ctx), pgx.ErrTxClosed)
+		require.Equal(t, []int{1}, tableOf(t, pool))
+	})
+}
