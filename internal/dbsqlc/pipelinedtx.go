@@ -17,7 +17,7 @@ import (
 // Execs are held, and sent in one pipeline with the next statement whose
 // rows are needed (Query, QueryRow, SendBatch) or with its COMMIT. A
 // transaction of a query, an insert whose rows are read back and an insert
-// that returns nothing then costs two round trips, not five.
+// that returns nothing then costs three round trips, not five.
 //
 // The price is that Exec cannot report its own outcome: it returns an
 // empty command tag and a nil error, and a failure of its statement is the
@@ -25,15 +25,19 @@ import (
 // transaction is lost, as it would be anyway. So PipelinedTx is only for
 // code that needs no Exec's command tag and treats any error as the end of
 // the transaction: Wharf's own receive batches (ReceiveManyTx, River's
-// InsertManyTx). Savepoints (Begin) and LargeObjects are not supported.
+// InsertManyTx). Whatever the caller does with that error, a transaction
+// in which a held statement (BEGIN included) failed never commits: every
+// later call, Commit included, fails with it. Savepoints (Begin) and
+// LargeObjects are not supported.
 // Statements are pipelined as they come, so an argument that pgx cannot
 // encode fails the whole pipeline (see GenericTx); the statements sent
 // through PipelinedTx take only arguments their callers built.
 type PipelinedTx struct {
-	conn  *pgx.Conn
-	held  []heldExec // BEGIN first, until it is sent
-	begun bool       // BEGIN was sent
-	ended bool       // committed or rolled back
+	conn   *pgx.Conn
+	held   []heldExec // BEGIN first, until it is sent
+	begun  bool       // BEGIN was sent
+	ended  bool       // committed or rolled back
+	broken error      // a held statement failed: the transaction cannot commit
 }
 
 var _ pgx.Tx = (*PipelinedTx)(nil)
@@ -77,11 +81,22 @@ func RunPipelined(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error
 // rollbackTimeout bounds the rollback after a panic.
 const rollbackTimeout = 5 * time.Second
 
+// usable returns why no statement may be sent, if none may.
+func (t *PipelinedTx) usable() error {
+	if t.ended {
+		return pgx.ErrTxClosed
+	}
+	if t.broken != nil {
+		return fmt.Errorf("dbsqlc: an earlier statement of the transaction failed: %w", t.broken)
+	}
+	return nil
+}
+
 // Exec holds sql until the next statement whose result is needed, or the
 // commit; it returns an empty tag and a nil error (see PipelinedTx).
 func (t *PipelinedTx) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.ended {
-		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	if err := t.usable(); err != nil {
+		return pgconn.CommandTag{}, err
 	}
 	t.held = append(t.held, heldExec{sql: sql, args: args})
 	return pgconn.CommandTag{}, nil
@@ -91,8 +106,8 @@ func (t *PipelinedTx) Exec(_ context.Context, sql string, args ...any) (pgconn.C
 // results are b's, each failing with a held statement's error if one
 // failed.
 func (t *PipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.ended {
-		return &pipelinedResults{err: pgx.ErrTxClosed}
+	if err := t.usable(); err != nil {
+		return &pipelinedResults{err: err}
 	}
 	if len(t.held) == 0 {
 		return t.conn.SendBatch(ctx, b)
@@ -104,12 +119,12 @@ func (t *PipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
 	held := len(t.held)
 	t.held, t.begun = nil, true
-	return &pipelinedResults{BatchResults: t.conn.SendBatch(ctx, all), held: held}
+	return &pipelinedResults{BatchResults: t.conn.SendBatch(ctx, all), held: held, tx: t}
 }
 
 func (t *PipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.ended {
-		return nil, pgx.ErrTxClosed
+	if err := t.usable(); err != nil {
+		return nil, err
 	}
 	if len(t.held) == 0 {
 		return t.conn.Query(ctx, sql, args...)
@@ -139,8 +154,8 @@ func (t *PipelinedTx) CopyFrom(ctx context.Context, table pgx.Identifier, column
 
 // flush sends the held statements, if any.
 func (t *PipelinedTx) flush(ctx context.Context) error {
-	if t.ended {
-		return pgx.ErrTxClosed
+	if err := t.usable(); err != nil {
+		return err
 	}
 	if len(t.held) == 0 {
 		return nil
@@ -150,10 +165,17 @@ func (t *PipelinedTx) flush(ctx context.Context) error {
 
 // Commit sends the held statements and COMMIT in one pipeline. When
 // nothing but BEGIN is held, nothing was sent and there is nothing to
-// commit.
+// commit. A transaction in which a held statement failed is rolled back,
+// and Commit returns that failure.
 func (t *PipelinedTx) Commit(ctx context.Context) error {
 	if t.ended {
 		return pgx.ErrTxClosed
+	}
+	if err := t.usable(); err != nil {
+		if rerr := t.Rollback(ctx); rerr != nil {
+			return errors.Join(err, fmt.Errorf("roll back: %w", rerr))
+		}
+		return err
 	}
 	if !t.begun && len(t.held) <= 1 {
 		t.held, t.ended = nil, true
@@ -200,10 +222,13 @@ func (t *PipelinedTx) abandon(ctx context.Context) {
 
 func (t *PipelinedTx) Begin(context.Context) (pgx.Tx, error) { return nil, errSavepoints }
 
-// LargeObjects is not supported: its zero value fails on use.
+// LargeObjects is not supported: its zero value panics on use.
 func (t *PipelinedTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
 
 func (t *PipelinedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.usable(); err != nil {
+		return nil, err
+	}
 	return t.conn.Prepare(ctx, name, sql)
 }
 
@@ -214,15 +239,20 @@ func (t *PipelinedTx) Conn() *pgx.Conn { return t.conn }
 // pipelinedResults are a batch's results after the held statements'.
 type pipelinedResults struct {
 	pgx.BatchResults
-	held int   // held statements' results still to read
-	err  error // the first failure among them, or the transaction's end
+	held int          // held statements' results still to read
+	err  error        // the first failure among them, or why nothing was sent
+	tx   *PipelinedTx // broken by such a failure
 }
 
-// skipHeld reads the held statements' results, once.
+// skipHeld reads the held statements' results, once. A failure breaks the
+// transaction: whether or not its BEGIN reached the server, nothing more
+// may be sent in it, and it cannot commit.
 func (r *pipelinedResults) skipHeld() error {
 	for r.err == nil && r.held > 0 {
 		r.held--
-		_, r.err = r.BatchResults.Exec()
+		if _, r.err = r.BatchResults.Exec(); r.err != nil && r.tx.broken == nil {
+			r.tx.broken = r.err
+		}
 	}
 	return r.err
 }

@@ -134,6 +134,39 @@ func TestPipelinedTxFailures(t *testing.T) {
 		})
 		require.Equal(t, []int{1}, tableOf(t, pool))
 	})
+	t.Run("RollbackKeepsTheConnection", func(t *testing.T) {
+		// Rolled back, not abandoned: the pool's one connection is the
+		// same after a failed fn and after a panic.
+		before := backendPID(t, pool)
+		stop := errors.New("stop")
+		require.ErrorIs(t, dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			var n int
+			require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (10) RETURNING n").Scan(&n))
+			return stop
+		}), stop)
+		require.Panics(t, func() {
+			_ = dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+				var n int
+				require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (11) RETURNING n").Scan(&n))
+				panic("boom")
+			})
+		})
+		require.Equal(t, before, backendPID(t, pool))
+		require.Equal(t, []int{1}, tableOf(t, pool))
+	})
+	t.Run("IgnoredErrorNeverCommits", func(t *testing.T) {
+		err := dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (1)") // a duplicate
+			require.NoError(t, err)
+			var n int
+			require.ErrorContains(t, tx.QueryRow(ctx, "SELECT 1").Scan(&n), "duplicate key")
+			_, err = tx.Exec(ctx, "INSERT INTO t VALUES (12)")
+			require.ErrorContains(t, err, "duplicate key", "nothing more is taken once a held statement failed")
+			return nil // the caller ignores both errors
+		})
+		require.ErrorContains(t, err, "duplicate key")
+		require.Equal(t, []int{1}, tableOf(t, pool))
+	})
 	t.Run("CancelledBeforeCommit", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		err := dbsqlc.RunPipelined(cctx, pool, func(tx pgx.Tx) error {
@@ -162,4 +195,45 @@ func TestPipelinedTxFailures(t *testing.T) {
 		require.ErrorIs(t, kept.Rollback(ctx), pgx.ErrTxClosed)
 		require.Equal(t, []int{1}, tableOf(t, pool))
 	})
+}
+
+func backendPID(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var pid int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid))
+	return pid
+}
+
+// In the exec modes that send nothing when an argument cannot be encoded
+// (PgBouncer's), a held statement that never reached the server, BEGIN
+// with it, still keeps the transaction from committing: the statements
+// after it would otherwise run outside any transaction, each on its own.
+func TestPipelinedTxUnsentBeginNeverCommits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol, pgx.QueryExecModeCacheStatement} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			cfg, err := pgxpool.ParseConfig(testdb.NewURL(t))
+			require.NoError(t, err)
+			cfg.MaxConns = 1
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			require.NoError(t, err)
+			t.Cleanup(pool.Close)
+			_, err = pool.Exec(ctx, "CREATE TABLE t (n int PRIMARY KEY)")
+			require.NoError(t, err)
+
+			err = dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "INSERT INTO t VALUES ($1)", make(chan int)) // pgx cannot encode it
+				require.NoError(t, err)
+				var n int
+				require.Error(t, tx.QueryRow(ctx, "SELECT 1").Scan(&n))
+				_, _ = tx.Exec(ctx, "INSERT INTO t VALUES (21)")
+				return nil // the caller ignores the errors
+			})
+			require.Error(t, err)
+			require.Empty(t, tableOf(t, pool))
+		})
+	}
 }
