@@ -54,7 +54,7 @@ var errSavepoints = errors.New("dbsqlc: a pipelined transaction takes no savepoi
 // RunPipelined runs fn in a PipelinedTx on a connection of pool and commits
 // it when fn returns nil; otherwise it rolls back and returns fn's error.
 // A connection left in a transaction by a failure is closed, never reused.
-func RunPipelined(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) (err error) {
+func RunPipelined(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return err
@@ -168,10 +168,11 @@ func (t *PipelinedTx) flush(ctx context.Context) error {
 // commit. A transaction in which a held statement failed is rolled back,
 // and Commit returns that failure.
 func (t *PipelinedTx) Commit(ctx context.Context) error {
-	if t.ended {
-		return pgx.ErrTxClosed
-	}
 	if err := t.usable(); err != nil {
+		if t.ended {
+			return err
+		}
+		// Broken: roll back what was sent.
 		if rerr := t.Rollback(ctx); rerr != nil {
 			return errors.Join(err, fmt.Errorf("roll back: %w", rerr))
 		}
