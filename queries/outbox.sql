@@ -365,7 +365,10 @@ WITH async_commit AS (
 UPDATE wharf_outbox_deliveries
 SET throttled_until = now() + make_interval(secs => @turn_in_seconds::float8)
 FROM async_commit
-WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending', 'retrying');
+WHERE id = @id::uuid AND generation = @generation::int
+  -- "|| ''": the status must be no index condition (see
+  -- OutboxAttemptRecordSucceeded).
+  AND status || '' IN ('pending', 'retrying');
 
 -- name: OutboxCircuitProbeClaim :one
 -- Makes the delivery the probe of an endpoint whose circuit is open and
@@ -520,10 +523,15 @@ endpoint_lock AS (
 current_delivery AS (
     SELECT d.id, d.endpoint_id, d.event_id, d.attempts
     FROM wharf_outbox_deliveries d
-    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
+    -- Neither "=" nor "d.status IN": the endpoint and the status must be
+    -- no index condition, or on a backlog whose statistics say none is
+    -- unfinished (taken before an outage or a burst) the planner reads
+    -- every unfinished delivery of the endpoint through its index to record
+    -- one (see OutboxAttemptRecordSucceeded).
+    JOIN endpoint_lock ON endpoint_lock.id IS NOT DISTINCT FROM d.endpoint_id
     WHERE d.id = @delivery_id::uuid
       AND d.generation = @generation::int
-      AND d.status IN ('pending', 'retrying')
+      AND d.status || '' IN ('pending', 'retrying')
     FOR UPDATE OF d
 ),
 attempt AS (
@@ -667,7 +675,14 @@ current_delivery AS MATERIALIZED (
       ON d.endpoint_id IS NOT DISTINCT FROM endpoint_lock.id
     JOIN input i ON i.delivery_id = d.id AND i.generation = d.generation
     WHERE d.id = ANY((@delivery_ids::text[])::uuid[])
-      AND d.status IN ('pending', 'retrying')
+      -- Not "d.status IN": for the same reason, the status must be no
+      -- index condition either. With it, on statistics that lag (a burst
+      -- not analyzed yet, or statistics taken before an outage, which say
+      -- no delivery is unfinished), the planner read the same index by
+      -- status alone, every unfinished delivery of every endpoint, to
+      -- record a batch of 64. Every statement that finds deliveries by id
+      -- writes its status condition so.
+      AND d.status || '' IN ('pending', 'retrying')
     ORDER BY i.lease_slot, d.id
     FOR UPDATE OF d
 ),
@@ -749,7 +764,13 @@ FROM delivery, async_commit;
 UPDATE wharf_outbox_deliveries d
 SET generation = d.generation + 1, updated_at = @now::timestamptz
 FROM (SELECT unnest(@ids::text[])::uuid AS id, unnest(@generations::int[]) AS generation) i
-WHERE d.id = i.id AND d.generation = i.generation AND d.status IN ('pending', 'retrying')
+WHERE d.id = i.id AND d.generation = i.generation
+  -- Not "d.status IN": the status must be no index condition. With it, on
+  -- a backlog whose statistics say none is unfinished (taken before an
+  -- outage or a burst), the planner read every unfinished delivery through
+  -- the endpoint index to hand a batch over (see
+  -- OutboxAttemptRecordSucceeded).
+  AND d.status || '' IN ('pending', 'retrying')
 RETURNING d.id, d.generation, d.attempts, d.next_attempt_at;
 
 -- name: OutboxDeliveryMarkDead :one
@@ -759,7 +780,10 @@ RETURNING d.id, d.generation, d.attempts, d.next_attempt_at;
 -- replay took over, or that finished, is left alone: no row.
 UPDATE wharf_outbox_deliveries
 SET status = 'dead', last_error = @reason::text, next_attempt_at = NULL, updated_at = @now::timestamptz
-WHERE id = @id::uuid AND generation = @generation::int AND status IN ('pending', 'retrying')
+WHERE id = @id::uuid AND generation = @generation::int
+  -- "|| ''": the status must be no index condition (see
+  -- OutboxAttemptRecordSucceeded).
+  AND status || '' IN ('pending', 'retrying')
 RETURNING id, endpoint_id, event_id;
 
 -- name: OutboxDeliveryGet :one
@@ -793,8 +817,10 @@ FROM wharf_outbox_endpoints ep
 WHERE d.id = @id::uuid
   AND ep.id = d.endpoint_id
   AND ep.enabled
-  AND (d.status IN ('succeeded', 'dead')
-       OR (d.status IN ('pending', 'retrying') AND d.generation = sqlc.narg('orphaned_generation')::int))
+  -- "|| ''": the status must be no index condition (see
+  -- OutboxAttemptRecordSucceeded).
+  AND (d.status || '' IN ('succeeded', 'dead')
+       OR (d.status || '' IN ('pending', 'retrying') AND d.generation = sqlc.narg('orphaned_generation')::int))
   -- Not while retention drops the event's partition.
   AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
                   WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
