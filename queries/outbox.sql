@@ -366,8 +366,7 @@ UPDATE wharf_outbox_deliveries
 SET throttled_until = now() + make_interval(secs => @turn_in_seconds::float8)
 FROM async_commit
 WHERE id = @id::uuid AND generation = @generation::int
-  -- "|| ''": the status must be no index condition (see
-  -- OutboxAttemptRecordSucceeded).
+  -- "|| ''": see OutboxAttemptRecordSucceeded.
   AND status || '' IN ('pending', 'retrying');
 
 -- name: OutboxCircuitProbeClaim :one
@@ -523,14 +522,10 @@ endpoint_lock AS (
 current_delivery AS (
     SELECT d.id, d.endpoint_id, d.event_id, d.attempts
     FROM wharf_outbox_deliveries d
-    -- Neither "=" nor "d.status IN": the endpoint and the status must be
-    -- no index condition, or on a backlog whose statistics say none is
-    -- unfinished (taken before an outage or a burst) the planner reads
-    -- every unfinished delivery of the endpoint through its index to record
-    -- one (see OutboxAttemptRecordSucceeded).
-    JOIN endpoint_lock ON endpoint_lock.id IS NOT DISTINCT FROM d.endpoint_id
+    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
     WHERE d.id = @delivery_id::uuid
       AND d.generation = @generation::int
+      -- "|| ''": see OutboxAttemptRecordSucceeded.
       AND d.status || '' IN ('pending', 'retrying')
     FOR UPDATE OF d
 ),
@@ -675,11 +670,12 @@ current_delivery AS MATERIALIZED (
       ON d.endpoint_id IS NOT DISTINCT FROM endpoint_lock.id
     JOIN input i ON i.delivery_id = d.id AND i.generation = d.generation
     WHERE d.id = ANY((@delivery_ids::text[])::uuid[])
-      -- Not "d.status IN": for the same reason, the status must be no
-      -- index condition either. With it, on statistics that lag (a burst
-      -- not analyzed yet, or statistics taken before an outage, which say
-      -- no delivery is unfinished), the planner read the same index by
-      -- status alone, every unfinished delivery of every endpoint, to
+      -- Not "d.status IN": the status must be no index condition either,
+      -- nor prove the predicate of the partial index of unfinished
+      -- deliveries. On statistics that say almost none is unfinished
+      -- (taken while all had succeeded, before an outage; or none taken
+      -- yet, after a burst), the planner then read every unfinished
+      -- delivery, through that index or this one by status alone, to
       -- record a batch of 64. Every statement that finds deliveries by id
       -- writes its status condition so.
       AND d.status || '' IN ('pending', 'retrying')
@@ -765,11 +761,7 @@ UPDATE wharf_outbox_deliveries d
 SET generation = d.generation + 1, updated_at = @now::timestamptz
 FROM (SELECT unnest(@ids::text[])::uuid AS id, unnest(@generations::int[]) AS generation) i
 WHERE d.id = i.id AND d.generation = i.generation
-  -- Not "d.status IN": the status must be no index condition. With it, on
-  -- a backlog whose statistics say none is unfinished (taken before an
-  -- outage or a burst), the planner read every unfinished delivery through
-  -- the endpoint index to hand a batch over (see
-  -- OutboxAttemptRecordSucceeded).
+  -- "|| ''": see OutboxAttemptRecordSucceeded.
   AND d.status || '' IN ('pending', 'retrying')
 RETURNING d.id, d.generation, d.attempts, d.next_attempt_at;
 
@@ -781,8 +773,7 @@ RETURNING d.id, d.generation, d.attempts, d.next_attempt_at;
 UPDATE wharf_outbox_deliveries
 SET status = 'dead', last_error = @reason::text, next_attempt_at = NULL, updated_at = @now::timestamptz
 WHERE id = @id::uuid AND generation = @generation::int
-  -- "|| ''": the status must be no index condition (see
-  -- OutboxAttemptRecordSucceeded).
+  -- "|| ''": see OutboxAttemptRecordSucceeded.
   AND status || '' IN ('pending', 'retrying')
 RETURNING id, endpoint_id, event_id;
 
@@ -817,8 +808,7 @@ FROM wharf_outbox_endpoints ep
 WHERE d.id = @id::uuid
   AND ep.id = d.endpoint_id
   AND ep.enabled
-  -- "|| ''": the status must be no index condition (see
-  -- OutboxAttemptRecordSucceeded).
+  -- "|| ''": see OutboxAttemptRecordSucceeded.
   AND (d.status || '' IN ('succeeded', 'dead')
        OR (d.status || '' IN ('pending', 'retrying') AND d.generation = sqlc.narg('orphaned_generation')::int))
   -- Not while retention drops the event's partition.

@@ -31,14 +31,10 @@ endpoint_lock AS (
 current_delivery AS (
     SELECT d.id, d.endpoint_id, d.event_id, d.attempts
     FROM wharf_outbox_deliveries d
-    -- Neither "=" nor "d.status IN": the endpoint and the status must be
-    -- no index condition, or on a backlog whose statistics say none is
-    -- unfinished (taken before an outage or a burst) the planner reads
-    -- every unfinished delivery of the endpoint through its index to record
-    -- one (see OutboxAttemptRecordSucceeded).
-    JOIN endpoint_lock ON endpoint_lock.id IS NOT DISTINCT FROM d.endpoint_id
+    JOIN endpoint_lock ON endpoint_lock.id = d.endpoint_id
     WHERE d.id = $2::uuid
       AND d.generation = $3::int
+      -- "|| ''": see OutboxAttemptRecordSucceeded.
       AND d.status || '' IN ('pending', 'retrying')
     FOR UPDATE OF d
 ),
