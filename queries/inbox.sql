@@ -53,7 +53,9 @@ WHERE received_at = @received_at AND id = @id AND status IN ('received', 'failed
 -- holds the row lock and has checked that it may be replayed.
 UPDATE wharf_inbox_messages
 SET status = 'received', job_id = @job_id::bigint, updated_at = @now::timestamptz
-WHERE received_at = @received_at AND id = @id AND status <> 'processed'
+WHERE received_at = @received_at AND id = @id
+  -- "|| ''": see InboxMessagesLockUnfinished.
+  AND status || '' <> 'processed'
 RETURNING *;
 
 -- name: InboxMessageList :many
@@ -292,12 +294,21 @@ WHERE b.ordering_key <> '';
 -- and that no other transaction holds at this moment (SKIP LOCKED: it
 -- never waits): a batch parks the messages that wait for them (see
 -- InboxMessageEarlierUnfinishedLocked for why the lock).
+-- "status || ''" (here and below): the status must be no index condition,
+-- nor prove a partial index's predicate. On statistics that say almost no
+-- message is unfinished (taken while all were processed, before an outage
+-- of a handler; or none taken yet, a new day's partition under a burst),
+-- the planner otherwise read every unfinished message through the index of
+-- unfinished messages to find a few by key.
+-- The arrays again, as "= ANY", lead the plan to the keys' indexes.
 SELECT m.id
 FROM wharf_inbox_messages m
 WHERE (m.received_at, m.id) IN (
     SELECT (@received_ats::timestamptz[])[i], (@ids::text[])[i]::uuid
     FROM generate_subscripts(@ids::text[], 1) AS i)
-  AND m.status IN ('received', 'failed')
+  AND m.received_at = ANY(@received_ats::timestamptz[])
+  AND m.id = ANY((@ids::text[])::uuid[])
+  AND m.status || '' IN ('received', 'failed')
 FOR SHARE SKIP LOCKED;
 
 -- name: InboxMessagesAwaitUnlocked :exec
@@ -305,11 +316,15 @@ FOR SHARE SKIP LOCKED;
 -- updating them), by locking them FOR SHARE: the caller takes it in a
 -- savepoint, with a lock_timeout, and rolls the savepoint back, which
 -- releases the locks.
+-- The arrays again, as "= ANY", lead the plan to the keys' indexes: on a
+-- partition never analyzed it scanned every message of every partition.
 SELECT 1
 FROM wharf_inbox_messages m
 WHERE (m.received_at, m.id) IN (
     SELECT (@received_ats::timestamptz[])[i], (@ids::text[])[i]::uuid
     FROM generate_subscripts(@ids::text[], 1) AS i)
+  AND m.received_at = ANY(@received_ats::timestamptz[])
+  AND m.id = ANY((@ids::text[])::uuid[])
 ORDER BY m.received_at, m.id
 FOR SHARE;
 
@@ -318,7 +333,9 @@ FOR SHARE;
 -- ones of their ordering keys: no job until those finish and give them one.
 UPDATE wharf_inbox_messages
 SET job_id = NULL, updated_at = @now::timestamptz
-WHERE received_at = @received_at AND id = ANY ((@ids::text[])::uuid[]) AND status IN ('received', 'failed');
+WHERE received_at = @received_at AND id = ANY ((@ids::text[])::uuid[])
+  -- "|| ''": see InboxMessagesLockUnfinished.
+  AND status || '' IN ('received', 'failed');
 
 -- name: InboxMessagesNextParked :many
 -- For messages that just finished (sharing received_at), the next

@@ -781,7 +781,9 @@ func (q *Queries) InboxMessagePark(ctx context.Context, arg InboxMessageParkPara
 const inboxMessageRequeue = `-- name: InboxMessageRequeue :one
 UPDATE wharf_inbox_messages
 SET status = 'received', job_id = $1::bigint, updated_at = $2::timestamptz
-WHERE received_at = $3 AND id = $4 AND status <> 'processed'
+WHERE received_at = $3 AND id = $4
+  -- "|| ''": see InboxMessagesLockUnfinished.
+  AND status || '' <> 'processed'
 RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context
 `
 
@@ -910,6 +912,8 @@ FROM wharf_inbox_messages m
 WHERE (m.received_at, m.id) IN (
     SELECT ($1::timestamptz[])[i], ($2::text[])[i]::uuid
     FROM generate_subscripts($2::text[], 1) AS i)
+  AND m.received_at = ANY($1::timestamptz[])
+  AND m.id = ANY(($2::text[])::uuid[])
 ORDER BY m.received_at, m.id
 FOR SHARE
 `
@@ -923,6 +927,8 @@ type InboxMessagesAwaitUnlockedParams struct {
 // updating them), by locking them FOR SHARE: the caller takes it in a
 // savepoint, with a lock_timeout, and rolls the savepoint back, which
 // releases the locks.
+// The arrays again, as "= ANY", lead the plan to the keys' indexes: on a
+// partition never analyzed it scanned every message of every partition.
 func (q *Queries) InboxMessagesAwaitUnlocked(ctx context.Context, arg InboxMessagesAwaitUnlockedParams) error {
 	_, err := q.db.Exec(ctx, inboxMessagesAwaitUnlocked, arg.ReceivedAts, arg.Ids)
 	return err
@@ -1103,7 +1109,9 @@ FROM wharf_inbox_messages m
 WHERE (m.received_at, m.id) IN (
     SELECT ($1::timestamptz[])[i], ($2::text[])[i]::uuid
     FROM generate_subscripts($2::text[], 1) AS i)
-  AND m.status IN ('received', 'failed')
+  AND m.received_at = ANY($1::timestamptz[])
+  AND m.id = ANY(($2::text[])::uuid[])
+  AND m.status || '' IN ('received', 'failed')
 FOR SHARE SKIP LOCKED
 `
 
@@ -1116,6 +1124,13 @@ type InboxMessagesLockUnfinishedParams struct {
 // and that no other transaction holds at this moment (SKIP LOCKED: it
 // never waits): a batch parks the messages that wait for them (see
 // InboxMessageEarlierUnfinishedLocked for why the lock).
+// "status || ”" (here and below): the status must be no index condition,
+// nor prove a partial index's predicate. On statistics that say almost no
+// message is unfinished (taken while all were processed, before an outage
+// of a handler; or none taken yet, a new day's partition under a burst),
+// the planner otherwise read every unfinished message through the index of
+// unfinished messages to find a few by key.
+// The arrays again, as "= ANY", lead the plan to the keys' indexes.
 func (q *Queries) InboxMessagesLockUnfinished(ctx context.Context, arg InboxMessagesLockUnfinishedParams) ([]uuid.UUID, error) {
 	rows, err := q.db.Query(ctx, inboxMessagesLockUnfinished, arg.ReceivedAts, arg.Ids)
 	if err != nil {
@@ -1231,7 +1246,9 @@ func (q *Queries) InboxMessagesNextParked(ctx context.Context, arg InboxMessages
 const inboxMessagesPark = `-- name: InboxMessagesPark :exec
 UPDATE wharf_inbox_messages
 SET job_id = NULL, updated_at = $1::timestamptz
-WHERE received_at = $2 AND id = ANY (($3::text[])::uuid[]) AND status IN ('received', 'failed')
+WHERE received_at = $2 AND id = ANY (($3::text[])::uuid[])
+  -- "|| ''": see InboxMessagesLockUnfinished.
+  AND status || '' IN ('received', 'failed')
 `
 
 type InboxMessagesParkParams struct {
