@@ -18,18 +18,22 @@ const staleBacklog = 30000
 
 // TestStatementsReadOnlyTheirMessages runs each statement that finds a few
 // messages by key and checks their status (the ordering path's lock of
-// unfinished messages, its wait for locks and its park, a replay's
-// requeue, retention's deletion of dedupe keys) on a backlog of 30,000
+// unfinished messages, its wait for locks, its park and its look for
+// parked messages to wake, a replay's requeue, retention's deletion of
+// dedupe keys) on a backlog of 30,000
 // unfinished messages whose statistics say almost none is unfinished: not
 // taken yet (a new day's partition under a burst), or taken while all were
 // processed (a backlog after a handler's outage). Each runs under a
 // generic and a custom plan, in a transaction rolled back afterwards, and
 // the message rows it read (through indexes or sequential scans) are
-// counted. The lock of unfinished messages read every unfinished one
-// through the index of unfinished messages, its wait scanned every
-// partition, and retention compared every expired key with every
-// unfinished message; the park and the requeue read their whole receive
-// batch.
+// counted. The lock of unfinished messages read every unfinished message
+// through the index of unfinished messages, retention compared every
+// expired key with every unfinished message, and the park read its whole
+// receive batch. (The wait, the look and the requeue read no more than
+// they need here, with their statements as they were; on 3,000 messages
+// of a few bytes each, the look read every unfinished one received since
+// the batch, the wait every partition, which is the planner's fair choice
+// on so little.)
 func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 	t.Parallel()
 	for _, stats := range []string{"never_analyzed", "analyzed_all_processed"} {
@@ -40,13 +44,15 @@ func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 			// Today's partition, made as a delivery makes it.
 			receiveMany(t, b.pool, b.inbox, typedPayments("paid"))
 			// 200 processed messages first, then the backlog, 50 to a
-			// receive batch (sharing received_at), every one with its key
-			// and a 1 KB body (with tiny rows, a sequential scan of the
-			// backlog is the planner's fair choice).
+			// receive batch (sharing received_at), every one with its key,
+			// a 1 KB body (with tiny rows, a sequential scan of the backlog
+			// is the planner's fair choice), a job (none parked), and half
+			// with an ordering key.
 			_, err := b.pool.Exec(ctx, `
-				INSERT INTO wharf_inbox_messages (id, received_at, source, event_id, body, payload_hash, status, updated_at)
-				SELECT gen_random_uuid(), date_trunc('day', now()) + (i / 50) * interval '1 ms', 'payments', 'stale_' || i,
-				       convert_to('{"pad":"' || repeat('x', 1000) || '"}', 'UTF8'), '\x00', CASE WHEN i < 200 THEN 'processed' ELSE 'received' END, now()
+				INSERT INTO wharf_inbox_messages (id, received_at, source, event_id, body, payload_hash, status, updated_at, ordering_key, job_id)
+				SELECT gen_random_uuid(), date_trunc('day', now()) + (i / 50) * interval '1 ms', 'payments' || (i % 3), 'stale_' || i,
+				       convert_to('{"pad":"' || repeat('x', 1000) || '"}', 'UTF8'), '\x00', CASE WHEN i < 200 THEN 'processed' ELSE 'received' END, now(),
+				       CASE WHEN i % 2 = 0 THEN 'k' || (i % 40) ELSE '' END, i + 1
 				FROM generate_series(0, $1::int + 199) AS i`, staleBacklog)
 			require.NoError(t, err)
 			_, err = b.pool.Exec(ctx, `
@@ -66,14 +72,17 @@ func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 			// One receive batch of the backlog, the 50 sharing received_at
 			// after the processed ones.
 			var at time.Time
-			var ids []string
-			rows, err := b.pool.Query(ctx, `SELECT received_at, id FROM wharf_inbox_messages
+			var ids, sources, keys []string
+			rows, err := b.pool.Query(ctx, `SELECT received_at, id, source, ordering_key FROM wharf_inbox_messages
 				WHERE event_id LIKE 'stale_%' AND status = 'received' ORDER BY received_at, id LIMIT 50`)
 			require.NoError(t, err)
 			for rows.Next() {
 				var id uuid.UUID
-				require.NoError(t, rows.Scan(&at, &id))
+				var source, key string
+				require.NoError(t, rows.Scan(&at, &id, &source, &key))
 				ids = append(ids, id.String())
+				sources = append(sources, source)
+				keys = append(keys, key)
 			}
 			require.NoError(t, rows.Err())
 			require.Len(t, ids, 50)
@@ -101,6 +110,11 @@ func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 				{"InboxMessageRequeue", 10, func(t *testing.T, q *dbsqlc.Queries) {
 					_, err := q.InboxMessageRequeue(ctx, dbsqlc.InboxMessageRequeueParams{JobID: 1, Now: time.Now(), ReceivedAt: at, ID: uuid.MustParse(ids[7])})
 					require.NoError(t, err)
+				}},
+				{"InboxMessagesNextParked", 10, func(t *testing.T, q *dbsqlc.Queries) {
+					next, err := q.InboxMessagesNextParked(ctx, dbsqlc.InboxMessagesNextParkedParams{ReceivedAt: at, Sources: sources, Ids: ids, OrderingKeys: keys})
+					require.NoError(t, err)
+					require.Empty(t, next, "none is parked")
 				}},
 				{"RetentionInboxKeysDelete", 100 + 30, func(t *testing.T, q *dbsqlc.Queries) {
 					deleted, err := q.RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
