@@ -12,21 +12,21 @@ import (
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
-// staleBacklog is the unfinished messages of TestStatementsReadOnlyTheirMessages:
-// on a few thousand rows a sequential scan is the planner's fair choice.
+// staleBacklog is how many unfinished messages
+// TestStatementsReadOnlyTheirMessages queues: on a few thousand a
+// sequential scan is the planner's fair choice.
 const staleBacklog = 30000
 
 // TestStatementsReadOnlyTheirMessages runs each statement that finds a few
 // messages by key and checks their status (the ordering path's lock of
 // unfinished messages, its wait for locks, its park and its look for
 // parked messages to wake, a replay's requeue, retention's deletion of
-// dedupe keys) on a backlog of 30,000
-// unfinished messages whose statistics say almost none is unfinished: not
-// taken yet (a new day's partition under a burst), or taken while all were
-// processed (a backlog after a handler's outage). Each runs under a
-// generic and a custom plan, in a transaction rolled back afterwards, and
-// the message rows it read (through indexes or sequential scans) are
-// counted. The lock of unfinished messages read every unfinished message
+// dedupe keys) on a backlog of 30,000 unfinished messages whose statistics
+// say almost none is unfinished: not taken yet (a new day's partition under
+// a burst), or taken while all were processed (a backlog after a handler's
+// outage). Each runs under a generic and a custom plan, in a transaction
+// rolled back afterwards, and the message rows it read (through indexes or
+// sequential scans) are counted. The lock of unfinished messages read every unfinished message
 // through the index of unfinished messages, retention compared every
 // expired key with every unfinished message, and the park read its whole
 // receive batch. (The wait, the look and the requeue read no more than
