@@ -1,5 +1,11 @@
 package inbox
 
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
 // GatheringDeliveries is how many deliveries the HTTP handler's open batch
 // (the one taking members, not yet committing) holds.
 func GatheringDeliveries(ib *Inbox) int {
@@ -9,4 +15,10 @@ func GatheringDeliveries(ib *Inbox) int {
 		return 0
 	}
 	return len(ib.batcher.open.msgs)
+}
+
+// WakeNext gives the next unfinished message of msg's ordering key a job
+// when it is parked, as a message's finish does, in tx.
+func WakeNext(ctx context.Context, ib *Inbox, tx pgx.Tx, msg *Message) error {
+	return ib.wakeNext(ctx, tx, msg)
 }

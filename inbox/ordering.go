@@ -128,8 +128,11 @@ func (ib *Inbox) wakeNext(ctx context.Context, tx pgx.Tx, msg *Message) error {
 	if msg.OrderingKey == "" {
 		return nil
 	}
-	q := dbsqlc.New(tx)
-	next, err := q.InboxMessageNextWaiting(ctx, dbsqlc.InboxMessageNextWaitingParams{
+	// A generic plan without sequential scans: a custom one, on statistics
+	// that say almost no message is unfinished (taken while all were
+	// processed), sorted every later unfinished message of the key (the
+	// empty later partitions' scans cost nothing) to find the first.
+	next, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessageNextWaiting(ctx, dbsqlc.InboxMessageNextWaitingParams{
 		Source: msg.Source, OrderingKey: msg.OrderingKey, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
 	})
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && next.JobID != nil) {

@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
@@ -19,21 +21,23 @@ const staleBacklog = 30000
 
 // TestStatementsReadOnlyTheirMessages runs each statement that finds a few
 // messages by key and checks their status (the ordering path's lock of
-// unfinished messages, its wait for locks, its park and its look for
-// parked messages to wake, a replay's requeue, retention's deletion of
-// dedupe keys) on a backlog of 30,000 unfinished messages whose statistics
-// say almost none is unfinished: not taken yet (a new day's partition under
-// a burst), or taken while all were processed (a backlog after a handler's
-// outage). Each runs under a generic and a custom plan, in a transaction
-// rolled back afterwards, and the message rows it read (through indexes or
-// sequential scans) are counted. The lock of unfinished messages read every unfinished message
+// unfinished messages, its wait for locks, its park, its look for parked
+// messages to wake, a finished message's wake of the next, a replay's
+// requeue, retention's deletion of dedupe keys) on a backlog of 30,000
+// unfinished messages whose statistics say almost none is unfinished: not
+// taken yet (a new day's partition under a burst), or taken while all were
+// processed (a backlog after a handler's outage). Each runs under a
+// generic and a custom plan, in a transaction rolled back afterwards, and
+// the message rows it read (through indexes or sequential scans) are
+// counted. The lock of unfinished messages read every unfinished message
 // through the index of unfinished messages, retention compared every
-// expired key with every unfinished message, and the park read its whole
-// receive batch. (The wait, the look and the requeue read no more than
-// they need here, with their statements as they were; on 3,000 messages
-// of a few bytes each, the look read every unfinished one received since
-// the batch, the wait every partition, which is the planner's fair choice
-// on so little.)
+// expired key with every unfinished message, the park read its whole
+// receive batch, and the wake sorted every later unfinished message of
+// its key. (The wait, the look and the requeue read no more than they need
+// here, with their statements as they were; on 3,000 messages of a few
+// bytes each, the look read every unfinished one received since the
+// batch, the wait every partition, which is the planner's fair choice on
+// so little.)
 func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 	t.Parallel()
 	for _, stats := range []string{"never_analyzed", "analyzed_all_processed"} {
@@ -94,30 +98,39 @@ func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 			statements := []struct {
 				name string
 				most int64 // message rows it may read
-				run  func(t *testing.T, q *dbsqlc.Queries)
+				run  func(t *testing.T, tx pgx.Tx)
 			}{
-				{"InboxMessagesLockUnfinished", 2*50 + 30, func(t *testing.T, q *dbsqlc.Queries) {
-					locked, err := q.InboxMessagesLockUnfinished(ctx, dbsqlc.InboxMessagesLockUnfinishedParams{ReceivedAts: ats, Ids: ids})
+				{"InboxMessagesLockUnfinished", 2*50 + 30, func(t *testing.T, tx pgx.Tx) {
+					locked, err := dbsqlc.New(tx).InboxMessagesLockUnfinished(ctx, dbsqlc.InboxMessagesLockUnfinishedParams{ReceivedAts: ats, Ids: ids})
 					require.NoError(t, err)
 					require.Len(t, locked, 50)
 				}},
-				{"InboxMessagesAwaitUnlocked", 2*50 + 30, func(t *testing.T, q *dbsqlc.Queries) {
-					require.NoError(t, q.InboxMessagesAwaitUnlocked(ctx, dbsqlc.InboxMessagesAwaitUnlockedParams{ReceivedAts: ats, Ids: ids}))
+				{"InboxMessagesAwaitUnlocked", 2*50 + 30, func(t *testing.T, tx pgx.Tx) {
+					require.NoError(t, dbsqlc.New(tx).InboxMessagesAwaitUnlocked(ctx, dbsqlc.InboxMessagesAwaitUnlockedParams{ReceivedAts: ats, Ids: ids}))
 				}},
-				{"InboxMessagesPark", 5 + 10, func(t *testing.T, q *dbsqlc.Queries) {
-					require.NoError(t, q.InboxMessagesPark(ctx, dbsqlc.InboxMessagesParkParams{Now: time.Now(), ReceivedAt: at, Ids: ids[:5]}))
+				{"InboxMessagesPark", 5 + 10, func(t *testing.T, tx pgx.Tx) {
+					require.NoError(t, dbsqlc.New(tx).InboxMessagesPark(ctx, dbsqlc.InboxMessagesParkParams{Now: time.Now(), ReceivedAt: at, Ids: ids[:5]}))
 				}},
-				{"InboxMessageRequeue", 10, func(t *testing.T, q *dbsqlc.Queries) {
-					_, err := q.InboxMessageRequeue(ctx, dbsqlc.InboxMessageRequeueParams{JobID: 1, Now: time.Now(), ReceivedAt: at, ID: uuid.MustParse(ids[7])})
+				{"InboxMessageRequeue", 10, func(t *testing.T, tx pgx.Tx) {
+					_, err := dbsqlc.New(tx).InboxMessageRequeue(ctx, dbsqlc.InboxMessageRequeueParams{JobID: 1, Now: time.Now(), ReceivedAt: at, ID: uuid.MustParse(ids[7])})
 					require.NoError(t, err)
 				}},
-				{"InboxMessagesNextParked", 10, func(t *testing.T, q *dbsqlc.Queries) {
-					next, err := q.InboxMessagesNextParked(ctx, dbsqlc.InboxMessagesNextParkedParams{ReceivedAt: at, Sources: sources, Ids: ids, OrderingKeys: keys})
+				{"InboxMessagesNextParked", 10, func(t *testing.T, tx pgx.Tx) {
+					// As a batch's finish runs it.
+					next, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessagesNextParked(ctx, dbsqlc.InboxMessagesNextParkedParams{ReceivedAt: at, Sources: sources, Ids: ids, OrderingKeys: keys})
 					require.NoError(t, err)
 					require.Empty(t, next, "none is parked")
 				}},
-				{"RetentionInboxKeysDelete", 100 + 30, func(t *testing.T, q *dbsqlc.Queries) {
-					deleted, err := q.RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
+				{"InboxMessageNextWaiting (a finished message's wake of the next)", 10, func(t *testing.T, tx pgx.Tx) {
+					k := 0
+					for keys[k] == "" {
+						k++
+					}
+					msg := &inbox.Message{ID: uuid.MustParse(ids[k]), Source: sources[k], ReceivedAt: at, OrderingKey: keys[k]}
+					require.NoError(t, inbox.WakeNext(ctx, b.inbox, tx, msg))
+				}},
+				{"RetentionInboxKeysDelete", 100 + 30, func(t *testing.T, tx pgx.Tx) {
+					deleted, err := dbsqlc.New(tx).RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
 						Cutoff: time.Now().Add(48 * time.Hour), ErasedCutoff: time.Now().Add(48 * time.Hour), BatchSize: 100,
 					})
 					require.NoError(t, err)
@@ -138,7 +151,7 @@ func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 							return n
 						}
 						before := read()
-						st.run(t, dbsqlc.New(tx))
+						st.run(t, tx)
 						assert.LessOrEqual(t, read()-before, st.most, "%s: message rows read, with %d unfinished", st.name, staleBacklog)
 						require.NoError(t, tx.Rollback(ctx))
 					}
