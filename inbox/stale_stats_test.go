@@ -12,6 +12,7 @@ import (
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/testdb"
 )
 
 // staleBacklog is how many unfinished messages
@@ -144,15 +145,9 @@ func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 						require.NoError(t, err)
 						_, err = tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode)
 						require.NoError(t, err)
-						read := func() int64 {
-							var n int64
-							require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_fetch + seq_tup_read), 0)::bigint
-								FROM pg_stat_xact_user_tables WHERE relname LIKE 'wharf_inbox_messages%'`).Scan(&n))
-							return n
-						}
-						before := read()
+						before := testdb.RowsRead(t, tx, "wharf_inbox_messages%")
 						st.run(t, tx)
-						assert.LessOrEqual(t, read()-before, st.most, "%s: message rows read, with %d unfinished", st.name, staleBacklog)
+						assert.LessOrEqual(t, testdb.RowsRead(t, tx, "wharf_inbox_messages%")-before, st.most, "%s: message rows read, with %d unfinished", st.name, staleBacklog)
 						require.NoError(t, tx.Rollback(ctx))
 					}
 				})

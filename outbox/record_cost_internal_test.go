@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/testdb"
 )
 
 // TestRecordSucceededReadsOnlyItsDeliveries records a batch of successes
@@ -155,12 +156,7 @@ func backlogPlans(t *testing.T, check func(t *testing.T, o *Outbox, tx pgx.Tx, r
 					defer func() { _ = tx.Rollback(ctx) }()
 					_, err = tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode)
 					require.NoError(t, err)
-					check(t, o, tx, rows, func() int64 {
-						var n int64
-						require.NoError(t, tx.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_fetch + seq_tup_read), 0)::bigint FROM pg_stat_xact_user_tables
-							WHERE relname = 'wharf_outbox_deliveries'`).Scan(&n))
-						return n
-					})
+					check(t, o, tx, rows, func() int64 { return testdb.RowsRead(t, tx, "wharf_outbox_deliveries") })
 				})
 			}
 		})
