@@ -46,7 +46,9 @@ type DeliveryRef struct {
 // job's to record) is handed over to a job of its own (DeliveryArgs),
 // which goes on as any delivery's; the deliveries the job has not reached
 // when Config.DeliveryBatchSpan has passed are handed over to new batch
-// jobs, as many to a job as it sent in the span. A hand-over moves the
+// jobs, as many to a job as it sent in the span but in no more jobs than
+// the endpoint has slots free for (see spanEnd: a job with none free goes
+// on sending instead, up to maxBatchSpans spans). A hand-over moves the
 // delivery to its next generation and inserts its new job in one
 // transaction, so later runs of the batch job leave it alone. A crash
 // anywhere leaves every delivery either recorded, handed over, or still
@@ -68,11 +70,15 @@ type batchWorker struct {
 	outbox *Outbox
 }
 
-// Timeout is the River timeout of every batch job: Config.DeliveryBatchSpan,
-// then one more request of up to Config.MaxEndpointTimeout, plus
-// deliveryJobMargin.
+// maxBatchSpans bounds the spans a batch job sends for: past its first
+// only while its endpoint has no slot free for another job (spanEnd).
+const maxBatchSpans = 4
+
+// Timeout is the River timeout of every batch job: maxBatchSpans of
+// Config.DeliveryBatchSpan, then one more request of up to
+// Config.MaxEndpointTimeout, plus deliveryJobMargin.
 func (w *batchWorker) Timeout(*river.Job[DeliveryBatchArgs]) time.Duration {
-	return w.outbox.config.DeliveryBatchSpan + w.outbox.config.MaxEndpointTimeout + deliveryJobMargin
+	return maxBatchSpans*w.outbox.config.DeliveryBatchSpan + w.outbox.config.MaxEndpointTimeout + deliveryJobMargin
 }
 
 // Work attempts the batch's deliveries. When River cancels the job
@@ -173,6 +179,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	}
 
 	start := time.Now()
+	spanFirst, spans := 0, 1 // the span's first member, and its number
 	var sendErr error
 	handRest := func(i int) {
 		for _, rest := range members[i:] {
@@ -180,9 +187,13 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 	}
 	for i, m := range members {
-		if i > 0 && time.Since(start) > o.config.DeliveryBatchSpan {
-			over = append(over, splitRest(members[i:], min(i, o.config.DeliveryBatchSize), time.Now())...)
-			break
+		if i > spanFirst && time.Since(start) > o.config.DeliveryBatchSpan {
+			keep, size := o.spanEnd(ctx, log, first, slot, timeout, len(members)-i, i-spanFirst, spans)
+			if !keep {
+				over = append(over, splitRest(members[i:], size, time.Now())...)
+				break
+			}
+			start, spanFirst, spans = time.Now(), i, spans+1
 		}
 		if ctx.Err() != nil {
 			// The client is stopping, or River cancelled the job: the rest
@@ -239,6 +250,65 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		return err
 	}
 	return sendErr
+}
+
+// spanEnd says what a batch job does with the rest deliveries it has not
+// reached when its span, its spans-th, has passed, having sent sent in
+// it. While its endpoint has no slot free for another job, it goes on for
+// another span, its lease extended (keep), at most maxBatchSpans in all
+// and while River's timeout leaves room for one more span: new jobs would
+// only wait for a slot (snoozed, fetched again) while every request the
+// endpoint allows in flight is already some batch's. On a machine whose
+// cores are busy a batch sends slowly, and splitting it at each span cost
+// a burst to a fast endpoint much of its rate.
+//
+// Otherwise the rest is split among new batch jobs of size deliveries
+// each: as many as the job sent in the span (at most
+// Config.DeliveryBatchSize), in no more jobs than the endpoint has slots
+// free for, counting the one this job gives back. Without a cap (slot
+// noLease), or when the slots cannot be counted, the split is by what it
+// sent.
+func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32,
+	timeout time.Duration, rest, sent, spans int,
+) (keep bool, size int) {
+	size = min(sent, o.config.DeliveryBatchSize)
+	if slot == noLease {
+		return false, size
+	}
+	count, err := o.queries.OutboxLeaseCount(ctx, first.EndpointID)
+	if err != nil || count.MaxInFlight == 0 {
+		// Deleted (no row) or its cap lifted: no slots to count.
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
+			log.WarnContext(ctx, "outbox: could not count the endpoint's free slots; splitting the batch by what it sent", "error", err)
+		}
+		return false, size
+	}
+	free := int64(count.MaxInFlight) - count.Held // besides the job's own
+	if (free <= 0 || rest <= sent) && spans < maxBatchSpans && o.config.DeliveryBatchSize > 1 && o.spanRoom(ctx, timeout) {
+		lease := o.config.DeliveryBatchSpan + timeout + leaseGrace
+		n, err := o.queries.OutboxLeaseExtend(ctx, dbsqlc.OutboxLeaseExtendParams{
+			EndpointID: first.EndpointID, Slot: slot, DeliveryID: first.ID, LeaseSeconds: lease.Seconds(),
+		})
+		if err == nil && n == 1 {
+			return true, 0
+		}
+		if err != nil && ctx.Err() == nil {
+			log.WarnContext(ctx, "outbox: could not extend the batch's concurrency slot; splitting the batch", "error", err)
+		}
+	}
+	free = max(free, 0) + 1
+	if jobs := (rest + size - 1) / size; int64(jobs) > free {
+		size = min(int((int64(rest)+free-1)/free), o.config.DeliveryBatchSize)
+	}
+	return false, size
+}
+
+// spanRoom reports whether the job whose context is ctx has time for one
+// more span, one more request of up to timeout after it, and recording,
+// before River's timeout of the job.
+func (o *Outbox) spanRoom(ctx context.Context, timeout time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return !ok || time.Until(deadline) > o.config.DeliveryBatchSpan+timeout+deliveryJobMargin
 }
 
 // splitRest hands rest, the deliveries a batch job did not reach in its

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 )
 
@@ -58,4 +59,56 @@ func TestDeadWithoutAttemptLeavesAFinishedDeliveryAlone(t *testing.T) {
 	statuses, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Equal(t, []string{"succeeded", "dead"}, statuses)
+}
+
+// A batch job at its endpoint's cap goes on past its span with its lease
+// extended, for at most maxBatchSpans spans and while River's timeout
+// leaves room; one whose lease was lost meanwhile splits.
+func TestSpanEndAtTheCapExtendsTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, pool, eps, loaded := combineSetup(t, []int{1}, 3)
+	o.config.DeliveryBatchSpan = time.Second
+	first := loaded[0]
+	job := &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{}, Args: DeliveryArgs{DeliveryID: first.ID}}
+	const timeout = 10 * time.Second
+	adm, err := o.acquireLease(ctx, job, first, o.config.DeliveryBatchSpan+timeout, false)
+	require.NoError(t, err)
+	require.Zero(t, adm.wait)
+	left := func() time.Duration {
+		var secs float64
+		require.NoError(t, pool.QueryRow(ctx,
+			`SELECT extract(epoch FROM expires_at - now()) FROM wharf_outbox_leases WHERE endpoint_id = $1 AND slot = $2`,
+			eps[0], adm.slot).Scan(&secs))
+		return time.Duration(secs * float64(time.Second))
+	}
+	expire := func(in time.Duration) {
+		_, err := pool.Exec(ctx, `UPDATE wharf_outbox_leases SET expires_at = now() + make_interval(secs => $3)
+			WHERE endpoint_id = $1 AND slot = $2`, eps[0], adm.slot, in.Seconds())
+		require.NoError(t, err)
+	}
+	log := o.config.Logger
+
+	expire(time.Second) // the span and most of the lease gone
+	keep, _ := o.spanEnd(ctx, log, first, adm.slot, timeout, 2, 1, 1)
+	require.True(t, keep, "no slot free: it goes on")
+	require.Greater(t, left(), o.config.DeliveryBatchSpan+timeout, "for another span and a request")
+
+	expire(time.Second)
+	keep, size := o.spanEnd(ctx, log, first, adm.slot, timeout, 2, 1, maxBatchSpans)
+	require.False(t, keep, "its last span")
+	require.Equal(t, 2, size, "the rest in one job: the slot it gives back")
+	require.Less(t, left(), 2*time.Second, "not extended")
+
+	short, cancel := context.WithTimeout(ctx, o.config.DeliveryBatchSpan+timeout+deliveryJobMargin-time.Second)
+	defer cancel()
+	keep, _ = o.spanEnd(short, log, first, adm.slot, timeout, 2, 1, 1)
+	require.False(t, keep, "River's timeout leaves no room for another span")
+
+	_, err = pool.Exec(ctx, `UPDATE wharf_outbox_leases SET delivery_id = $3 WHERE endpoint_id = $1 AND slot = $2`,
+		eps[0], adm.slot, loaded[1].ID)
+	require.NoError(t, err)
+	keep, size = o.spanEnd(ctx, log, first, adm.slot, timeout, 2, 1, 1)
+	require.False(t, keep, "the lease is another's: it splits")
+	require.Equal(t, 2, size)
 }

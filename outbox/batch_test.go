@@ -61,6 +61,56 @@ func (b *testBundle) ownJobs(t *testing.T, id uuid.UUID) []outbox.DeliveryArgs {
 	return out
 }
 
+// spanSplit publishes n events as one batch job to an endpoint made with
+// params, whose sink answers request number k (from 1) after span, the
+// batch's, when slow(k), and returns how many deliveries each batch job the
+// run made held, in the order they were made. Each delivery must succeed
+// with one attempt, made by a batch job, and each webhook be received
+// once.
+func spanSplit(t *testing.T, span time.Duration, params *outbox.EndpointParams, n int, slow func(int) bool) []int {
+	t.Helper()
+	cfg := testConfig()
+	cfg.DeliveryBatchSpan = span
+	b := setup(t, cfg)
+	receiver := newSink(t, func(k int, w http.ResponseWriter, _ *http.Request) {
+		if slow(k) {
+			time.Sleep(span + span/4)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ep := b.endpoint(t, receiver.URL(), params)
+	res := b.publish(t, events(n)...)
+	require.Len(t, b.outboxJobs(t), 1, "one batch job")
+	startRiver(t, b.pool, b.outbox)
+
+	for _, r := range res {
+		d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+		require.Equal(t, 1, d.Attempts)
+		require.Empty(t, b.ownJobs(t, d.ID))
+	}
+	for id, k := range receiver.byWebhookID() {
+		require.Equal(t, 1, k, id)
+	}
+	require.Len(t, receiver.all(), n)
+	var sizes []int
+	for i, j := range b.outboxJobs(t) {
+		require.Equal(t, outbox.DeliveryBatchKind, j.kind)
+		var args outbox.DeliveryBatchArgs
+		require.NoError(t, json.Unmarshal(j.args, &args))
+		require.Equal(t, ep.ID, args.EndpointID)
+		for _, ref := range args.Deliveries {
+			if i == 0 {
+				require.Zero(t, ref.Generation)
+			} else {
+				require.Positive(t, ref.Generation, "handed over")
+			}
+			require.Zero(t, ref.AttemptsBefore)
+		}
+		sizes = append(sizes, len(args.Deliveries))
+	}
+	return sizes
+}
+
 func events(n int) []*outbox.Event {
 	out := make([]*outbox.Event, n)
 	for i := range out {
@@ -175,43 +225,43 @@ func TestBatchJobs(t *testing.T) {
 
 	t.Run("WhatTheSpanDidNotReachSplitsIntoNewBatches", func(t *testing.T) {
 		t.Parallel()
-		cfg := testConfig()
-		cfg.DeliveryBatchSpan = time.Second
-		b := setup(t, cfg)
-		receiver := newSink(t, func(n int, w http.ResponseWriter, _ *http.Request) {
-			if n == 3 {
-				time.Sleep(cfg.DeliveryBatchSpan + 100*time.Millisecond) // the span ends with the third
-			}
-			w.WriteHeader(http.StatusNoContent)
-		})
-		ep := b.endpoint(t, receiver.URL(), nil)
-		res := b.publish(t, events(12)...)
-		startRiver(t, b.pool, b.outbox)
+		// The endpoint's cap, 10, leaves slots free for more jobs.
+		sizes := spanSplit(t, time.Second, nil, 12, func(n int) bool { return n == 3 }) // the span ends with the third
+		require.Equal(t, []int{12, 3, 3, 3}, sizes, "the batch, and what it did not reach: as many to a job as it sent in its span")
+	})
 
-		for _, r := range res {
-			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
-			require.Equal(t, 1, d.Attempts)
-			require.Empty(t, b.ownJobs(t, d.ID))
-		}
-		for id, n := range receiver.byWebhookID() {
-			require.Equal(t, 1, n, id)
-		}
-		require.Len(t, receiver.all(), 12)
-		jobs := b.outboxJobs(t)
-		require.Len(t, jobs, 4, "the batch, and what it did not reach in three batches")
-		var sizes []int
-		for _, j := range jobs[1:] {
-			require.Equal(t, outbox.DeliveryBatchKind, j.kind)
-			var args outbox.DeliveryBatchArgs
-			require.NoError(t, json.Unmarshal(j.args, &args))
-			require.Equal(t, ep.ID, args.EndpointID)
-			for _, ref := range args.Deliveries {
-				require.Equal(t, 1, ref.Generation, "handed over")
-				require.Zero(t, ref.AttemptsBefore)
-			}
-			sizes = append(sizes, len(args.Deliveries))
-		}
-		require.Equal(t, []int{3, 3, 3}, sizes, "as many to a job as the batch sent in its span")
+	t.Run("SplitMakesNoMoreJobsThanTheEndpointHasFreeSlots", func(t *testing.T) {
+		t.Parallel()
+		// A cap of 2: the batch holds one slot, one is free, so what it
+		// did not reach goes to two jobs (the one slot free, and the one
+		// the batch gives back), not three of as many as it sent.
+		sizes := spanSplit(t, time.Second, &outbox.EndpointParams{MaxInFlight: 2}, 12, func(n int) bool { return n == 3 })
+		require.Equal(t, []int{12, 5, 4}, sizes)
+	})
+
+	t.Run("AtTheCapTheBatchGoesOnPastItsSpan", func(t *testing.T) {
+		t.Parallel()
+		// A cap of 1, which the batch holds: new jobs would only wait for
+		// its slot.
+		sizes := spanSplit(t, time.Second, &outbox.EndpointParams{MaxInFlight: 1}, 12, func(n int) bool { return n == 3 })
+		require.Equal(t, []int{12}, sizes, "one job sends them all")
+	})
+
+	t.Run("WhatOneMoreSpanReachesStaysWithTheBatch", func(t *testing.T) {
+		t.Parallel()
+		// Three sent in the span and three left: the batch sends them in
+		// about one more span, which a new job would not beat.
+		sizes := spanSplit(t, time.Second, nil, 6, func(n int) bool { return n == 3 })
+		require.Equal(t, []int{6}, sizes)
+	})
+
+	t.Run("AtTheCapTheBatchSendsForAtMostFourSpans", func(t *testing.T) {
+		t.Parallel()
+		// Every request outlasts the span, at a cap of 1: the batch sends
+		// one in each of four spans, then hands the rest over to one job,
+		// which does the same.
+		sizes := spanSplit(t, 200*time.Millisecond, &outbox.EndpointParams{MaxInFlight: 1}, 10, func(int) bool { return true })
+		require.Equal(t, []int{10, 6, 2}, sizes)
 	})
 
 	t.Run("SplitHeedsTheBatchSizeOfTheNodeRunningIt", func(t *testing.T) {

@@ -162,8 +162,8 @@ type Config struct {
 
 	// MaxEndpointTimeout is the longest request timeout an endpoint may
 	// have (EndpointCreate and EndpointUpdate refuse more). Delivery jobs
-	// carry a River timeout of this plus 50 s (batch jobs: plus
-	// DeliveryBatchSpan too), whatever the client's
+	// carry a River timeout of this plus 50 s (batch jobs: plus four
+	// DeliveryBatchSpans too), whatever the client's
 	// JobTimeout, so River never cuts a request short; River's rescuer
 	// retries a delivery whose process died once its job is that old, so a
 	// lower limit means faster recovery from a crash. At most 5 minutes.
@@ -208,10 +208,14 @@ type Config struct {
 	// when it sent one), which other workers run at once: a batch to a fast
 	// endpoint stays one job, and one to a slow endpoint fans out, so that
 	// its last delivery waits about this long plus a few requests, not for
-	// the sum of its requests. A batch job's River timeout is this plus
-	// MaxEndpointTimeout plus 50 s; River's rescuer reads it on the leader,
-	// so set the same span on every node working the queue. At most a
-	// minute.
+	// the sum of its requests. The split makes no more jobs than the
+	// endpoint has free slots for (MaxInFlight), counting the one the job
+	// gives back; when none is free, or the job would send the rest within
+	// about one more span, it goes on sending instead, for up to four spans
+	// in all, since new jobs would only wait. A batch job's River timeout is
+	// four times this plus MaxEndpointTimeout plus 50 s; River's rescuer
+	// reads it on the leader, so set the same span on every node working
+	// the queue. At most a minute.
 	//
 	// Defaults to DefaultDeliveryBatchSpan (1s).
 	DeliveryBatchSpan time.Duration

@@ -455,6 +455,22 @@ LEFT JOIN wharf_outbox_leases l ON l.endpoint_id = ep.id
 WHERE ep.id = @endpoint_id::uuid
 GROUP BY ep.max_in_flight;
 
+-- name: OutboxLeaseExtend :execrows
+-- Extends the lease of the slot that delivery_id holds to lease_seconds
+-- from now (the database's clock), if it is still live: no row, it has
+-- expired or been taken since. Commits without waiting for its WAL flush,
+-- as OutboxLeaseAcquire does.
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE wharf_outbox_leases l
+SET expires_at = now() + make_interval(secs => @lease_seconds::float8)
+FROM async_commit
+WHERE l.endpoint_id = @endpoint_id::uuid
+  AND l.slot = @slot::int
+  AND l.delivery_id = @delivery_id::uuid
+  AND l.expires_at > now();
+
 -- name: OutboxLeaseRelease :exec
 UPDATE wharf_outbox_leases
 SET delivery_id = NULL, expires_at = '-infinity'

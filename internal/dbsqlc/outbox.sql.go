@@ -1734,6 +1734,43 @@ func (q *Queries) OutboxLeaseCount(ctx context.Context, endpointID uuid.UUID) (O
 	return i, err
 }
 
+const outboxLeaseExtend = `-- name: OutboxLeaseExtend :execrows
+WITH async_commit AS (
+    SELECT set_config('synchronous_commit', 'off', true) AS setting
+)
+UPDATE wharf_outbox_leases l
+SET expires_at = now() + make_interval(secs => $1::float8)
+FROM async_commit
+WHERE l.endpoint_id = $2::uuid
+  AND l.slot = $3::int
+  AND l.delivery_id = $4::uuid
+  AND l.expires_at > now()
+`
+
+type OutboxLeaseExtendParams struct {
+	LeaseSeconds float64
+	EndpointID   uuid.UUID
+	Slot         int32
+	DeliveryID   uuid.UUID
+}
+
+// Extends the lease of the slot that delivery_id holds to lease_seconds
+// from now (the database's clock), if it is still live: no row, it has
+// expired or been taken since. Commits without waiting for its WAL flush,
+// as OutboxLeaseAcquire does.
+func (q *Queries) OutboxLeaseExtend(ctx context.Context, arg OutboxLeaseExtendParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxLeaseExtend,
+		arg.LeaseSeconds,
+		arg.EndpointID,
+		arg.Slot,
+		arg.DeliveryID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxLeaseRelease = `-- name: OutboxLeaseRelease :exec
 UPDATE wharf_outbox_leases
 SET delivery_id = NULL, expires_at = '-infinity'
