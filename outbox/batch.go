@@ -47,8 +47,8 @@ type DeliveryRef struct {
 // which goes on as any delivery's; the deliveries the job has not reached
 // when Config.DeliveryBatchSpan has passed are handed over to new batch
 // jobs, as many to a job as it sent in the span but in no more jobs than
-// the endpoint has slots free for (see spanEnd: a job with none free goes
-// on sending instead, up to maxBatchSpans spans). A hand-over moves the
+// the endpoint has slots free for; or the job goes on sending when new
+// jobs would not get them out sooner (spanEnd). A hand-over moves the
 // delivery to its next generation and inserts its new job in one
 // transaction, so later runs of the batch job leave it alone. A crash
 // anywhere leaves every delivery either recorded, handed over, or still
@@ -71,7 +71,7 @@ type batchWorker struct {
 }
 
 // maxBatchSpans bounds the spans a batch job sends for: past its first
-// only while its endpoint has no slot free for another job (spanEnd).
+// only when new jobs would not get the rest out sooner (spanEnd).
 const maxBatchSpans = 4
 
 // Timeout is the River timeout of every batch job: maxBatchSpans of
@@ -254,37 +254,51 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 
 // spanEnd says what a batch job does with the rest deliveries it has not
 // reached when its span, its spans-th, has passed, having sent sent in
-// it. While its endpoint has no slot free for another job, it goes on for
-// another span, its lease extended (keep), at most maxBatchSpans in all
-// and while River's timeout leaves room for one more span: new jobs would
-// only wait for a slot (snoozed, fetched again) while every request the
-// endpoint allows in flight is already some batch's. On a machine whose
-// cores are busy a batch sends slowly, and splitting it at each span cost
-// a burst to a fast endpoint much of its rate.
+// it. It goes on sending for another span (keep), its lease extended,
+// when new jobs would not get the rest out sooner: its endpoint's cap is
+// reached (every slot but its own is held, so new jobs would only wait
+// for a slot, snoozed and fetched again), or the rest is no more than it
+// sent in the span. On a machine whose cores are busy a batch sends
+// slowly, and splitting it at each span cost a burst to a fast endpoint
+// much of its rate: the last few deliveries' hand-over and fetch drew the
+// burst out. It goes on for at most maxBatchSpans in all, while River's
+// timeout leaves room for one more span (spanRoom), and never with
+// Config.DeliveryBatchSize 1 (batch jobs turned off since), nor when the
+// endpoint's cap was set, lifted or lowered since it took its slot.
 //
 // Otherwise the rest is split among new batch jobs of size deliveries
-// each: as many as the job sent in the span (at most
-// Config.DeliveryBatchSize), in no more jobs than the endpoint has slots
-// free for, counting the one this job gives back. Without a cap (slot
-// noLease), or when the slots cannot be counted, the split is by what it
-// sent.
+// each: as many as the job sent in the span, at most
+// Config.DeliveryBatchSize, and, for a capped endpoint, in no more jobs
+// than it has slots free, counting the one this job gives back (unless
+// DeliveryBatchSize makes them smaller). When the slots cannot be
+// counted, or the cap changed, the split is by what it sent.
 func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32,
 	timeout time.Duration, rest, sent, spans int,
 ) (keep bool, size int) {
 	size = min(sent, o.config.DeliveryBatchSize)
-	if slot == noLease {
-		return false, size
-	}
 	count, err := o.queries.OutboxLeaseCount(ctx, first.EndpointID)
-	if err != nil || count.MaxInFlight == 0 {
-		// Deleted (no row) or its cap lifted: no slots to count.
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
+	if err != nil {
+		// No row: deleted with its deliveries, which the hand-over skips.
+		if !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
 			log.WarnContext(ctx, "outbox: could not count the endpoint's free slots; splitting the batch by what it sent", "error", err)
 		}
 		return false, size
 	}
-	free := int64(count.MaxInFlight) - count.Held // besides the job's own
-	if (free <= 0 || rest <= sent) && spans < maxBatchSpans && o.config.DeliveryBatchSize > 1 && o.spanRoom(ctx, timeout) {
+	capped := count.MaxInFlight > 0
+	if capped != (slot != noLease) || count.HeldAbove > 0 || slot >= count.MaxInFlight {
+		// The cap was set, lifted or lowered since the job took its slot:
+		// new jobs heed it as it is now.
+		return false, size
+	}
+	var free int64 // slots free besides the job's own
+	if capped {
+		free = int64(count.MaxInFlight) - count.Held
+	}
+	goOn := (capped && free <= 0) || rest <= sent
+	if goOn && spans < maxBatchSpans && o.config.DeliveryBatchSize > 1 && o.spanRoom(ctx, timeout) {
+		if !capped {
+			return true, 0
+		}
 		lease := o.config.DeliveryBatchSpan + timeout + leaseGrace
 		n, err := o.queries.OutboxLeaseExtend(ctx, dbsqlc.OutboxLeaseExtendParams{
 			EndpointID: first.EndpointID, Slot: slot, DeliveryID: first.ID, LeaseSeconds: lease.Seconds(),
@@ -295,6 +309,9 @@ func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *dbsqlc.Ou
 		if err != nil && ctx.Err() == nil {
 			log.WarnContext(ctx, "outbox: could not extend the batch's concurrency slot; splitting the batch", "error", err)
 		}
+	}
+	if !capped {
+		return false, size
 	}
 	free = max(free, 0) + 1
 	if jobs := (rest + size - 1) / size; int64(jobs) > free {

@@ -6,10 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
 // A chunk of a split whose other deliveries finished before the hand-over
@@ -63,52 +66,91 @@ func TestDeadWithoutAttemptLeavesAFinishedDeliveryAlone(t *testing.T) {
 
 // A batch job at its endpoint's cap goes on past its span with its lease
 // extended, for at most maxBatchSpans spans and while River's timeout
-// leaves room; one whose lease was lost meanwhile splits.
+// leaves room; one whose lease was lost meanwhile, or whose endpoint's cap
+// was lowered below its slot, splits.
 func TestSpanEndAtTheCapExtendsTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o, pool, eps, loaded := combineSetup(t, []int{1}, 3)
+	o, pool, eps, loaded := combineSetup(t, []int{2}, 3)
 	o.config.DeliveryBatchSpan = time.Second
 	first := loaded[0]
-	job := &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{}, Args: DeliveryArgs{DeliveryID: first.ID}}
 	const timeout = 10 * time.Second
-	adm, err := o.acquireLease(ctx, job, first, o.config.DeliveryBatchSpan+timeout, false)
-	require.NoError(t, err)
-	require.Zero(t, adm.wait)
+	take := func(row *dbsqlc.OutboxDeliveryGetForWorkRow) int32 {
+		job := &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{}, Args: DeliveryArgs{DeliveryID: row.ID}}
+		adm, err := o.acquireLease(ctx, job, row, o.config.DeliveryBatchSpan+timeout, false)
+		require.NoError(t, err)
+		require.Zero(t, adm.wait)
+		return adm.slot
+	}
+	slot := take(first)
+	take(loaded[1]) // the cap's other slot
 	left := func() time.Duration {
 		var secs float64
 		require.NoError(t, pool.QueryRow(ctx,
 			`SELECT extract(epoch FROM expires_at - now()) FROM wharf_outbox_leases WHERE endpoint_id = $1 AND slot = $2`,
-			eps[0], adm.slot).Scan(&secs))
+			eps[0], slot).Scan(&secs))
 		return time.Duration(secs * float64(time.Second))
 	}
-	expire := func(in time.Duration) {
-		_, err := pool.Exec(ctx, `UPDATE wharf_outbox_leases SET expires_at = now() + make_interval(secs => $3)
-			WHERE endpoint_id = $1 AND slot = $2`, eps[0], adm.slot, in.Seconds())
+	// expire makes the batch's lease end in 5 s: most of it gone, and
+	// still live however slowly the test runs.
+	expire := func() {
+		_, err := pool.Exec(ctx, `UPDATE wharf_outbox_leases SET expires_at = now() + interval '5 seconds', delivery_id = $3
+			WHERE endpoint_id = $1 AND slot = $2`, eps[0], slot, first.ID)
 		require.NoError(t, err)
 	}
 	log := o.config.Logger
+	const rest, sent = 2, 1 // more left than one more span sends
 
-	expire(time.Second) // the span and most of the lease gone
-	keep, _ := o.spanEnd(ctx, log, first, adm.slot, timeout, 2, 1, 1)
+	expire()
+	keep, _ := o.spanEnd(ctx, log, first, slot, timeout, rest, sent, 1)
 	require.True(t, keep, "no slot free: it goes on")
 	require.Greater(t, left(), o.config.DeliveryBatchSpan+timeout, "for another span and a request")
 
-	expire(time.Second)
-	keep, size := o.spanEnd(ctx, log, first, adm.slot, timeout, 2, 1, maxBatchSpans)
+	expire()
+	keep, size := o.spanEnd(ctx, log, first, slot, timeout, rest, sent, maxBatchSpans)
 	require.False(t, keep, "its last span")
 	require.Equal(t, 2, size, "the rest in one job: the slot it gives back")
-	require.Less(t, left(), 2*time.Second, "not extended")
+	require.Less(t, left(), 6*time.Second, "not extended")
 
 	short, cancel := context.WithTimeout(ctx, o.config.DeliveryBatchSpan+timeout+deliveryJobMargin-time.Second)
 	defer cancel()
-	keep, _ = o.spanEnd(short, log, first, adm.slot, timeout, 2, 1, 1)
+	keep, _ = o.spanEnd(short, log, first, slot, timeout, rest, sent, 1)
 	require.False(t, keep, "River's timeout leaves no room for another span")
 
-	_, err = pool.Exec(ctx, `UPDATE wharf_outbox_leases SET delivery_id = $3 WHERE endpoint_id = $1 AND slot = $2`,
-		eps[0], adm.slot, loaded[1].ID)
+	_, err := pool.Exec(ctx, `UPDATE wharf_outbox_leases SET delivery_id = $3 WHERE endpoint_id = $1 AND slot = $2`,
+		eps[0], slot, loaded[2].ID)
 	require.NoError(t, err)
-	keep, size = o.spanEnd(ctx, log, first, adm.slot, timeout, 2, 1, 1)
+	keep, size = o.spanEnd(ctx, log, first, slot, timeout, rest, sent, 1)
 	require.False(t, keep, "the lease is another's: it splits")
 	require.Equal(t, 2, size)
+
+	expire()
+	_, err = pool.Exec(ctx, `UPDATE wharf_outbox_endpoints SET max_in_flight = 1 WHERE id = $1`, eps[0])
+	require.NoError(t, err)
+	keep, size = o.spanEnd(ctx, log, first, slot, timeout, rest, sent, 1)
+	require.False(t, keep, "a lease is above the lowered cap (its own or the other's): it splits")
+	require.Equal(t, 1, size, "by what it sent")
+	var holder uuid.UUID
+	require.NoError(t, pool.QueryRow(ctx, `SELECT delivery_id FROM wharf_outbox_leases WHERE endpoint_id = $1 AND slot = 1`,
+		eps[0]).Scan(&holder))
+	n, err := o.queries.OutboxLeaseExtend(ctx, dbsqlc.OutboxLeaseExtendParams{EndpointID: eps[0], Slot: 1, DeliveryID: holder, LeaseSeconds: 60})
+	require.NoError(t, err)
+	require.Zero(t, n, "no lease above the cap is extended")
+}
+
+// An uncapped endpoint's batch job goes on past its span when the rest is
+// no more than it sent in the span, and splits by what it sent otherwise.
+func TestSpanEndWithoutACap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	o, _, _, loaded := combineSetup(t, []int{NoMaxInFlight}, 1)
+	o.config.DeliveryBatchSpan = time.Second
+	keep, _ := o.spanEnd(ctx, o.config.Logger, loaded[0], noLease, 10*time.Second, 3, 3, 1)
+	require.True(t, keep, "the rest fits in one more span")
+	keep, size := o.spanEnd(ctx, o.config.Logger, loaded[0], noLease, 10*time.Second, 7, 3, 1)
+	require.False(t, keep)
+	require.Equal(t, 3, size)
+	keep, size = o.spanEnd(ctx, o.config.Logger, loaded[0], noLease, 10*time.Second, 3, 3, maxBatchSpans)
+	require.False(t, keep, "its last span")
+	require.Equal(t, 3, size)
 }

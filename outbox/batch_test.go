@@ -226,7 +226,7 @@ func TestBatchJobs(t *testing.T) {
 	t.Run("WhatTheSpanDidNotReachSplitsIntoNewBatches", func(t *testing.T) {
 		t.Parallel()
 		// The endpoint's cap, 10, leaves slots free for more jobs.
-		sizes := spanSplit(t, time.Second, nil, 12, func(n int) bool { return n == 3 }) // the span ends with the third
+		sizes := spanSplit(t, 2*time.Second, nil, 12, func(n int) bool { return n == 3 }) // the span ends with the third
 		require.Equal(t, []int{12, 3, 3, 3}, sizes, "the batch, and what it did not reach: as many to a job as it sent in its span")
 	})
 
@@ -235,7 +235,7 @@ func TestBatchJobs(t *testing.T) {
 		// A cap of 2: the batch holds one slot, one is free, so what it
 		// did not reach goes to two jobs (the one slot free, and the one
 		// the batch gives back), not three of as many as it sent.
-		sizes := spanSplit(t, time.Second, &outbox.EndpointParams{MaxInFlight: 2}, 12, func(n int) bool { return n == 3 })
+		sizes := spanSplit(t, 2*time.Second, &outbox.EndpointParams{MaxInFlight: 2}, 12, func(n int) bool { return n == 3 })
 		require.Equal(t, []int{12, 5, 4}, sizes)
 	})
 
@@ -243,7 +243,7 @@ func TestBatchJobs(t *testing.T) {
 		t.Parallel()
 		// A cap of 1, which the batch holds: new jobs would only wait for
 		// its slot.
-		sizes := spanSplit(t, time.Second, &outbox.EndpointParams{MaxInFlight: 1}, 12, func(n int) bool { return n == 3 })
+		sizes := spanSplit(t, 2*time.Second, &outbox.EndpointParams{MaxInFlight: 1}, 12, func(n int) bool { return n == 3 })
 		require.Equal(t, []int{12}, sizes, "one job sends them all")
 	})
 
@@ -251,7 +251,7 @@ func TestBatchJobs(t *testing.T) {
 		t.Parallel()
 		// Three sent in the span and three left: the batch sends them in
 		// about one more span, which a new job would not beat.
-		sizes := spanSplit(t, time.Second, nil, 6, func(n int) bool { return n == 3 })
+		sizes := spanSplit(t, 2*time.Second, nil, 6, func(n int) bool { return n == 3 })
 		require.Equal(t, []int{6}, sizes)
 	})
 

@@ -208,14 +208,16 @@ type Config struct {
 	// when it sent one), which other workers run at once: a batch to a fast
 	// endpoint stays one job, and one to a slow endpoint fans out, so that
 	// its last delivery waits about this long plus a few requests, not for
-	// the sum of its requests. The split makes no more jobs than the
-	// endpoint has free slots for (MaxInFlight), counting the one the job
-	// gives back; when none is free, or the job would send the rest within
-	// about one more span, it goes on sending instead, for up to four spans
-	// in all, since new jobs would only wait. A batch job's River timeout is
-	// four times this plus MaxEndpointTimeout plus 50 s; River's rescuer
-	// reads it on the leader, so set the same span on every node working
-	// the queue. At most a minute.
+	// the sum of its requests. For an endpoint with a cap (MaxInFlight)
+	// the split makes no more jobs than it has slots free, counting the one
+	// the job gives back. When every other slot is held, or the rest is no
+	// more than the job sent in the span, new jobs would not be faster, so
+	// the job goes on sending instead, for up to four spans in all while
+	// its River timeout leaves room (never with DeliveryBatchSize 1). A
+	// batch job's River timeout is four times this plus MaxEndpointTimeout
+	// plus 50 s; River's rescuer reads it on the leader, so set the same
+	// span on every node working the queue, and upgrade the leader first.
+	// At most a minute.
 	//
 	// Defaults to DefaultDeliveryBatchSpan (1s).
 	DeliveryBatchSpan time.Duration

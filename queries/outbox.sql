@@ -457,9 +457,10 @@ GROUP BY ep.max_in_flight;
 
 -- name: OutboxLeaseExtend :execrows
 -- Extends the lease of the slot that delivery_id holds to lease_seconds
--- from now (the database's clock), if it is still live: no row, it has
--- expired or been taken since. Commits without waiting for its WAL flush,
--- as OutboxLeaseAcquire does.
+-- from now (the database's clock), if it is still live and under the
+-- endpoint's cap: no row, it has expired or been taken since, or the cap
+-- was lowered below it. Commits without waiting for its WAL flush, as
+-- OutboxLeaseAcquire does.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 )
@@ -469,7 +470,8 @@ FROM async_commit
 WHERE l.endpoint_id = @endpoint_id::uuid
   AND l.slot = @slot::int
   AND l.delivery_id = @delivery_id::uuid
-  AND l.expires_at > now();
+  AND l.expires_at > now()
+  AND l.slot < (SELECT ep.max_in_flight FROM wharf_outbox_endpoints ep WHERE ep.id = @endpoint_id::uuid);
 
 -- name: OutboxLeaseRelease :exec
 UPDATE wharf_outbox_leases

@@ -1745,6 +1745,7 @@ WHERE l.endpoint_id = $2::uuid
   AND l.slot = $3::int
   AND l.delivery_id = $4::uuid
   AND l.expires_at > now()
+  AND l.slot < (SELECT ep.max_in_flight FROM wharf_outbox_endpoints ep WHERE ep.id = $2::uuid)
 `
 
 type OutboxLeaseExtendParams struct {
@@ -1755,9 +1756,10 @@ type OutboxLeaseExtendParams struct {
 }
 
 // Extends the lease of the slot that delivery_id holds to lease_seconds
-// from now (the database's clock), if it is still live: no row, it has
-// expired or been taken since. Commits without waiting for its WAL flush,
-// as OutboxLeaseAcquire does.
+// from now (the database's clock), if it is still live and under the
+// endpoint's cap: no row, it has expired or been taken since, or the cap
+// was lowered below it. Commits without waiting for its WAL flush, as
+// OutboxLeaseAcquire does.
 func (q *Queries) OutboxLeaseExtend(ctx context.Context, arg OutboxLeaseExtendParams) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxLeaseExtend,
 		arg.LeaseSeconds,
