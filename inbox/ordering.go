@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -141,10 +142,132 @@ func (ib *Inbox) wakeNext(ctx context.Context, tx pgx.Tx, msg *Message) error {
 	if err != nil {
 		return fmt.Errorf("inbox: ordering: next message: %w", err)
 	}
-	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{
-		Args: processArgs{MessageID: next.ID, ReceivedAt: next.ReceivedAt}, InsertOpts: ib.insertOpts(),
-	}}); err != nil {
-		return fmt.Errorf("inbox: ordering: wake message %s: %w", next.ID, err)
+	return ib.wake(ctx, tx, []parkedHead{{
+		id: next.ID, receivedAt: next.ReceivedAt, source: msg.Source, orderingKey: msg.OrderingKey,
+	}})
+}
+
+// parkedHead is a parked message to wake: the next unfinished message of
+// its ordering key after one that finished. status is "" when not known.
+type parkedHead struct {
+	id                  uuid.UUID
+	receivedAt          time.Time
+	status              Status
+	source, orderingKey string
+}
+
+// wake gives heads, parked messages whose predecessors finished in tx,
+// jobs, each with its run: the parked messages of its key that follow it
+// unbroken in its receive batch (InboxMessagesParkedRuns), so that a key's
+// backlog goes on a batch at a time. One message a job, each job's wake of
+// the next waiting for River's next fetch, drained a hot key's backlog at
+// some 40 messages a second. A head that has failed before keeps its
+// attempts on a job of its own, and wakes no run; the runs of one receipt
+// time share batch jobs of up to BatchSize (and maxJobMessages) messages,
+// a run never split, processed in one transaction in receipt order.
+func (ib *Inbox) wake(ctx context.Context, tx pgx.Tx, heads []parkedHead) error {
+	limit := min(ib.batchSize, maxJobMessages)
+	runs := make([][]uuid.UUID, len(heads))
+	for i, h := range heads {
+		runs[i] = []uuid.UUID{h.id}
+	}
+	if limit > 1 {
+		var params dbsqlc.InboxMessagesParkedRunsParams
+		params.RunLimit = int32(limit)
+		for _, h := range heads {
+			if h.status == StatusFailed {
+				continue
+			}
+			params.Ids = append(params.Ids, h.id.String())
+			params.ReceivedAts = append(params.ReceivedAts, h.receivedAt)
+			params.Sources = append(params.Sources, h.source)
+			params.OrderingKeys = append(params.OrderingKeys, h.orderingKey)
+		}
+		if len(params.Ids) > 0 {
+			rows, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessagesParkedRuns(ctx, params)
+			if err != nil {
+				return fmt.Errorf("inbox: ordering: messages to wake: %w", err)
+			}
+			byHead := map[uuid.UUID][]dbsqlc.InboxMessagesParkedRunsRow{}
+			for _, r := range rows {
+				byHead[r.HeadID] = append(byHead[r.HeadID], r)
+			}
+			taken := map[uuid.UUID]bool{}
+			for i, h := range heads {
+				run := byHead[h.id]
+				if taken[h.id] {
+					runs[i] = nil // in an earlier head's run
+					continue
+				}
+				taken[h.id] = true
+				if len(run) == 0 || run[0].ID != h.id || Status(run[0].Status) != StatusReceived || run[0].JobID != nil {
+					// Finished, failed or given a job since it was found:
+					// it goes alone, as it did before runs.
+					if len(run) > 0 && run[0].ID == h.id {
+						heads[i].status = Status(run[0].Status)
+					}
+					continue
+				}
+				heads[i].status = StatusReceived
+				for _, r := range run[1:] {
+					if r.JobID != nil || Status(r.Status) != StatusReceived || taken[r.ID] {
+						break // it runs, or waits for its retry: the rest wait for it
+					}
+					taken[r.ID] = true
+					runs[i] = append(runs[i], r.ID)
+				}
+			}
+		}
+	}
+
+	var inserts []river.InsertManyParams
+	single := func(id uuid.UUID, at time.Time) {
+		inserts = append(inserts, river.InsertManyParams{
+			Args: processArgs{MessageID: id, ReceivedAt: at}, InsertOpts: ib.insertOpts(),
+		})
+	}
+	groups := map[time.Time][][]uuid.UUID{}
+	var times []time.Time
+	for i, h := range heads {
+		switch {
+		case runs[i] == nil:
+		case h.status != StatusReceived || limit <= 1:
+			single(h.id, h.receivedAt)
+		default:
+			if _, ok := groups[h.receivedAt]; !ok {
+				times = append(times, h.receivedAt)
+			}
+			groups[h.receivedAt] = append(groups[h.receivedAt], runs[i])
+		}
+	}
+	for _, at := range times {
+		var ids []uuid.UUID
+		flush := func() {
+			switch len(ids) {
+			case 0:
+			case 1:
+				single(ids[0], at)
+			default:
+				slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
+				inserts = append(inserts, river.InsertManyParams{
+					Args: processBatchArgs{ReceivedAt: at, MessageIDs: ids}, InsertOpts: ib.batchInsertOpts(),
+				})
+			}
+			ids = nil
+		}
+		for _, run := range groups[at] {
+			if len(ids)+len(run) > limit {
+				flush()
+			}
+			ids = append(ids, run...)
+		}
+		flush()
+	}
+	if len(inserts) == 0 {
+		return nil
+	}
+	if _, err := ib.insertJobs(ctx, tx, inserts); err != nil {
+		return fmt.Errorf("inbox: ordering: wake messages: %w", err)
 	}
 	return nil
 }
@@ -426,33 +549,13 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 	if err != nil || len(parked) == 0 {
 		return err
 	}
-	groups := map[time.Time][]uuid.UUID{}
-	var inserts []river.InsertManyParams
-	for _, p := range parked {
-		if Status(p.Status) == StatusReceived {
-			groups[p.ReceivedAt] = append(groups[p.ReceivedAt], p.ID)
-			continue
-		}
-		inserts = append(inserts, river.InsertManyParams{
-			Args: processArgs{MessageID: p.ID, ReceivedAt: p.ReceivedAt}, InsertOpts: ib.insertOpts(),
-		})
+	heads := make([]parkedHead, len(parked))
+	for i, p := range parked {
+		heads[i] = parkedHead{id: p.ID, receivedAt: p.ReceivedAt, status: Status(p.Status), source: p.Source, orderingKey: p.OrderingKey}
 	}
-	var batches []processBatchArgs
-	for at, ids := range groups {
-		if len(ids) == 1 {
-			inserts = append(inserts, river.InsertManyParams{
-				Args: processArgs{MessageID: ids[0], ReceivedAt: at}, InsertOpts: ib.insertOpts(),
-			})
-			continue
-		}
-		slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
-		batches = append(batches, processBatchArgs{ReceivedAt: at, MessageIDs: ids})
-	}
-	for _, args := range batches {
-		inserts = append(inserts, river.InsertManyParams{Args: args, InsertOpts: ib.batchInsertOpts()})
-	}
-	if _, err := ib.insertJobs(ctx, tx, inserts); err != nil {
-		return fmt.Errorf("inbox: ordering: wake messages: %w", err)
-	}
-	return nil
+	// In receipt order, so that a head in another's run comes after it.
+	slices.SortFunc(heads, func(a, b parkedHead) int {
+		return cmp.Or(a.receivedAt.Compare(b.receivedAt), bytes.Compare(a.id[:], b.id[:]))
+	})
+	return ib.wake(ctx, tx, heads)
 }

@@ -244,6 +244,35 @@ SET status = 'dead', last_error = @reason::text, updated_at = @now::timestamptz
 WHERE received_at = @received_at AND id = @id AND status IN ('received', 'failed')
 RETURNING *;
 
+-- name: InboxMessagesParkedRuns :many
+-- For each head (a parked message about to be woken), the unfinished
+-- messages of its source and ordering key received with it (the same
+-- received_at: one receive batch) from it on, in receipt order, at most
+-- run_limit: its run, with each one's status and job. The caller wakes the
+-- head with the parked messages that follow it unbroken, so that a key's
+-- backlog goes on in batches rather than one message a job. Rows come by
+-- head, in the order the heads were given.
+WITH h AS (
+    SELECT i AS n, (@ids::text[])[i]::uuid AS id, (@received_ats::timestamptz[])[i] AS received_at,
+           (@sources::text[])[i] AS source, (@ordering_keys::text[])[i] AS ordering_key
+    FROM generate_subscripts(@ids::text[], 1) AS i
+)
+SELECT h.id AS head_id, r.id, r.status, r.job_id
+FROM h
+CROSS JOIN LATERAL (
+    SELECT m.id, m.status, m.job_id
+    FROM wharf_inbox_messages m
+    WHERE m.source = h.source
+      AND m.ordering_key = h.ordering_key
+      AND m.ordering_key <> ''
+      AND m.status IN ('received', 'failed')
+      AND m.received_at = h.received_at
+      AND m.id >= h.id
+    ORDER BY m.received_at, m.id
+    LIMIT @run_limit::int
+) r
+ORDER BY h.n, r.id;
+
 -- name: InboxMessageNextWaiting :one
 -- The first unfinished message of the source with the same ordering key
 -- received after (received_at, id): the one to wake when (received_at, id)
@@ -347,7 +376,7 @@ WITH f AS (
     SELECT (@ids::text[])[i]::uuid AS id, (@sources::text[])[i] AS source, (@ordering_keys::text[])[i] AS ordering_key
     FROM generate_subscripts(@ids::text[], 1) AS i
 )
-SELECT DISTINCT n.id, n.received_at, n.status
+SELECT DISTINCT n.id, n.received_at, n.status, f.source::text AS source, f.ordering_key::text AS ordering_key
 FROM f
 CROSS JOIN LATERAL (
     SELECT m.id, m.received_at, m.job_id, m.status

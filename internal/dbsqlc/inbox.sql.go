@@ -1175,7 +1175,7 @@ WITH f AS (
     SELECT ($3::text[])[i]::uuid AS id, ($2::text[])[i] AS source, ($4::text[])[i] AS ordering_key
     FROM generate_subscripts($3::text[], 1) AS i
 )
-SELECT DISTINCT n.id, n.received_at, n.status
+SELECT DISTINCT n.id, n.received_at, n.status, f.source::text AS source, f.ordering_key::text AS ordering_key
 FROM f
 CROSS JOIN LATERAL (
     SELECT m.id, m.received_at, m.job_id, m.status
@@ -1208,9 +1208,11 @@ type InboxMessagesNextParkedParams struct {
 }
 
 type InboxMessagesNextParkedRow struct {
-	ID         uuid.UUID
-	ReceivedAt time.Time
-	Status     string
+	ID          uuid.UUID
+	ReceivedAt  time.Time
+	Status      string
+	Source      string
+	OrderingKey string
 }
 
 // For messages that just finished (sharing received_at), the next
@@ -1232,7 +1234,13 @@ func (q *Queries) InboxMessagesNextParked(ctx context.Context, arg InboxMessages
 	var items []InboxMessagesNextParkedRow
 	for rows.Next() {
 		var i InboxMessagesNextParkedRow
-		if err := rows.Scan(&i.ID, &i.ReceivedAt, &i.Status); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.ReceivedAt,
+			&i.Status,
+			&i.Source,
+			&i.OrderingKey,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -1262,6 +1270,82 @@ type InboxMessagesParkParams struct {
 func (q *Queries) InboxMessagesPark(ctx context.Context, arg InboxMessagesParkParams) error {
 	_, err := q.db.Exec(ctx, inboxMessagesPark, arg.Now, arg.ReceivedAt, arg.Ids)
 	return err
+}
+
+const inboxMessagesParkedRuns = `-- name: InboxMessagesParkedRuns :many
+WITH h AS (
+    SELECT i AS n, ($2::text[])[i]::uuid AS id, ($3::timestamptz[])[i] AS received_at,
+           ($4::text[])[i] AS source, ($5::text[])[i] AS ordering_key
+    FROM generate_subscripts($2::text[], 1) AS i
+)
+SELECT h.id AS head_id, r.id, r.status, r.job_id
+FROM h
+CROSS JOIN LATERAL (
+    SELECT m.id, m.status, m.job_id
+    FROM wharf_inbox_messages m
+    WHERE m.source = h.source
+      AND m.ordering_key = h.ordering_key
+      AND m.ordering_key <> ''
+      AND m.status IN ('received', 'failed')
+      AND m.received_at = h.received_at
+      AND m.id >= h.id
+    ORDER BY m.received_at, m.id
+    LIMIT $1::int
+) r
+ORDER BY h.n, r.id
+`
+
+type InboxMessagesParkedRunsParams struct {
+	RunLimit     int32
+	Ids          []string
+	ReceivedAts  []time.Time
+	Sources      []string
+	OrderingKeys []string
+}
+
+type InboxMessagesParkedRunsRow struct {
+	HeadID uuid.UUID
+	ID     uuid.UUID
+	Status string
+	JobID  *int64
+}
+
+// For each head (a parked message about to be woken), the unfinished
+// messages of its source and ordering key received with it (the same
+// received_at: one receive batch) from it on, in receipt order, at most
+// run_limit: its run, with each one's status and job. The caller wakes the
+// head with the parked messages that follow it unbroken, so that a key's
+// backlog goes on in batches rather than one message a job. Rows come by
+// head, in the order the heads were given.
+func (q *Queries) InboxMessagesParkedRuns(ctx context.Context, arg InboxMessagesParkedRunsParams) ([]InboxMessagesParkedRunsRow, error) {
+	rows, err := q.db.Query(ctx, inboxMessagesParkedRuns,
+		arg.RunLimit,
+		arg.Ids,
+		arg.ReceivedAts,
+		arg.Sources,
+		arg.OrderingKeys,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxMessagesParkedRunsRow
+	for rows.Next() {
+		var i InboxMessagesParkedRunsRow
+		if err := rows.Scan(
+			&i.HeadID,
+			&i.ID,
+			&i.Status,
+			&i.JobID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const inboxMessagesSetJob = `-- name: InboxMessagesSetJob :exec
