@@ -304,6 +304,9 @@ func BenchmarkProcess(b *testing.B) {
 	// 0: none) and returns how long the workers took to process them.
 	runInbox := func(orderingKeys int) time.Duration {
 		pool := benchPool(b, 32)
+		// Closed when the run is done: Postgres's max_connections (100)
+		// leaves no room for every run's pool at once.
+		defer pool.Close()
 		ib, err := inbox.New(pool, &inbox.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			b.Fatal(err)
