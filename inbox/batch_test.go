@@ -387,6 +387,47 @@ func TestBatchWorkerIsolatesFailures(t *testing.T) {
 	}
 }
 
+// A message that fails in a batch is retried on a job of its own that is
+// available at once and waits for its retry time itself (a snooze): a job
+// inserted for later waits for River's scheduler (every 5 s), which held a
+// failure due for a retry in 1 s, and every later message of its ordering
+// key, for up to 6.
+func TestBatchRetryDoesNotWaitForRiversScheduler(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	var calls atomic.Int32
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.EventType == "fails_once" && calls.Add(1) == 1 {
+			return errors.New("flaky downstream")
+		}
+		return nil
+	})
+	batch := typedPayments("ok", "fails_once")
+	results := receiveMany(t, b.pool, b.inbox, batch)
+	failed := time.Now()
+	b.startWorkers(t)
+	var state string
+	var notBefore *time.Time
+	require.Eventually(t, func() bool {
+		err := b.pool.QueryRow(ctx, `SELECT j.state, (j.args->>'not_before')::timestamptz FROM wharf_inbox_messages m
+			JOIN river_job j ON j.id = m.job_id WHERE m.id = $1 AND m.job_id <> $2`,
+			results[1].MessageID, results[0].JobID).Scan(&state, &notBefore)
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond, "the retry's job")
+	require.NotEqual(t, "scheduled", state, "left to River's scheduler")
+	require.NotNil(t, notBefore, "the retry's time is in its args")
+	require.True(t, notBefore.After(failed), "not before the failure: %s", notBefore)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	msg, err := b.inbox.Get(ctx, results[1].MessageID)
+	require.NoError(t, err)
+	require.Equal(t, 2, msg.Attempts)
+	var attemptedAt time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT j.attempted_at FROM wharf_inbox_messages m JOIN river_job j ON j.id = m.job_id
+		WHERE m.id = $1`, results[1].MessageID).Scan(&attemptedAt))
+	require.False(t, attemptedAt.Before(*notBefore), "retried at its time, not before: %s, %s", attemptedAt, notBefore)
+}
+
 // TestBatchSplitsWhenItsTransactionFails: when the batch's transaction is
 // lost (here a handler kills its own connection), nothing of the batch
 // commits and each message continues on a job of its own: every effect

@@ -433,6 +433,7 @@ func (ib *Inbox) diesInBatch(cause error) bool {
 func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause error) error {
 	q := dbsqlc.New(tx)
 	opts := ib.insertOpts()
+	args := processArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}
 	var snooze *river.JobSnoozeError
 	var waiting *orderingWaitError
 	switch {
@@ -442,7 +443,8 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		// available; a job inserted for later waits for River's
 		// scheduler, seconds).
 	case errors.As(cause, &snooze):
-		opts.ScheduledAt = time.Now().Add(snooze.Duration)
+		at := time.Now().Add(snooze.Duration)
+		args.NotBefore = &at
 	default:
 		status := failureStatus(cause, 1, ib.maxAttempts)
 		if err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
@@ -461,11 +463,10 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		// default backoff for a first failure.
 		opts.MaxAttempts = ib.maxAttempts - 1
 		now := time.Now().UTC()
-		opts.ScheduledAt = (&river.DefaultClientRetryPolicy{}).NextRetry(&rivertype.JobRow{Attempt: 1, AttemptedAt: &now})
+		at := (&river.DefaultClientRetryPolicy{}).NextRetry(&rivertype.JobRow{Attempt: 1, AttemptedAt: &now})
+		args.NotBefore = &at
 	}
-	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{
-		Args: processArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}, InsertOpts: opts,
-	}}); err != nil {
+	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}}); err != nil {
 		return fmt.Errorf("inbox: retry job: %w", err)
 	}
 	return nil

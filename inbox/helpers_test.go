@@ -210,12 +210,6 @@ func receiveMany(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, msgs []inbox
 // awaitSettled waits until no message is in another status than settled.
 func awaitSettled(t *testing.T, pool *pgxpool.Pool, settled ...inbox.Status) {
 	t.Helper()
-	awaitSettledWithin(t, pool, 30*time.Second, settled...)
-}
-
-// awaitSettledWithin is awaitSettled with its own timeout.
-func awaitSettledWithin(t *testing.T, pool *pgxpool.Pool, timeout time.Duration, settled ...inbox.Status) {
-	t.Helper()
 	names := make([]string, len(settled))
 	for i, s := range settled {
 		names[i] = string(s)
@@ -224,7 +218,7 @@ func awaitSettledWithin(t *testing.T, pool *pgxpool.Pool, timeout time.Duration,
 		var pending int
 		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM wharf_inbox_messages WHERE status <> ALL($1)", names).Scan(&pending)
 		return err == nil && pending == 0
-	}, timeout, 10*time.Millisecond)
+	}, 30*time.Second, 10*time.Millisecond)
 }
 
 // payments returns an empty JSON message from source "payments" per id.

@@ -83,6 +83,13 @@ type Result struct {
 type processArgs struct {
 	MessageID  uuid.UUID `json:"message_id"`
 	ReceivedAt time.Time `json:"received_at"`
+	// NotBefore, when set, is when the message is to be retried: the job
+	// snoozes until then. A retry handed over from a batch is inserted
+	// available with its time here, rather than scheduled for it: River
+	// makes a scheduled job available only at its scheduler's next run
+	// (every 5 s), where a snooze or a worker's retry due sooner stays
+	// available.
+	NotBefore *time.Time `json:"not_before,omitempty"`
 }
 
 // Kind is the River job kind of inbox processing.

@@ -196,6 +196,13 @@ type processWorker struct {
 // Work runs the message's handler in one transaction with the message's
 // status change and the job's completion.
 func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) error {
+	if job.Args.NotBefore != nil {
+		if wait := time.Until(*job.Args.NotBefore); wait > 0 {
+			// A retry or snooze handed over from a batch: not due yet. A
+			// snooze uses no attempt.
+			return river.JobSnooze(wait)
+		}
+	}
 	ib := w.ib
 	log := ib.logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)
 
