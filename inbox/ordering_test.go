@@ -159,28 +159,8 @@ func messageByEvent(t *testing.T, b *testBundle, eventID string) *inbox.Message 
 // once.
 func TestOrderingHoldsUnderLoad(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	b := setup(t, nil)
-	_, err := b.pool.Exec(ctx, "CREATE TABLE applied (key text NOT NULL, seq int NOT NULL, n serial)")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	failed := map[string]bool{}
-	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		var seq int
-		_, err := fmt.Sscanf(msg.EventID, "evt_%d", &seq)
-		if err != nil {
-			return inbox.Permanent(err)
-		}
-		mu.Lock()
-		fail := seq%7 == 3 && !failed[msg.EventID] // every seventh fails once
-		failed[msg.EventID] = true
-		mu.Unlock()
-		if fail {
-			return errors.New("transient")
-		}
-		_, err = tx.Exec(ctx, "INSERT INTO applied (key, seq) VALUES ($1, $2)", msg.OrderingKey, seq)
-		return err
-	})
+	applyInOrder(t, b, func(seq int) bool { return seq%7 == 3 }) // every seventh fails once
 	const total, keys = 400, 10
 	for start := 0; start < total; start += 50 {
 		var batch []inbox.Incoming
@@ -204,25 +184,7 @@ func TestOrderingWakesAParkedRunOnOneJob(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, nil)
-	_, err := b.pool.Exec(ctx, "CREATE TABLE applied (key text NOT NULL, seq int NOT NULL, n serial)")
-	require.NoError(t, err)
-	var mu sync.Mutex
-	failed := false
-	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		var seq int
-		if _, err := fmt.Sscanf(msg.EventID, "evt_%d", &seq); err != nil {
-			return inbox.Permanent(err)
-		}
-		mu.Lock()
-		fail := seq == 0 && !failed // evt_0 fails once: the others park behind it
-		failed = true
-		mu.Unlock()
-		if fail {
-			return errors.New("transient")
-		}
-		_, err := tx.Exec(ctx, "INSERT INTO applied (key, seq) VALUES ($1, $2)", msg.OrderingKey, seq)
-		return err
-	})
+	applyInOrder(t, b, func(seq int) bool { return seq == 0 }) // evt_0 fails once: the others park behind it
 	msg := func(i int) inbox.Incoming {
 		return inbox.Incoming{Source: "payments", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{}`), OrderingKey: "order_1"}
 	}
@@ -255,6 +217,31 @@ func TestOrderingWakesAParkedRunOnOneJob(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process'
 		AND args->>'message_id' IN (SELECT id::text FROM wharf_inbox_messages WHERE event_id <> 'evt_0')`).Scan(&parked))
 	require.Zero(t, parked, "no message of the run got a job of its own")
+}
+
+// applyInOrder creates the table applied (key, seq, n) and handles every
+// message evt_<seq> by adding its row, failing once first when fails(seq).
+func applyInOrder(t *testing.T, b *testBundle, fails func(seq int) bool) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), "CREATE TABLE applied (key text NOT NULL, seq int NOT NULL, n serial)")
+	require.NoError(t, err)
+	var mu sync.Mutex
+	failed := map[string]bool{}
+	b.inbox.Handle(inbox.Wildcard, inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		var seq int
+		if _, err := fmt.Sscanf(msg.EventID, "evt_%d", &seq); err != nil {
+			return inbox.Permanent(err)
+		}
+		mu.Lock()
+		fail := fails(seq) && !failed[msg.EventID]
+		failed[msg.EventID] = true
+		mu.Unlock()
+		if fail {
+			return errors.New("transient")
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO applied (key, seq) VALUES ($1, $2)", msg.OrderingKey, seq)
+		return err
+	})
 }
 
 // requireAppliedInOrder asserts that the table applied (key, seq, n) holds
