@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -21,4 +22,10 @@ func GatheringDeliveries(ib *Inbox) int {
 // when it is parked, as a message's finish does, in tx.
 func WakeNext(ctx context.Context, ib *Inbox, tx pgx.Tx, msg *Message) error {
 	return ib.wakeNext(ctx, tx, msg)
+}
+
+// WakeNextOf wakes the next messages of finished, a batch's processed
+// messages received at receivedAt, as the batch worker does, in tx.
+func WakeNextOf(ctx context.Context, ib *Inbox, tx pgx.Tx, receivedAt time.Time, finished []*Message) error {
+	return ib.wakeNextOf(ctx, tx, receivedAt, finished)
 }

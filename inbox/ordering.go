@@ -194,21 +194,24 @@ func (ib *Inbox) wake(ctx context.Context, tx pgx.Tx, heads []parkedHead) error 
 			}
 			taken := map[uuid.UUID]bool{}
 			for i, h := range heads {
+				if h.status == StatusFailed {
+					continue // not asked for: alone, on a job of its own
+				}
 				run := byHead[h.id]
 				if taken[h.id] {
 					runs[i] = nil // in an earlier head's run
 					continue
 				}
 				taken[h.id] = true
-				if len(run) == 0 || run[0].ID != h.id || Status(run[0].Status) != StatusReceived || run[0].JobID != nil {
-					// Finished, failed or given a job since it was found:
-					// it goes alone, as it did before runs.
-					if len(run) > 0 && run[0].ID == h.id {
-						heads[i].status = Status(run[0].Status)
-					}
+				if len(run) == 0 || run[0].ID != h.id || run[0].JobID != nil {
+					// Finished, or given a job, since it was found: nothing
+					// to wake.
+					runs[i] = nil
 					continue
 				}
-				heads[i].status = StatusReceived
+				if heads[i].status = Status(run[0].Status); heads[i].status != StatusReceived {
+					continue // failed before: alone, on a job of its own
+				}
 				for _, r := range run[1:] {
 					if r.JobID != nil || Status(r.Status) != StatusReceived || taken[r.ID] {
 						break // it runs, or waits for its retry: the rest wait for it

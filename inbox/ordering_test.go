@@ -219,6 +219,59 @@ func TestOrderingWakesAParkedRunOnOneJob(t *testing.T) {
 	require.Zero(t, parked, "no message of the run got a job of its own")
 }
 
+// A batch's finish wakes the next parked message of each key with the
+// parked messages that follow it unbroken in its receive batch, the runs of
+// one receive batch on one batch job; a next message that has failed
+// before goes alone, on a job of its own, and the ones after it wait.
+func TestOrderingWakeNextOfRuns(t *testing.T) {
+	t.Parallel()
+	for name, firstFailed := range map[string]bool{"Runs": false, "FailedHeadAlone": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, nil)
+			in := func(id, key string) inbox.Incoming {
+				return inbox.Incoming{Source: "payments", EventID: id, Body: []byte(`{}`), OrderingKey: key}
+			}
+			first := receiveMany(t, b.pool, b.inbox, []inbox.Incoming{in("a", "order_1"), in("c", "order_2")})
+			receiveMany(t, b.pool, b.inbox, []inbox.Incoming{in("b1", "order_1"), in("b2", "order_1"), in("b3", "order_1"), in("d1", "order_2")})
+			// a and c processed; b1..b3 parked behind a, b1 failed before
+			// or not; d1 parked behind c.
+			_, err := b.pool.Exec(ctx, `UPDATE wharf_inbox_messages SET job_id = NULL,
+				status = CASE WHEN event_id IN ('a', 'c') THEN 'processed' WHEN event_id = 'b1' AND $1 THEN 'failed' ELSE 'received' END`,
+				firstFailed)
+			require.NoError(t, err)
+			_, err = b.pool.Exec(ctx, `DELETE FROM river_job`)
+			require.NoError(t, err)
+			var finished []*inbox.Message
+			for _, r := range first {
+				m, err := b.inbox.Get(ctx, r.MessageID)
+				require.NoError(t, err)
+				finished = append(finished, m)
+			}
+
+			require.NoError(t, pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				return inbox.WakeNextOf(ctx, b.inbox, tx, finished[0].ReceivedAt, finished)
+			}))
+			rows, err := b.pool.Query(ctx, `SELECT m.event_id, coalesce(j.kind, '') FROM wharf_inbox_messages m
+				LEFT JOIN river_job j ON j.id = m.job_id WHERE m.event_id NOT IN ('a', 'c') ORDER BY m.event_id`)
+			require.NoError(t, err)
+			type woken struct{ Event, Kind string }
+			got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[woken])
+			require.NoError(t, err)
+			batch, single := "wharf_inbox_process_batch", "wharf_inbox_process"
+			want, jobs := []woken{{"b1", batch}, {"b2", batch}, {"b3", batch}, {"d1", batch}}, 1
+			if firstFailed {
+				want, jobs = []woken{{"b1", single}, {"b2", ""}, {"b3", ""}, {"d1", single}}, 2
+			}
+			require.Equal(t, want, got)
+			var n int
+			require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM river_job`).Scan(&n))
+			require.Equal(t, jobs, n)
+		})
+	}
+}
+
 // applyInOrder creates the table applied (key, seq, n) and handles every
 // message evt_<seq> by adding its row, failing once first when fails(seq).
 func applyInOrder(t *testing.T, b *testBundle, fails func(seq int) bool) {
