@@ -405,27 +405,66 @@ func TestBatchRetryDoesNotWaitForRiversScheduler(t *testing.T) {
 	})
 	batch := typedPayments("ok", "fails_once")
 	results := receiveMany(t, b.pool, b.inbox, batch)
-	failed := time.Now()
 	b.startWorkers(t)
 	var state string
-	var notBefore *time.Time
 	require.Eventually(t, func() bool {
-		err := b.pool.QueryRow(ctx, `SELECT j.state, (j.args->>'not_before')::timestamptz FROM wharf_inbox_messages m
+		err := b.pool.QueryRow(ctx, `SELECT j.state FROM wharf_inbox_messages m
 			JOIN river_job j ON j.id = m.job_id WHERE m.id = $1 AND m.job_id <> $2`,
-			results[1].MessageID, results[0].JobID).Scan(&state, &notBefore)
+			results[1].MessageID, results[0].JobID).Scan(&state)
 		return err == nil
 	}, 30*time.Second, 10*time.Millisecond, "the retry's job")
 	require.NotEqual(t, "scheduled", state, "left to River's scheduler")
-	require.NotNil(t, notBefore, "the retry's time is in its args")
-	require.True(t, notBefore.After(failed), "not before the failure: %s", notBefore)
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
 	msg, err := b.inbox.Get(ctx, results[1].MessageID)
 	require.NoError(t, err)
 	require.Equal(t, 2, msg.Attempts)
-	var attemptedAt time.Time
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT j.attempted_at FROM wharf_inbox_messages m JOIN river_job j ON j.id = m.job_id
-		WHERE m.id = $1`, results[1].MessageID).Scan(&attemptedAt))
-	require.False(t, attemptedAt.Before(*notBefore), "retried at its time, not before: %s, %s", attemptedAt, notBefore)
+	// The retry job's first attempt stood for the batch's: it ran no
+	// handler (calls counts two runs in all) and River retried it.
+	require.Equal(t, int32(2), calls.Load())
+	var attempt, errs int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT j.attempt, coalesce(array_length(j.errors, 1), 0) FROM wharf_inbox_messages m
+		JOIN river_job j ON j.id = m.job_id WHERE m.id = $1`, results[1].MessageID).Scan(&attempt, &errs))
+	require.Equal(t, 2, attempt)
+	require.Equal(t, 1, errs)
+}
+
+// TestBatchRetryFollowsTheClientsRetryPolicy: a message that failed in a
+// batch is retried when the River client's RetryPolicy says, as one that
+// failed on a job of its own is (it was retried after River's default
+// backoff, whatever the policy), and its attempts still count handler runs.
+func TestBatchRetryFollowsTheClientsRetryPolicy(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 3}})
+	ctx := context.Background()
+	var calls atomic.Int32
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.EventType == "fails" {
+			calls.Add(1)
+			return errors.New("downstream down")
+		}
+		return nil
+	})
+	results := receiveMany(t, b.pool, b.inbox, typedPayments("ok", "fails"))
+	policy := &recordingRetry{after: time.Hour}
+	b.startWorkersWith(t, func(cfg *river.Config) { cfg.RetryPolicy = policy })
+	var scheduledAt time.Time
+	require.Eventually(t, func() bool {
+		var state string
+		err := b.pool.QueryRow(ctx, `SELECT j.state, j.scheduled_at FROM wharf_inbox_messages m
+			JOIN river_job j ON j.id = m.job_id WHERE m.id = $1 AND m.job_id <> $2`,
+			results[1].MessageID, results[0].JobID).Scan(&state, &scheduledAt)
+		return err == nil && state == "retryable"
+	}, 30*time.Second, 10*time.Millisecond, "the retry waits for the policy's time")
+	require.WithinDuration(t, time.Now().Add(time.Hour), scheduledAt, 5*time.Minute)
+	require.Equal(t, []int{1}, policy.attempts(), "asked once, about the retry job's first attempt")
+	msg, err := b.inbox.Get(ctx, results[1].MessageID)
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusFailed, msg.Status)
+	require.Equal(t, 1, msg.Attempts)
+	require.Equal(t, int32(1), calls.Load())
+	var maxAttempts int
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT j.max_attempts FROM river_job j WHERE j.id = $1`, msg.JobID).Scan(&maxAttempts))
+	require.Equal(t, 3, maxAttempts, "the batch's attempt and the two left")
 }
 
 // TestBatchSplitsWhenItsTransactionFails: when the batch's transaction is

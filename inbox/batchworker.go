@@ -459,12 +459,11 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		if status == StatusDead {
 			return ib.wakeNext(ctx, tx, msg)
 		}
-		// This attempt counted: the retry job has the rest, with River's
-		// default backoff for a first failure.
-		opts.MaxAttempts = ib.maxAttempts - 1
-		now := time.Now().UTC()
-		at := (&river.DefaultClientRetryPolicy{}).NextRetry(&rivertype.JobRow{Attempt: 1, AttemptedAt: &now})
-		args.NotBefore = &at
+		// This attempt counted: the retry job's first run stands for it
+		// and hands it to River, which schedules the retry by the client's
+		// RetryPolicy (see processArgs.FailedInBatch); its other attempts
+		// are the rest.
+		args.FailedInBatch = true
 	}
 	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}}); err != nil {
 		return fmt.Errorf("inbox: retry job: %w", err)

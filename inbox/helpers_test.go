@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,6 +113,27 @@ func (b *testBundle) startWorkersWith(t *testing.T, edit func(*river.Config)) <-
 type fastRetry struct{}
 
 func (fastRetry) NextRetry(*rivertype.JobRow) time.Time { return time.Now().Add(10 * time.Millisecond) }
+
+// recordingRetry retries after a fixed time and records the attempts it
+// was asked about.
+type recordingRetry struct {
+	after time.Duration
+	mu    sync.Mutex
+	asked []int
+}
+
+func (r *recordingRetry) NextRetry(job *rivertype.JobRow) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asked = append(r.asked, job.Attempt)
+	return time.Now().Add(r.after)
+}
+
+func (r *recordingRetry) attempts() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.asked)
+}
 
 // awaitJob waits for the next job event of a given kind.
 func awaitJob(t *testing.T, events <-chan *river.Event, kind river.EventKind) *river.Event {

@@ -83,13 +83,19 @@ type Result struct {
 type processArgs struct {
 	MessageID  uuid.UUID `json:"message_id"`
 	ReceivedAt time.Time `json:"received_at"`
-	// NotBefore, when set, is when the message is to be retried: the job
-	// snoozes until then. A retry handed over from a batch is inserted
-	// available with its time here, rather than scheduled for it: River
-	// makes a scheduled job available only at its scheduler's next run
-	// (every 5 s), where a snooze or a worker's retry due sooner stays
+	// NotBefore, when set, is when the message is to run: the job snoozes
+	// until then. A handler's snooze in a batch is handed over to a job
+	// inserted available with its time here, rather than scheduled for it:
+	// River makes a scheduled job available only at its scheduler's next
+	// run (every 5 s), where a snooze or a worker's retry due sooner stays
 	// available.
 	NotBefore *time.Time `json:"not_before,omitempty"`
+	// FailedInBatch marks the retry of a message whose handler failed in a
+	// batch, whose transaction recorded that attempt. The job's first run
+	// runs no handler: it returns that failure to River, which schedules
+	// the retry by the client's RetryPolicy (and its first attempt stands
+	// for the batch's, so that MaxAttempts counts handler runs).
+	FailedInBatch bool `json:"failed_in_batch,omitempty"`
 }
 
 // Kind is the River job kind of inbox processing.

@@ -198,10 +198,16 @@ type processWorker struct {
 func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) error {
 	if job.Args.NotBefore != nil {
 		if wait := time.Until(*job.Args.NotBefore); wait > 0 {
-			// A retry or snooze handed over from a batch: not due yet. A
-			// snooze uses no attempt.
+			// A snooze handed over from a batch (or, from an older
+			// version, a retry): not due yet. A snooze uses no attempt.
 			return river.JobSnooze(wait)
 		}
+	}
+	if job.Args.FailedInBatch && job.Attempt == 1 {
+		// The handler failed in a batch, which recorded the attempt on the
+		// message: River schedules the retry by the client's RetryPolicy,
+		// as it does a failure of this worker.
+		return &handlerFailed{messageID: job.Args.MessageID}
 	}
 	ib := w.ib
 	log := ib.logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)
