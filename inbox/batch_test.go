@@ -467,6 +467,54 @@ func TestBatchRetryFollowsTheClientsRetryPolicy(t *testing.T) {
 	require.Equal(t, 3, maxAttempts, "the batch's attempt and the two left")
 }
 
+// TestBatchHandsOnWhatItHasNotReachedAtHalfItsTimeout: a batch whose
+// handlers would outlast its job's timeout starts none past half of it and
+// hands the messages it has not reached to a new batch job, in the
+// transaction that commits the others: every handler runs once. (A batch
+// that timed out lost all its work and ran every handler again.)
+func TestBatchHandsOnWhatItHasNotReachedAtHalfItsTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	createEffects(t, b.pool)
+	var calls atomic.Int32
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		calls.Add(1)
+		if err := applyEffect(ctx, tx, msg); err != nil {
+			return err
+		}
+		select { // slow work: six of them outlast the job's timeout
+		case <-time.After(400 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	batch := typedPayments("a", "b", "c", "d", "e", "f")
+	results := receiveMany(t, b.pool, b.inbox, batch)
+	b.startWorkersWith(t, func(cfg *river.Config) { cfg.JobTimeout = 2 * time.Second })
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	require.Equal(t, int32(len(batch)), calls.Load(), "each handler ran once")
+	first, rest := 0, map[int64]int{}
+	for i := range batch {
+		require.Equal(t, 1, effectCount(t, b.pool, batch[i].EventID), batch[i].EventID)
+		jobID := jobOf(t, b.pool, results[i].MessageID)
+		if jobID == results[i].JobID {
+			require.Empty(t, rest, "message %d: the batch's first messages stay on it", i)
+			first++
+			continue
+		}
+		rest[jobID]++
+	}
+	require.Positive(t, first)
+	require.Len(t, rest, 1, "the rest went on together: %v", rest)
+	for jobID := range rest {
+		var kind string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT kind FROM river_job WHERE id = $1", jobID).Scan(&kind))
+		require.Equal(t, "wharf_inbox_process_batch", kind)
+	}
+}
+
 // TestBatchSplitsWhenItsTransactionFails: when the batch's transaction is
 // lost (here a handler kills its own connection), nothing of the batch
 // commits and each message continues on a job of its own: every effect

@@ -113,9 +113,11 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 	}
 	var processed []*Message
 	var failures []batchFailure
+	var late []uuid.UUID                  // messages left for a new batch job (see pastHalf)
 	took := map[uuid.UUID]time.Duration{} // handler run times
+	pastHalf := halfway(ctx)
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
-		processed, failures = nil, nil
+		processed, failures, late = nil, nil, nil
 		clear(took)
 		var waiting []heldMessage
 		// Generic plans: a custom plan of these statements on the
@@ -180,10 +182,23 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 			processed = append(processed, msg)
 			return nil
 		}
+		ran := false // a handler of the batch, or a park
 		for i := 0; i < len(rows); i++ {
 			if !ownedBy(&rows[i], job.ID) {
 				continue
 			}
+			if ran && pastHalf() {
+				// Half the job's timeout has gone: the messages not reached
+				// yet go on to a new batch job, rather than risk the whole
+				// batch's work on the time left.
+				for j := i; j < len(rows); j++ {
+					if ownedBy(&rows[j], job.ID) {
+						late = append(late, rows[j].ID)
+					}
+				}
+				break
+			}
+			ran = true
 			msg := messageFromRow(&rows[i])
 			reg, group, next := w.group(job, rows, i, msg, order)
 			if len(group) < 2 {
@@ -242,6 +257,11 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				failures = append(failures, batchFailure{msg, &orderingWaitError{}})
 			}
 		}
+		if len(late) > 0 {
+			if err := ib.continueBatch(ctx, tx, job, late, job.Args.Waits); err != nil {
+				return fmt.Errorf("inbox: hand the rest of a batch on: %w", err)
+			}
+		}
 		if err := ib.wakeNextOf(ctx, tx, job.Args.ReceivedAt, processed); err != nil {
 			return err
 		}
@@ -265,6 +285,10 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		}
 		return nil
 	}
+	if len(late) > 0 {
+		log.InfoContext(ctx, "inbox: batch ran for half its job's timeout; the messages it had not reached go on to a new batch job",
+			"messages", len(late))
+	}
 	for _, msg := range processed {
 		ib.metrics.handled(ctx, msg, StatusProcessed, took[msg.ID])
 		log.InfoContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
@@ -283,6 +307,20 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		}
 	}
 	return nil
+}
+
+// halfway returns a function that reports whether half of the time ctx
+// had when halfway was called has passed: a batch job starts no handler
+// past half its River timeout (JobTimeout, or none). Without a deadline it
+// always reports false.
+func halfway(ctx context.Context) func() bool {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return func() bool { return false }
+	}
+	start := time.Now()
+	half := start.Add(deadline.Sub(start) / 2)
+	return func() bool { return !time.Now().Before(half) }
 }
 
 // ownedBy reports whether row still waits for job: not processed, erased or

@@ -519,16 +519,24 @@ const orderingHandOns = 3
 // finished and the messages are processed together. Its Waits counts the
 // hand-ons.
 func (ib *Inbox) handOn(ctx context.Context, tx pgx.Tx, job *river.Job[processBatchArgs], msgs []*Message) error {
-	args := processBatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: make([]uuid.UUID, len(msgs)), Waits: job.Args.Waits + 1}
+	ids := make([]uuid.UUID, len(msgs))
 	for i, m := range msgs {
-		args.MessageIDs[i] = m.ID
+		ids[i] = m.ID
 	}
-	opts := ib.batchInsertOpts()
-	opts.Queue = job.Queue
-	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}}); err != nil {
+	if err := ib.continueBatch(ctx, tx, job, ids, job.Args.Waits+1); err != nil {
 		return fmt.Errorf("inbox: ordering: hand messages on: %w", err)
 	}
 	return nil
+}
+
+// continueBatch gives ids, messages of batch job, a new batch job on its
+// queue that runs at once, with waits as its Waits.
+func (ib *Inbox) continueBatch(ctx context.Context, tx pgx.Tx, job *river.Job[processBatchArgs], ids []uuid.UUID, waits int) error {
+	args := processBatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
+	opts := ib.batchInsertOpts()
+	opts.Queue = job.Queue
+	_, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}})
+	return err
 }
 
 // wakeNextOf is wakeNext for the processed messages of a batch, sharing

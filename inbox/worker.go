@@ -83,7 +83,10 @@ type Message struct {
 // The messages of one received batch (see Config.BatchSize) are processed
 // in one transaction, each handler in its own savepoint: an error rolls
 // back that handler's writes only, and its message is retried alone. Row
-// locks a handler takes are held until the batch commits.
+// locks a handler takes are held until the batch commits. The handlers of a
+// batch share its River job's timeout (the client's JobTimeout, 1 minute
+// by default): a batch starts no handler past half of it, and the messages
+// it has not reached go on, together, to a new batch job.
 type Handler func(ctx context.Context, tx pgx.Tx, msg *Message) error
 
 // ErrNoHandler is the error recorded for a message for which no handler is
