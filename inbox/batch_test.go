@@ -388,10 +388,10 @@ func TestBatchWorkerIsolatesFailures(t *testing.T) {
 }
 
 // A message that fails in a batch is retried on a job of its own that is
-// available at once and waits for its retry time itself (a snooze): a job
-// inserted for later waits for River's scheduler (every 5 s), which held a
-// failure due for a retry in 1 s, and every later message of its ordering
-// key, for up to 6.
+// available at once and hands the failure to River, which keeps a retry
+// due within its scheduler's interval available: a job inserted for later
+// waits for River's scheduler (every 5 s), which held a failure due for a
+// retry in 1 s, and every later message of its ordering key, for up to 6.
 func TestBatchRetryDoesNotWaitForRiversScheduler(t *testing.T) {
 	t.Parallel()
 	b := setup(t, nil)
@@ -405,15 +405,21 @@ func TestBatchRetryDoesNotWaitForRiversScheduler(t *testing.T) {
 	})
 	batch := typedPayments("ok", "fails_once")
 	results := receiveMany(t, b.pool, b.inbox, batch)
-	b.startWorkers(t)
+	// River's default policy: about a second for a first retry, within its
+	// scheduler's 5 s interval.
+	b.startWorkersWith(t, func(cfg *river.Config) { cfg.RetryPolicy = &river.DefaultClientRetryPolicy{} })
 	var state string
+	var scheduledAt time.Time
 	require.Eventually(t, func() bool {
-		err := b.pool.QueryRow(ctx, `SELECT j.state FROM wharf_inbox_messages m
+		var errs int
+		err := b.pool.QueryRow(ctx, `SELECT j.state, j.scheduled_at, coalesce(array_length(j.errors, 1), 0) FROM wharf_inbox_messages m
 			JOIN river_job j ON j.id = m.job_id WHERE m.id = $1 AND m.job_id <> $2`,
-			results[1].MessageID, results[0].JobID).Scan(&state)
-		return err == nil
-	}, 30*time.Second, 10*time.Millisecond, "the retry's job")
-	require.NotEqual(t, "scheduled", state, "left to River's scheduler")
+			results[1].MessageID, results[0].JobID).Scan(&state, &scheduledAt, &errs)
+		return err == nil && errs > 0
+	}, 30*time.Second, 5*time.Millisecond, "the retry job's first run")
+	// Seen as soon as the failure was handed to River: waiting for its
+	// retry time available ('retryable' would wait for River's scheduler).
+	require.Contains(t, []string{"available", "running", "completed"}, state)
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
 	msg, err := b.inbox.Get(ctx, results[1].MessageID)
 	require.NoError(t, err)
@@ -422,10 +428,12 @@ func TestBatchRetryDoesNotWaitForRiversScheduler(t *testing.T) {
 	// handler (calls counts two runs in all) and River retried it.
 	require.Equal(t, int32(2), calls.Load())
 	var attempt, errs int
-	require.NoError(t, b.pool.QueryRow(ctx, `SELECT j.attempt, coalesce(array_length(j.errors, 1), 0) FROM wharf_inbox_messages m
-		JOIN river_job j ON j.id = m.job_id WHERE m.id = $1`, results[1].MessageID).Scan(&attempt, &errs))
+	var attemptedAt time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, `SELECT j.attempt, coalesce(array_length(j.errors, 1), 0), j.attempted_at FROM wharf_inbox_messages m
+		JOIN river_job j ON j.id = m.job_id WHERE m.id = $1`, results[1].MessageID).Scan(&attempt, &errs, &attemptedAt))
 	require.Equal(t, 2, attempt)
 	require.Equal(t, 1, errs)
+	require.False(t, attemptedAt.Before(scheduledAt), "retried at the policy's time, not before: %s, %s", attemptedAt, scheduledAt)
 }
 
 // TestBatchRetryFollowsTheClientsRetryPolicy: a message that failed in a
@@ -471,47 +479,75 @@ func TestBatchRetryFollowsTheClientsRetryPolicy(t *testing.T) {
 // handlers would outlast its job's timeout starts none past half of it and
 // hands the messages it has not reached to a new batch job, in the
 // transaction that commits the others: every handler runs once. (A batch
-// that timed out lost all its work and ran every handler again.)
+// that timed out lost all its work and ran every handler again.) The first
+// handler runs until just past half the job's timeout; with a
+// BatchHandler, after its call for the group failed.
 func TestBatchHandsOnWhatItHasNotReachedAtHalfItsTimeout(t *testing.T) {
 	t.Parallel()
-	b := setup(t, nil)
-	ctx := context.Background()
-	createEffects(t, b.pool)
-	var calls atomic.Int32
-	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		calls.Add(1)
-		if err := applyEffect(ctx, tx, msg); err != nil {
-			return err
+	const timeout = 2 * time.Second
+	// pastHalf waits until just past half the timeout of ctx's job.
+	pastHalf := func(ctx context.Context) error {
+		deadline, ok := ctx.Deadline()
+		if !ok {
+			return errors.New("the job has no deadline")
 		}
-		select { // slow work: six of them outlast the job's timeout
-		case <-time.After(400 * time.Millisecond):
+		select {
+		case <-time.After(time.Until(deadline.Add(-timeout/2 + 50*time.Millisecond))):
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	})
-	batch := typedPayments("a", "b", "c", "d", "e", "f")
-	results := receiveMany(t, b.pool, b.inbox, batch)
-	b.startWorkersWith(t, func(cfg *river.Config) { cfg.JobTimeout = 2 * time.Second })
-	awaitSettled(t, b.pool, inbox.StatusProcessed)
-	require.Equal(t, int32(len(batch)), calls.Load(), "each handler ran once")
-	first, rest := 0, map[int64]int{}
-	for i := range batch {
-		require.Equal(t, 1, effectCount(t, b.pool, batch[i].EventID), batch[i].EventID)
-		jobID := jobOf(t, b.pool, results[i].MessageID)
-		if jobID == results[i].JobID {
-			require.Empty(t, rest, "message %d: the batch's first messages stay on it", i)
-			first++
-			continue
-		}
-		rest[jobID]++
 	}
-	require.Positive(t, first)
-	require.Len(t, rest, 1, "the rest went on together: %v", rest)
-	for jobID := range rest {
-		var kind string
-		require.NoError(t, b.pool.QueryRow(ctx, "SELECT kind FROM river_job WHERE id = $1", jobID).Scan(&kind))
-		require.Equal(t, "wharf_inbox_process_batch", kind)
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("BatchHandler=%t", batched), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, nil)
+			ctx := context.Background()
+			createEffects(t, b.pool)
+			var mu sync.Mutex
+			calls := map[string]int{} // calls for one message
+			one := func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+				mu.Lock()
+				calls[msg.EventID]++
+				mu.Unlock()
+				if err := applyEffect(ctx, tx, msg); err != nil {
+					return err
+				}
+				if msg.EventType == "slow" {
+					return pastHalf(ctx)
+				}
+				return nil
+			}
+			if batched {
+				b.inbox.HandleBatch("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msgs []*inbox.Message) error {
+					if len(msgs) > 1 {
+						return errors.New("the group fails: each message goes again alone")
+					}
+					return one(ctx, tx, msgs[0])
+				})
+			} else {
+				b.inbox.Handle("payments", inbox.Wildcard, one)
+			}
+			batch := typedPayments("slow", "b", "c", "d", "e", "f")
+			results := receiveMany(t, b.pool, b.inbox, batch)
+			b.startWorkersWith(t, func(cfg *river.Config) { cfg.JobTimeout = timeout })
+			awaitSettled(t, b.pool, inbox.StatusProcessed)
+			mu.Lock()
+			defer mu.Unlock()
+			next := jobOf(t, b.pool, results[1].MessageID)
+			require.NotEqual(t, results[0].JobID, next, "the rest went on to a new job")
+			for i := range batch {
+				require.Equal(t, 1, calls[batch[i].EventID], "each handler ran once: %v", calls)
+				require.Equal(t, 1, effectCount(t, b.pool, batch[i].EventID), batch[i].EventID)
+				if i > 0 {
+					require.Equal(t, next, jobOf(t, b.pool, results[i].MessageID), "message %d went on with the rest", i)
+				}
+			}
+			require.Equal(t, results[0].JobID, jobOf(t, b.pool, results[0].MessageID), "the first stayed on its batch")
+			var kind string
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT kind FROM river_job WHERE id = $1", next).Scan(&kind))
+			require.Equal(t, "wharf_inbox_process_batch", kind)
+		})
 	}
 }
 

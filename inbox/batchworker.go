@@ -182,20 +182,27 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 			processed = append(processed, msg)
 			return nil
 		}
+		// Half the job's timeout gone, the messages not reached yet go on
+		// to a new batch job, rather than risk the whole batch's work on
+		// the time left; at least one runs, so that every job gets on.
 		ran := false // a handler of the batch, or a park
+		leaveFrom := func(rest []*Message, from int) {
+			for _, m := range rest {
+				late = append(late, m.ID)
+			}
+			for j := from; j < len(rows); j++ {
+				if ownedBy(&rows[j], job.ID) {
+					late = append(late, rows[j].ID)
+				}
+			}
+		}
+	rows:
 		for i := 0; i < len(rows); i++ {
 			if !ownedBy(&rows[i], job.ID) {
 				continue
 			}
 			if ran && pastHalf() {
-				// Half the job's timeout has gone: the messages not reached
-				// yet go on to a new batch job, rather than risk the whole
-				// batch's work on the time left.
-				for j := i; j < len(rows); j++ {
-					if ownedBy(&rows[j], job.ID) {
-						late = append(late, rows[j].ID)
-					}
-				}
+				leaveFrom(nil, i)
 				break
 			}
 			ran = true
@@ -224,7 +231,11 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 			// The BatchHandler failed, and its writes and marks were rolled
 			// back: each message goes again alone, so that only a bad one
 			// fails.
-			for _, m := range group {
+			for k, m := range group {
+				if k > 0 && pastHalf() {
+					leaveFrom(group[k:], next)
+					break rows
+				}
 				if err := alone(m); err != nil {
 					return err
 				}

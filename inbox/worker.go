@@ -85,8 +85,10 @@ type Message struct {
 // back that handler's writes only, and its message is retried alone. Row
 // locks a handler takes are held until the batch commits. The handlers of a
 // batch share its River job's timeout (the client's JobTimeout, 1 minute
-// by default): a batch starts no handler past half of it, and the messages
-// it has not reached go on, together, to a new batch job.
+// by default): a batch starts no handler past half of it (nor a message's
+// own call after a BatchHandler's call failed), and the messages it has not
+// reached go on, together, to a new batch job. Each job runs at least one,
+// so with a JobTimeout of a second or less, slow handlers may run one a job.
 type Handler func(ctx context.Context, tx pgx.Tx, msg *Message) error
 
 // ErrNoHandler is the error recorded for a message for which no handler is
