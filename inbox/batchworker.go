@@ -496,14 +496,23 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		args.NotBefore = &at
 	default:
 		status := failureStatus(cause, 1, ib.maxAttempts)
-		if err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
+		recorded, err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
 			Status:     string(status),
 			LastError:  truncateError(cause.Error()),
 			Now:        ib.clock(),
 			ReceivedAt: msg.ReceivedAt,
 			ID:         msg.ID,
-		}); err != nil {
+			JobID:      msg.JobID,
+			Attempts:   int32(msg.Attempts),
+		})
+		if err != nil {
 			return fmt.Errorf("inbox: record failure: %w", err)
+		}
+		if recorded == 0 {
+			// The batch has held the row since it read it: nothing can
+			// have changed it. Should it have, nothing of the batch
+			// commits, and its messages go on alone (see split).
+			return fmt.Errorf("inbox: message %s changed under the batch's lock", msg.ID)
 		}
 		if status == StatusDead {
 			return ib.wakeNext(ctx, tx, msg)

@@ -29,3 +29,10 @@ func WakeNext(ctx context.Context, ib *Inbox, tx pgx.Tx, msg *Message) error {
 func WakeNextOf(ctx context.Context, ib *Inbox, tx pgx.Tx, receivedAt time.Time, finished []*Message) error {
 	return ib.wakeNextOf(ctx, tx, receivedAt, finished)
 }
+
+// SetBeforeFailureRecord makes fn run after a processing job's transaction
+// has rolled back on its handler's failure, before the failure is recorded
+// (in the job's goroutine). Set it before the workers start.
+func SetBeforeFailureRecord(ib *Inbox, fn func(ctx context.Context, msg *Message)) {
+	ib.hooks.beforeFailureRecord = fn
+}

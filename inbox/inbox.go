@@ -136,9 +136,18 @@ type Inbox struct {
 	rejections     *rejectionLog
 	onDead         func(ctx context.Context, msg *Message, cause error)
 	tracer         trace.Tracer
+	hooks          hooks // zero but in tests
 
 	mu       sync.RWMutex
 	handlers map[handlerKey]*registration
+}
+
+// hooks are seams where a test puts something between two steps of the
+// inbox's work, so that a race it means to show happens in that order.
+type hooks struct {
+	// beforeFailureRecord runs after a processing job's transaction has
+	// rolled back on its handler's failure, before the failure is recorded.
+	beforeFailureRecord func(ctx context.Context, msg *Message)
 }
 
 // New returns an Inbox storing messages through pool.

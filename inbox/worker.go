@@ -232,20 +232,17 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		if err != nil {
 			return fmt.Errorf("inbox: load message: %w", err)
 		}
-		if row.ScrubbedAt != nil && Status(row.Status) != StatusProcessed {
-			// Forget marked it dead; there is nothing left to process.
-			return river.JobCancel(fmt.Errorf("inbox: message %s was erased before processing", row.ID))
-		}
-		msg = messageFromRow(&row)
-		if msg.Status == StatusProcessed {
+		if Status(row.Status) == StatusProcessed {
 			// A replayed or duplicated job: the effect already committed.
 			return completeJob(ctx, tx, job)
 		}
-		if msg.Status == StatusDead {
-			// Skipped while this job was running or waiting for a retry: a
-			// replay gives it a new job.
-			return river.JobCancel(fmt.Errorf("inbox: message %s is dead", row.ID))
+		if !ownedBy(&row, job.ID) {
+			// Skipped, erased, replayed onto a new job or rescued while
+			// this job was running or waiting for a retry (neither can
+			// delete a running job): not this job's to run, nor to fail.
+			return river.JobCancel(&notOwnedError{messageID: row.ID, jobID: job.ID})
 		}
+		msg = messageFromRow(&row)
 		if blocked, err := blockedTx(ctx, tx, msg); errors.Is(err, errOrderingBusy) {
 			return river.JobSnooze(orderingBusyWait)
 		} else if err != nil {
@@ -297,6 +294,11 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		}
 		return nil
 	}
+	var notOwned *notOwnedError
+	if errors.As(err, &notOwned) {
+		log.InfoContext(ctx, "inbox: the message is no longer this job's; the job ends without running it", "reason", err)
+		return err
+	}
 	if msg == nil { // not loaded: nothing to record on the message
 		return err
 	}
@@ -308,43 +310,70 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 	return w.recordFailure(ctx, job, msg, err, handlerTook, log)
 }
 
+// notOwnedError ends a job whose message is no longer its own: skipped,
+// erased, replayed onto another job or rescued since the job was given it,
+// or since it read it. River cancels the job, which neither runs the
+// message nor records anything on it: its new job, if any, runs it.
+type notOwnedError struct {
+	messageID uuid.UUID
+	jobID     int64
+}
+
+func (e *notOwnedError) Error() string {
+	return fmt.Sprintf("inbox: message %s is no longer job %d's (skipped, erased, replayed or rescued); the job leaves it alone",
+		e.messageID, e.jobID)
+}
+
 // recordFailure stores a failed attempt on the message (its transaction has
-// rolled back) and returns what River should do with the job.
+// rolled back) and returns what River should do with the job. The record
+// applies only while the message is as the job read it (see
+// InboxMessageMarkFailed): otherwise an operator got in after the rollback,
+// and the job ends (cancelled) with nothing counted, logged dead, woken or
+// reported to OnDead.
 func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[processArgs], msg *Message, cause error, took time.Duration, log *slog.Logger) error {
 	status := failureStatus(cause, job.Attempt, job.MaxAttempts)
-	w.ib.metrics.handled(ctx, msg, status, took)
 	// Record even when the job's context is done (a timeout is a failure
 	// worth recording), but not forever.
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	if w.ib.hooks.beforeFailureRecord != nil {
+		w.ib.hooks.beforeFailureRecord(recordCtx, msg)
+	}
 	mark := dbsqlc.InboxMessageMarkFailedParams{
 		Status:     string(status),
 		LastError:  truncateError(cause.Error()),
 		Now:        w.ib.clock(),
 		ReceivedAt: job.Args.ReceivedAt,
 		ID:         job.Args.MessageID,
+		JobID:      job.ID,
+		Attempts:   int32(msg.Attempts),
 	}
 	// A dead message releases the next one of its ordering key in the same
 	// transaction: a crash between the two would leave that one parked.
+	var recorded int64
 	err := w.ib.txFunc(recordCtx, func(tx pgx.Tx) error {
-		if err := dbsqlc.New(tx).InboxMessageMarkFailed(recordCtx, mark); err != nil {
+		var err error
+		recorded, err = dbsqlc.New(tx).InboxMessageMarkFailed(recordCtx, mark)
+		if err != nil || recorded == 0 || status != StatusDead {
 			return err
 		}
-		if status == StatusDead {
-			return w.ib.wakeNext(recordCtx, tx, msg)
-		}
-		return nil
+		return w.ib.wakeNext(recordCtx, tx, msg)
 	})
 	if err != nil && status == StatusDead {
 		// The wake failed, or the mark: record the death alone, so that the
 		// message is not left unfinished on a finished job; Rescue gives the
 		// next message of its key a job if it was parked.
 		log.WarnContext(ctx, "inbox: could not wake the next message of the ordering key; recording the failure alone", "error", err)
-		err = dbsqlc.New(w.ib.pool).InboxMessageMarkFailed(recordCtx, mark)
+		recorded, err = dbsqlc.New(w.ib.pool).InboxMessageMarkFailed(recordCtx, mark)
 	}
 	if err != nil {
 		log.ErrorContext(ctx, "inbox: recording failure", "error", err)
+	} else if recorded == 0 {
+		// The handler's error is left out: the message may have been erased.
+		log.InfoContext(ctx, "inbox: the message was skipped, erased, replayed or rescued while its handler failed; the failure is not recorded")
+		return river.JobCancel(&notOwnedError{messageID: msg.ID, jobID: job.ID})
 	}
+	w.ib.metrics.handled(ctx, msg, status, took)
 	logFailure(ctx, log, msg, status, cause)
 	if status == StatusDead {
 		w.ib.dead(recordCtx, msg, cause)

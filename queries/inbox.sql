@@ -40,13 +40,17 @@ UPDATE wharf_inbox_messages
 SET status = 'processed', attempts = attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
 WHERE received_at = @received_at AND id = @id;
 
--- name: InboxMessageMarkFailed :exec
+-- name: InboxMessageMarkFailed :execrows
 -- Records a failed attempt; status is 'failed' while retries remain, 'dead'
--- after the last one. A message that became dead meanwhile (skipped or
--- erased while its handler ran) stays dead.
+-- after the last one. Only while the message is as the attempt read it:
+-- unfinished, on the attempt's job (job_id) with the attempts it read. A
+-- message skipped, erased, replayed or rescued since then (the record of a
+-- job's failure comes after its transaction rolled back, and an operator
+-- waiting for the row gets in between) is left as it is: no row.
 UPDATE wharf_inbox_messages
 SET status = @status::text, attempts = attempts + 1, last_error = @last_error::text, updated_at = @now::timestamptz
-WHERE received_at = @received_at AND id = @id AND status IN ('received', 'failed');
+WHERE received_at = @received_at AND id = @id AND status IN ('received', 'failed')
+  AND job_id = @job_id::bigint AND attempts = @attempts::int;
 
 -- name: InboxMessageRequeue :one
 -- Moves a message back to 'received' with a new job, for replay. The caller

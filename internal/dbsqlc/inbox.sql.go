@@ -673,10 +673,11 @@ func (q *Queries) InboxMessageListByEventID(ctx context.Context, arg InboxMessag
 	return items, nil
 }
 
-const inboxMessageMarkFailed = `-- name: InboxMessageMarkFailed :exec
+const inboxMessageMarkFailed = `-- name: InboxMessageMarkFailed :execrows
 UPDATE wharf_inbox_messages
 SET status = $1::text, attempts = attempts + 1, last_error = $2::text, updated_at = $3::timestamptz
 WHERE received_at = $4 AND id = $5 AND status IN ('received', 'failed')
+  AND job_id = $6::bigint AND attempts = $7::int
 `
 
 type InboxMessageMarkFailedParams struct {
@@ -685,20 +686,30 @@ type InboxMessageMarkFailedParams struct {
 	Now        time.Time
 	ReceivedAt time.Time
 	ID         uuid.UUID
+	JobID      int64
+	Attempts   int32
 }
 
 // Records a failed attempt; status is 'failed' while retries remain, 'dead'
-// after the last one. A message that became dead meanwhile (skipped or
-// erased while its handler ran) stays dead.
-func (q *Queries) InboxMessageMarkFailed(ctx context.Context, arg InboxMessageMarkFailedParams) error {
-	_, err := q.db.Exec(ctx, inboxMessageMarkFailed,
+// after the last one. Only while the message is as the attempt read it:
+// unfinished, on the attempt's job (job_id) with the attempts it read. A
+// message skipped, erased, replayed or rescued since then (the record of a
+// job's failure comes after its transaction rolled back, and an operator
+// waiting for the row gets in between) is left as it is: no row.
+func (q *Queries) InboxMessageMarkFailed(ctx context.Context, arg InboxMessageMarkFailedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, inboxMessageMarkFailed,
 		arg.Status,
 		arg.LastError,
 		arg.Now,
 		arg.ReceivedAt,
 		arg.ID,
+		arg.JobID,
+		arg.Attempts,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const inboxMessageMarkProcessed = `-- name: InboxMessageMarkProcessed :exec

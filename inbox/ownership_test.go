@@ -1,0 +1,177 @@
+package inbox_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/testdb"
+)
+
+// onDeadCounter counts Config.OnDead calls per message.
+type onDeadCounter struct{ calls sync.Map } // message id → *atomic.Int32
+
+func (c *onDeadCounter) onDead(_ context.Context, msg *inbox.Message, _ error) {
+	n, _ := c.calls.LoadOrStore(msg.ID, new(atomic.Int32))
+	n.(*atomic.Int32).Add(1)
+}
+
+func (c *onDeadCounter) of(id uuid.UUID) int {
+	if n, ok := c.calls.Load(id); ok {
+		return int(n.(*atomic.Int32).Load())
+	}
+	return 0
+}
+
+// jobState returns the state of River job id.
+func jobState(t *testing.T, b *testBundle, id int64) string {
+	t.Helper()
+	var state string
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT state FROM river_job WHERE id = $1", id).Scan(&state))
+	return state
+}
+
+// awaitJobState waits until River job id is in state.
+func awaitJobState(t *testing.T, b *testBundle, id int64, state string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return jobState(t, b, id) == state }, 30*time.Second, 5*time.Millisecond,
+		"job %d never %s", id, state)
+}
+
+// TestFailureRecordLeavesAReplayedMessage: an operator's Replay that gets
+// in between a failed last attempt's rollback and its failure record (it
+// waited for the row) stands: the old job's record does not make the
+// message dead, OnDead is not called, the handler runs again on the new
+// job, and River cancels the old job rather than retry it. Before, the
+// record overwrote the replay with dead, the new job found the message dead
+// and OnDead fired twice. For a message's own retry, and for the retry of
+// one that failed in a batch.
+func TestFailureRecordLeavesAReplayedMessage(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"own job", "after batch"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			died := &onDeadCounter{}
+			b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 2, OnDead: died.onDead}})
+			createEffects(t, b.pool)
+			var replayed atomic.Bool
+			var calls atomic.Int32
+			b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+				if msg.EventType != "fails" {
+					return nil
+				}
+				calls.Add(1)
+				if !replayed.Load() {
+					return errors.New("downstream down")
+				}
+				return applyEffect(ctx, tx, msg)
+			})
+			replay := make(chan error, 1)
+			var oldJob atomic.Int64
+			inbox.SetBeforeFailureRecord(b.inbox, func(ctx context.Context, msg *inbox.Message) {
+				// The last attempt (one recorded before it) failed and rolled back.
+				if msg.Attempts == 1 && !replayed.Swap(true) {
+					oldJob.Store(msg.JobID)
+					replay <- b.inbox.Replay(ctx, msg.ID)
+				}
+			})
+			types := []string{"fails"}
+			if path == "after batch" {
+				types = []string{"ok", "fails"}
+			}
+			results := receiveMany(t, b.pool, b.inbox, typedPayments(types...))
+			id := results[len(results)-1].MessageID
+			b.startWorkers(t)
+
+			select {
+			case err := <-replay:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the last attempt never failed")
+			}
+			awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
+			msg, err := b.inbox.Get(ctx, id)
+			require.NoError(t, err)
+			require.Equal(t, inbox.StatusProcessed, msg.Status, "the replay was undone; last_error %q", msg.LastError)
+			require.NotEqual(t, oldJob.Load(), msg.JobID)
+			require.Equal(t, 2, msg.Attempts, "the replayed run counts; the attempt the replay cut short does not")
+			require.Equal(t, int32(3), calls.Load(), "two failed runs, then the replay's")
+			require.Equal(t, 1, effectCount(t, b.pool, typedPayments(types...)[len(types)-1].EventID))
+			require.Zero(t, died.of(id), "OnDead was called for a replayed message")
+			awaitJobState(t, b, oldJob.Load(), "cancelled")
+		})
+	}
+}
+
+// TestNoOnDeadForAMessageSkippedOrErasedUnderItsJob: a job that runs on a
+// message an operator skipped or erased while the job waited for its row
+// leaves it alone: it is not counted or logged dead again and OnDead is not
+// called (Config.OnDead promises operator actions never call it). Before,
+// the own job's cancel of a skipped message went through the failure path.
+// The batch worker is covered too.
+func TestNoOnDeadForAMessageSkippedOrErasedUnderItsJob(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"own job", "batch"} {
+		for _, op := range []string{"skip", "forget"} {
+			t.Run(path+"/"+op, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				died := &onDeadCounter{}
+				logged := &testdb.LockedBuffer{}
+				b := setup(t, &setupOpts{cfg: &inbox.Config{OnDead: died.onDead, Logger: slog.New(slog.NewTextHandler(logged, nil))}})
+				var calls atomic.Int32
+				b.inbox.Handle("payments", inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error {
+					calls.Add(1)
+					return nil
+				})
+				types := []string{"target"}
+				if path == "batch" {
+					types = []string{"target", "other"}
+				}
+				results := receiveMany(t, b.pool, b.inbox, typedPayments(types...))
+				id, job := results[0].MessageID, results[0].JobID
+
+				// The operator holds the row while the job starts and waits for it.
+				tx, err := b.pool.Begin(ctx)
+				require.NoError(t, err)
+				defer func() { _ = tx.Rollback(ctx) }()
+				_, err = tx.Exec(ctx, "SELECT 1 FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE", id)
+				require.NoError(t, err)
+				b.startWorkers(t)
+				awaitJobState(t, b, job, "running")
+				if op == "skip" {
+					require.NoError(t, b.inbox.SkipTx(ctx, tx, id, "bad data"))
+				} else {
+					n, err := b.inbox.ForgetTx(ctx, tx, "payments", typedPayments(types...)[0].EventID)
+					require.NoError(t, err)
+					require.Equal(t, 1, n)
+				}
+				require.NoError(t, tx.Commit(ctx))
+
+				if path == "batch" {
+					awaitJobState(t, b, job, "completed")
+					require.Equal(t, int32(1), calls.Load(), "the other message ran, the skipped one did not")
+				} else {
+					awaitJobState(t, b, job, "cancelled")
+					require.Zero(t, calls.Load())
+				}
+				msg, err := b.inbox.Get(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, inbox.StatusDead, msg.Status)
+				require.Zero(t, msg.Attempts, "an attempt was recorded for a message that never ran")
+				require.Zero(t, died.of(id), "OnDead was called for a message an operator took (%s)", op)
+				require.NotContains(t, logged.String(), "inbox: message dead")
+			})
+		}
+	}
+}
