@@ -175,3 +175,67 @@ func TestNoOnDeadForAMessageSkippedOrErasedUnderItsJob(t *testing.T) {
 		}
 	}
 }
+
+// TestRescueLeavesAMessageGivenAJobMeanwhile: a message Rescue finds
+// stranded (its job gone) but that a Replay gives a new job after Rescue's
+// statement began and before it locks the row is left alone. Before,
+// Postgres re-checked the locked row against the job row joined at the
+// start (none) and the message was made dead, "its River job … is gone",
+// while its new job waited to run. The Replay commits while Rescue works
+// through many messages it does not settle, read before this one: once
+// Rescue has locked the first message, which is read before all of them.
+func TestRescueLeavesAMessageGivenAJobMeanwhile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	died := &onDeadCounter{}
+	b := setup(t, &setupOpts{cfg: &inbox.Config{OnDead: died.onDead}})
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		_, err := b.pool.Exec(ctx, sql, args...)
+		require.NoError(t, err)
+	}
+	receive := func(eventID string) inbox.Result {
+		r := receiveMany(t, b.pool, b.inbox, payments(eventID))[0]
+		require.NoError(t, r.Err)
+		return r
+	}
+	first := receive("evt_first") // stranded: Rescue locks it first
+	live := receive("evt_live")   // its job waits to run
+	// After the first, unfinished messages on a live job: Rescue reads and
+	// leaves them, before it reaches the replayed one, stored after them.
+	const between = 50000
+	exec(`INSERT INTO wharf_inbox_messages (id, received_at, source, event_id, body, payload_hash, status, job_id, updated_at)
+		SELECT gen_random_uuid(), $1::timestamptz + make_interval(secs => i / 1e6), 'payments', 'evt_between_' || i, '',
+			'\x00', 'received', $2, $1
+		FROM generate_series(1, $3::int) AS i`, first.ReceivedAt, live.JobID, between)
+	b.clock.Advance(time.Second)
+	replayed := receive("evt_replayed")
+	exec("DELETE FROM river_job WHERE id = ANY($1)", []int64{first.JobID, replayed.JobID})
+	exec("UPDATE wharf_inbox_messages SET updated_at = $1", b.clock.Now().Add(-inbox.RescueAfter-time.Minute))
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	require.NoError(t, b.inbox.ReplayTx(ctx, tx, replayed.MessageID))
+	rescued := make(chan error, 1)
+	go func() {
+		_, err := b.inbox.Rescue(ctx)
+		rescued <- err
+	}()
+	require.Eventually(t, func() bool {
+		var locked bool
+		err := b.pool.QueryRow(ctx, "SELECT xmax::text <> '0' FROM wharf_inbox_messages WHERE id = $1", first.MessageID).Scan(&locked)
+		return err == nil && locked
+	}, 30*time.Second, time.Millisecond, "Rescue never locked the first message")
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-rescued)
+
+	msg, err := b.inbox.Get(ctx, replayed.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusReceived, msg.Status, "Rescue settled a message given a job meanwhile: %q", msg.LastError)
+	require.Equal(t, "available", jobState(t, b, msg.JobID))
+	require.Zero(t, died.of(replayed.MessageID))
+	first1, err := b.inbox.Get(ctx, first.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusDead, first1.Status, "the first message, stranded, was settled")
+}

@@ -114,11 +114,23 @@ type stranded struct {
 
 func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 	q := dbsqlc.New(tx)
-	rows, err := q.InboxMessagesStranded(ctx, dbsqlc.InboxMessagesStrandedParams{
-		Before: ib.clock().Add(-RescueAfter), Max: maxRescue,
-	})
+	find := dbsqlc.InboxMessagesStrandedParams{Before: ib.clock().Add(-RescueAfter), Max: maxRescue}
+	locked, err := q.InboxMessagesStranded(ctx, find)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: rescue: find stranded messages: %w", err)
+	}
+	if len(locked) == 0 {
+		return nil, nil
+	}
+	// Asked again, now that they are locked: a message given a job after
+	// the first statement began came back from it as stranded, its job
+	// unseen (see InboxMessagesStranded).
+	for i := range locked {
+		find.Ids = append(find.Ids, locked[i].WharfInboxMessage.ID.String())
+	}
+	rows, err := q.InboxMessagesStranded(ctx, find)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: rescue: check stranded messages: %w", err)
 	}
 	settled := make([]stranded, len(rows))
 	var inserts []river.InsertManyParams

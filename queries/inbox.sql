@@ -422,12 +422,19 @@ GROUP BY source;
 -- state when it is finished (completed, cancelled, discarded); 'gone' when
 -- River no longer has it. Locked, skipping those another transaction holds.
 -- The candidates come from the index of unfinished messages, never the
--- processed ones.
+-- processed ones; only those of @ids when given.
+-- A row another transaction changed after this statement began (a replay
+-- that gave it a job) is re-checked once locked, but against the job row
+-- (and earlier messages) the statement read before: none for a new job,
+-- "gone". So the caller runs it again on the ids the first run locked (see
+-- Rescue): the second run's snapshot is taken after those locks, and it
+-- answers for the rows as they now are.
 WITH candidates AS MATERIALIZED (
     SELECT c.received_at, c.id
     FROM wharf_inbox_messages c
     WHERE c.status IN ('received', 'failed')
       AND c.updated_at < @before::timestamptz
+      AND (sqlc.narg('ids')::text[] IS NULL OR c.id = ANY (sqlc.narg('ids')::text[]::uuid[]))
 )
 SELECT sqlc.embed(m),
        (CASE WHEN m.job_id IS NULL THEN '' ELSE coalesce(j.state::text, 'gone') END)::text AS job_state

@@ -1391,6 +1391,7 @@ WITH candidates AS MATERIALIZED (
     FROM wharf_inbox_messages c
     WHERE c.status IN ('received', 'failed')
       AND c.updated_at < $2::timestamptz
+      AND ($3::text[] IS NULL OR c.id = ANY ($3::text[]::uuid[]))
 )
 SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context,
        (CASE WHEN m.job_id IS NULL THEN '' ELSE coalesce(j.state::text, 'gone') END)::text AS job_state
@@ -1417,6 +1418,7 @@ FOR UPDATE OF m SKIP LOCKED
 type InboxMessagesStrandedParams struct {
 	Max    int32
 	Before time.Time
+	Ids    []string
 }
 
 type InboxMessagesStrandedRow struct {
@@ -1430,9 +1432,15 @@ type InboxMessagesStrandedRow struct {
 // state when it is finished (completed, cancelled, discarded); 'gone' when
 // River no longer has it. Locked, skipping those another transaction holds.
 // The candidates come from the index of unfinished messages, never the
-// processed ones.
+// processed ones; only those of @ids when given.
+// A row another transaction changed after this statement began (a replay
+// that gave it a job) is re-checked once locked, but against the job row
+// (and earlier messages) the statement read before: none for a new job,
+// "gone". So the caller runs it again on the ids the first run locked (see
+// Rescue): the second run's snapshot is taken after those locks, and it
+// answers for the rows as they now are.
 func (q *Queries) InboxMessagesStranded(ctx context.Context, arg InboxMessagesStrandedParams) ([]InboxMessagesStrandedRow, error) {
-	rows, err := q.db.Query(ctx, inboxMessagesStranded, arg.Max, arg.Before)
+	rows, err := q.db.Query(ctx, inboxMessagesStranded, arg.Max, arg.Before, arg.Ids)
 	if err != nil {
 		return nil, err
 	}
