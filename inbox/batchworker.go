@@ -305,10 +305,12 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		log.InfoContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 	}
 	for _, f := range failures {
-		var snooze *river.JobSnoozeError
-		var waiting *orderingWaitError
-		if errors.As(f.cause, &snooze) || errors.As(f.cause, &waiting) {
-			continue // waiting for its turn (ordering) or for the handler's snooze: not a failure
+		if lostConflict(f.cause) {
+			log.InfoContext(ctx, "inbox: a handler lost a deadlock or serialization conflict in a batch; its message runs again alone at once, using no attempt",
+				"message_id", f.msg.ID)
+		}
+		if usesNoAttempt(f.cause) {
+			continue // waiting for its turn (ordering), the handler's snooze, or a run of its own: not a failure
 		}
 		status := failureStatus(f.cause, 1, ib.maxAttempts)
 		ib.metrics.handled(ctx, f.msg, status, took[f.msg.ID])
@@ -470,15 +472,23 @@ func (w *processBatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx 
 // diesInBatch reports whether cause, a handler's failure in a batch, makes
 // its message dead in the batch's transaction (see retryAlone).
 func (ib *Inbox) diesInBatch(cause error) bool {
+	return !usesNoAttempt(cause) && failureStatus(cause, 1, ib.maxAttempts) == StatusDead
+}
+
+// usesNoAttempt reports whether cause, a handler's failure in a batch (or
+// a message's wait for its ordering key), is no failed attempt: a snooze,
+// a wait, or a lost conflict (see lostConflict).
+func usesNoAttempt(cause error) bool {
 	var snooze *river.JobSnoozeError
 	var waiting *orderingWaitError
-	return !errors.As(cause, &snooze) && !errors.As(cause, &waiting) && failureStatus(cause, 1, ib.maxAttempts) == StatusDead
+	return errors.As(cause, &snooze) || errors.As(cause, &waiting) || lostConflict(cause)
 }
 
 // retryAlone records a batch handler's failure on msg in tx and, unless
 // the message is now dead, inserts a job of its own that retries it. A
-// snooze uses no attempt and runs again after its duration. (The handler's
-// savepoint was rolled back, its message's mark with it.)
+// snooze uses no attempt and runs again after its duration; a lost
+// conflict (see lostConflict) uses none either and runs again at once.
+// (The handler's savepoint was rolled back, its message's mark with it.)
 func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause error) error {
 	q := dbsqlc.New(tx)
 	opts := ib.insertOpts()
@@ -491,6 +501,9 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		// unfinished, snoozes itself briefly (a short snooze keeps the job
 		// available; a job inserted for later waits for River's
 		// scheduler, seconds).
+	case lostConflict(cause):
+		// Its job runs now, after this batch has committed and let go of
+		// the rows its other handlers locked, using no attempt.
 	case errors.As(cause, &snooze):
 		at := time.Now().Add(snooze.Duration)
 		args.NotBefore = &at

@@ -107,8 +107,9 @@ type Config struct {
 	// (attempts exhausted, Permanent, river.JobCancel), after the commit
 	// that recorded it: an alert hook. It runs on the worker's goroutine,
 	// so keep it short (hand slow work to a goroutine or a queue); a panic
-	// in it is recovered and logged. Operator actions (Skip, Forget) do not
-	// call it. Defaults to none.
+	// in it is recovered and logged. Operator actions (Skip, Forget,
+	// Replay) do not call it, nor does a job that finds its message
+	// skipped, erased or replayed while it ran. Defaults to none.
 	OnDead func(ctx context.Context, msg *Message, cause error)
 	// RejectionLogInterval is the least time between two log lines about
 	// rejected requests of one source and result (the rest are counted and

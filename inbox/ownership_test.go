@@ -2,7 +2,9 @@ package inbox_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -238,4 +240,98 @@ func TestRescueLeavesAMessageGivenAJobMeanwhile(t *testing.T) {
 	first1, err := b.inbox.Get(ctx, first.MessageID)
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusDead, first1.Status, "the first message, stranded, was settled")
+}
+
+// deadlockingHandler upserts, for each message, the accounts its body
+// lists, in that order; the first upsert of a message whose type is
+// "holds" waits, once, until parties such upserts have happened, so that
+// each holds its first row before any takes its next.
+func deadlockingHandler(t *testing.T, b *testBundle, parties int32) (inbox.Handler, *atomic.Int32) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), "CREATE TABLE balances (account text PRIMARY KEY, n int NOT NULL)")
+	require.NoError(t, err)
+	var arrived, calls atomic.Int32
+	allIn := make(chan struct{})
+	var held sync.Map
+	return func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		calls.Add(1)
+		var body struct{ Accounts []string }
+		if err := json.Unmarshal(msg.Body, &body); err != nil {
+			return inbox.Permanent(err)
+		}
+		for i, account := range body.Accounts {
+			if _, err := tx.Exec(ctx, `INSERT INTO balances (account, n) VALUES ($1, 1)
+				ON CONFLICT (account) DO UPDATE SET n = balances.n + 1`, account); err != nil {
+				return fmt.Errorf("upsert %s: %w", account, err)
+			}
+			if _, again := held.LoadOrStore(msg.ID, true); i == 0 && msg.EventType == "holds" && !again {
+				if arrived.Add(1) == parties {
+					close(allIn)
+				}
+				select {
+				case <-allIn:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		return nil
+	}, &calls
+}
+
+// accounts returns an Incoming of source "payments" whose body lists
+// accounts.
+func accounts(eventID, eventType string, accounts ...string) inbox.Incoming {
+	body, _ := json.Marshal(map[string][]string{"accounts": accounts})
+	return inbox.Incoming{Source: "payments", EventID: eventID, EventType: eventType, Body: body}
+}
+
+// TestDeadlockUsesNoAttempt: a handler that loses a deadlock (40P01) is
+// run again at once, alone, without using an attempt or being recorded as
+// failed. In a batch: two batch jobs whose plain upserts take the same rows
+// in opposite orders (each handler's locks are held until its batch
+// commits); on a message's own job: two handlers that take two rows in
+// opposite orders. Before, the deadlock's victim was a failed attempt
+// (attempts 2, last_error "deadlock detected") retried after a backoff.
+func TestDeadlockUsesNoAttempt(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"batch", "own job"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 3}})
+			h, calls := deadlockingHandler(t, b, 2)
+			b.inbox.Handle("payments", inbox.Wildcard, h)
+			var batches [][]inbox.Incoming
+			if path == "batch" {
+				batches = [][]inbox.Incoming{
+					{accounts("evt_1", "holds", "a"), accounts("evt_2", "", "b")},
+					{accounts("evt_3", "holds", "b"), accounts("evt_4", "", "a")},
+				}
+			} else {
+				batches = [][]inbox.Incoming{{accounts("evt_1", "holds", "a", "b")}, {accounts("evt_2", "holds", "b", "a")}}
+			}
+			var ids []uuid.UUID
+			for _, batch := range batches {
+				for _, r := range receiveMany(t, b.pool, b.inbox, batch) {
+					require.NoError(t, r.Err)
+					ids = append(ids, r.MessageID)
+				}
+				b.clock.Advance(time.Millisecond)
+			}
+			b.startWorkers(t)
+			awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
+			for _, id := range ids {
+				msg, err := b.inbox.Get(ctx, id)
+				require.NoError(t, err)
+				require.Equal(t, inbox.StatusProcessed, msg.Status, msg.EventID)
+				require.Equal(t, 1, msg.Attempts, "%s: the deadlock used an attempt (last_error %q)", msg.EventID, msg.LastError)
+				require.Empty(t, msg.LastError, msg.EventID)
+			}
+			require.Greater(t, calls.Load(), int32(len(ids)), "no handler lost a deadlock")
+			var a, bal int
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT (SELECT n FROM balances WHERE account = 'a'), (SELECT n FROM balances WHERE account = 'b')").Scan(&a, &bal))
+			require.Equal(t, []int{2, 2}, []int{a, bal}, "each upsert committed once")
+		})
+	}
 }

@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/shared"
@@ -89,6 +92,20 @@ type Message struct {
 // own call after a BatchHandler's call failed), and the messages it has not
 // reached go on, together, to a new batch job. Each job runs at least one,
 // so with a JobTimeout of a second or less, slow handlers may run one a job.
+//
+// Row locks are held until the transaction commits (a batch's, for every
+// handler of the batch), so two transactions that take the same rows in
+// different orders can deadlock: two batches whose messages upsert the
+// same rows, say, even when each handler writes one row. Postgres then
+// aborts one of them after its deadlock_timeout (1 s by default). Return
+// that error, or wrap it with %w: a deadlock_detected (40P01) or
+// serialization_failure (40001) uses no attempt and is not recorded as a
+// failure. In a batch only that handler's savepoint rolls back, and its
+// message runs again alone, on a job of its own, once the batch has
+// committed; on the message's own job the job runs again at once (after
+// ten snoozes of the job, such an error counts as a failed attempt). Each
+// deadlock still costs the wait: take row locks in one order where you can
+// (sort the keys of a multi-row statement).
 type Handler func(ctx context.Context, tx pgx.Tx, msg *Message) error
 
 // ErrNoHandler is the error recorded for a message for which no handler is
@@ -132,7 +149,8 @@ type handlerKey struct{ source, eventType string }
 // holds waits for it instead, as with a Handler. What the failed call did
 // outside the database (an HTTP request, an email) is not rolled back, as
 // with any retry. A message retried later, or processed outside a batch,
-// is also passed alone.
+// is also passed alone. A deadlock or serialization failure of a call for
+// one message uses no attempt, as with a Handler.
 //
 // msgs are in receipt order, so messages of one ordering key come in their
 // order. They are the handler's own copies: it may sort or filter the
@@ -299,6 +317,11 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		log.InfoContext(ctx, "inbox: the message is no longer this job's; the job ends without running it", "reason", err)
 		return err
 	}
+	if lostConflict(err) && snoozes(job.JobRow) < maxConflictRetries {
+		// Rolled back: the handler's writes and the job's mark alike.
+		log.InfoContext(ctx, "inbox: the handler's transaction lost a deadlock or serialization conflict; it runs again at once, using no attempt")
+		return river.JobSnooze(0)
+	}
 	if msg == nil { // not loaded: nothing to record on the message
 		return err
 	}
@@ -322,6 +345,33 @@ type notOwnedError struct {
 func (e *notOwnedError) Error() string {
 	return fmt.Sprintf("inbox: message %s is no longer job %d's (skipped, erased, replayed or rescued); the job leaves it alone",
 		e.messageID, e.jobID)
+}
+
+// maxConflictRetries bounds how many times in a row a message's own job
+// runs again at once after a lost conflict (see lostConflict), counted by
+// River's snoozes of the job; past it a conflict is a failed attempt, with
+// River's backoff, so that a handler that always loses one cannot hold a
+// worker for ever.
+const maxConflictRetries = 10
+
+// lostConflict reports whether err, a handler's error, is Postgres's
+// deadlock_detected (40P01) or serialization_failure (40001): its
+// transaction lost a race with another one, which went on; nothing is wrong
+// with the message, and running it again succeeds. Permanent (or
+// river.JobCancel) is taken at its word.
+func lostConflict(err error) bool {
+	var pgErr *pgconn.PgError
+	return !isPermanent(err) && errors.As(err, &pgErr) &&
+		(pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure)
+}
+
+// snoozes returns how many times River snoozed job (its metadata's count).
+func snoozes(job *rivertype.JobRow) int {
+	var meta struct {
+		Snoozes int `json:"snoozes"`
+	}
+	_ = json.Unmarshal(job.Metadata, &meta) // River writes it; none is 0
+	return meta.Snoozes
 }
 
 // recordFailure stores a failed attempt on the message (its transaction has
