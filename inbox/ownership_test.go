@@ -335,3 +335,218 @@ func TestDeadlockUsesNoAttempt(t *testing.T) {
 		})
 	}
 }
+
+// operate runs an operator's action on message id (event eventID of
+// "payments"): "replay", "skip" or "forget". Forget's error is nil when it
+// erased the message.
+func operate(ctx context.Context, ib *inbox.Inbox, op string, id uuid.UUID, eventID string) error {
+	switch op {
+	case "replay":
+		return ib.Replay(ctx, id)
+	case "skip":
+		return ib.Skip(ctx, id, "operator says so")
+	default:
+		n, err := ib.Forget(ctx, "payments", eventID)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("forget erased %d messages", n)
+		}
+		return err
+	}
+}
+
+// awaitJobsFinished waits until no inbox processing job can run again.
+func awaitJobsFinished(t *testing.T, b *testBundle) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		var open int
+		err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
+			WHERE kind IN ('wharf_inbox_process', 'wharf_inbox_process_batch')
+			  AND state NOT IN ('completed', 'cancelled', 'discarded')`).Scan(&open)
+		return err == nil && open == 0
+	}, 60*time.Second, 10*time.Millisecond)
+}
+
+// TestOperatorRacingAFailingJob: a Replay, Skip or Forget that meets a
+// failing job, on the message's own job or on its retry after failing in a
+// batch, never leaves the message dead without a run after a replay,
+// processed twice, or reported to OnDead when skipped or erased. First with
+// the action put between a last attempt's rollback and its failure record
+// (the test hook), then with actions started, unordered, as handlers fail.
+func TestOperatorRacingAFailingJob(t *testing.T) {
+	t.Parallel()
+	ops := []string{"replay", "skip", "forget"}
+	for _, path := range []string{"own job", "after batch"} {
+		for _, op := range ops {
+			t.Run("between rollback and record/"+path+"/"+op, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				died := &onDeadCounter{}
+				logged := &testdb.LockedBuffer{}
+				b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 2, OnDead: died.onDead, Logger: slog.New(slog.NewTextHandler(logged, nil))}})
+				createEffects(t, b.pool)
+				var acted atomic.Bool
+				b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+					if msg.EventType == "ok" || acted.Load() {
+						return applyEffect(ctx, tx, msg)
+					}
+					return errors.New("downstream down")
+				})
+				types := []string{"target"}
+				if path == "after batch" {
+					types = []string{"ok", "target"}
+				}
+				incoming := typedPayments(types...)
+				target := incoming[len(incoming)-1].EventID
+				done := make(chan error, 1)
+				var oldJob atomic.Int64
+				inbox.SetBeforeFailureRecord(b.inbox, func(ctx context.Context, msg *inbox.Message) {
+					if msg.Attempts == 1 && !acted.Swap(true) {
+						oldJob.Store(msg.JobID)
+						done <- operate(ctx, b.inbox, op, msg.ID, msg.EventID)
+					}
+				})
+				results := receiveMany(t, b.pool, b.inbox, incoming)
+				id := results[len(results)-1].MessageID
+				b.startWorkers(t)
+				select {
+				case err := <-done:
+					require.NoError(t, err)
+				case <-time.After(30 * time.Second):
+					t.Fatal("the last attempt never failed")
+				}
+				awaitJobsFinished(t, b)
+				msg, err := b.inbox.Get(ctx, id)
+				require.NoError(t, err)
+				switch op {
+				case "replay":
+					require.Equal(t, inbox.StatusProcessed, msg.Status, msg.LastError)
+					require.Equal(t, 1, effectCount(t, b.pool, target))
+				case "skip":
+					require.Equal(t, inbox.StatusDead, msg.Status)
+					require.Equal(t, "skipped by an operator: operator says so", msg.LastError)
+					require.Equal(t, 1, msg.Attempts, "the attempt the skip cut short is not recorded")
+				case "forget":
+					require.Equal(t, inbox.StatusDead, msg.Status)
+					require.Equal(t, "erased on request before processing", msg.LastError)
+					require.Empty(t, msg.Body)
+				}
+				require.Zero(t, died.of(id), "OnDead called")
+				require.NotContains(t, logged.String(), "inbox: message dead")
+				require.Equal(t, "cancelled", jobState(t, b, oldJob.Load()), "River retries or discards a job whose message is not its own")
+			})
+		}
+	}
+
+	t.Run("unordered", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		died := &onDeadCounter{}
+		b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 2, OnDead: died.onDead}})
+		createEffects(t, b.pool)
+		type target struct {
+			id, op  string // event id, action ("" for none)
+			msg     uuid.UUID
+			failing chan struct{} // closed at its second failed run: its last attempt
+			once    sync.Once
+			fails   atomic.Int32
+			asked   atomic.Bool // a replay was asked for: the handler succeeds from then on
+			err     error       // the action's
+		}
+		targets := map[string]*target{}
+		var batches [][]inbox.Incoming
+		for i := range 8 {
+			var batch []inbox.Incoming
+			for _, op := range append([]string{""}, ops...) {
+				tg := &target{id: fmt.Sprintf("evt_%d_%s", i, op), op: op, failing: make(chan struct{})}
+				targets[tg.id] = tg
+				batch = append(batch, inbox.Incoming{Source: "payments", EventID: tg.id, Body: []byte(`{}`)})
+			}
+			if i%2 == 0 { // on jobs of their own
+				for _, m := range batch {
+					batches = append(batches, []inbox.Incoming{m})
+				}
+			} else {
+				batches = append(batches, batch)
+			}
+		}
+		b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+			tg := targets[msg.EventID]
+			if err := applyEffect(ctx, tx, msg); err != nil {
+				return err
+			}
+			if tg.asked.Load() {
+				return nil
+			}
+			if tg.fails.Add(1) == 2 {
+				tg.once.Do(func() { close(tg.failing) })
+			}
+			return errors.New("downstream down")
+		})
+		for _, batch := range batches {
+			for i, r := range receiveMany(t, b.pool, b.inbox, batch) {
+				targets[batch[i].EventID].msg = r.MessageID
+			}
+		}
+		var acting sync.WaitGroup
+		for _, tg := range targets {
+			if tg.op == "" {
+				continue
+			}
+			acting.Add(1)
+			go func() {
+				defer acting.Done()
+				select {
+				case <-tg.failing: // its handler has just returned; the job has yet to roll back and record
+				case <-time.After(60 * time.Second):
+					tg.err = errors.New("its last attempt never failed")
+					return
+				}
+				if tg.op == "replay" {
+					tg.asked.Store(true)
+				}
+				tg.err = operate(ctx, b.inbox, tg.op, tg.msg, tg.id)
+			}()
+		}
+		b.startWorkers(t)
+		acting.Wait()
+		awaitJobsFinished(t, b)
+		awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
+
+		for _, tg := range targets {
+			msg, err := b.inbox.Get(ctx, tg.msg)
+			require.NoError(t, err)
+			effects := effectCount(t, b.pool, tg.id)
+			require.LessOrEqual(t, effects, 1, "%s processed twice", tg.id)
+			switch tg.op {
+			case "":
+				require.Equal(t, inbox.StatusDead, msg.Status, tg.id)
+				require.Equal(t, 1, died.of(tg.msg), "%s: OnDead once", tg.id)
+			case "replay":
+				// Before its record (no OnDead) or after it (dead, then replayed).
+				require.NoError(t, tg.err, tg.id)
+				require.Equal(t, inbox.StatusProcessed, msg.Status, "%s: replayed, yet dead without a run: %q", tg.id, msg.LastError)
+				require.Equal(t, 1, effects, tg.id)
+				require.LessOrEqual(t, died.of(tg.msg), 1, tg.id)
+			case "skip":
+				require.Equal(t, inbox.StatusDead, msg.Status, tg.id)
+				if tg.err == nil {
+					require.Zero(t, died.of(tg.msg), "%s: OnDead called for a skipped message", tg.id)
+					require.Equal(t, "skipped by an operator: operator says so", msg.LastError, tg.id)
+				} else {
+					// Its record came first: dead on its own, then not skippable.
+					require.ErrorIs(t, tg.err, inbox.ErrNotSkippable, tg.id)
+					require.Equal(t, 1, died.of(tg.msg), tg.id)
+				}
+			case "forget":
+				require.NoError(t, tg.err, tg.id)
+				require.Equal(t, inbox.StatusDead, msg.Status, tg.id)
+				if msg.LastError == "erased on request before processing" {
+					require.Zero(t, died.of(tg.msg), "%s: OnDead called for an erased message", tg.id)
+				} else {
+					require.Equal(t, "erased on request", msg.LastError, tg.id) // dead on its own first
+					require.Equal(t, 1, died.of(tg.msg), tg.id)
+				}
+			}
+		}
+	})
+}
