@@ -347,11 +347,11 @@ func (e *notOwnedError) Error() string {
 		e.messageID, e.jobID)
 }
 
-// maxConflictRetries bounds how many times in a row a message's own job
-// runs again at once after a lost conflict (see lostConflict), counted by
-// River's snoozes of the job; past it a conflict is a failed attempt, with
-// River's backoff, so that a handler that always loses one cannot hold a
-// worker for ever.
+// maxConflictRetries bounds the snoozes of a message's own job (River
+// counts them, whatever their cause) under which a lost conflict (see
+// lostConflict) runs the job again at once; past it a conflict is a failed
+// attempt, with River's backoff, so that a handler that always loses one
+// cannot hold a worker for ever.
 const maxConflictRetries = 10
 
 // lostConflict reports whether err, a handler's error, is Postgres's
@@ -370,7 +370,7 @@ func snoozes(job *rivertype.JobRow) int {
 	var meta struct {
 		Snoozes int `json:"snoozes"`
 	}
-	_ = json.Unmarshal(job.Metadata, &meta) // River writes it; none is 0
+	_ = json.Unmarshal(job.Metadata, &meta) // River's own JSON; without a count, 0
 	return meta.Snoozes
 }
 
