@@ -108,8 +108,9 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	opts := ib.insertOpts()
 	if oldJob != nil {
 		// The old job may wait for a retry; the new one replaces it. A
-		// running job cannot be deleted and needs not be: whichever job
-		// locks the message second finds it processed and does nothing.
+		// running job cannot be deleted and needs not be: it finds the
+		// message on another job and leaves it, nor does its failure
+		// record apply (see ownedBy, InboxMessageMarkFailed).
 		if err := ib.deleteJobTx(ctx, tx, oldJob); err != nil {
 			return err
 		}
@@ -135,7 +136,7 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 }
 
 // deleteJobTx deletes a message's job that will not be needed, unless it is
-// running (whichever job locks the message second does nothing) or is a
+// running (it finds the message no longer its own and leaves it) or is a
 // batch's that another message still waits for (its worker skips a message
 // that moved on).
 func (ib *Inbox) deleteJobTx(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow) error {
