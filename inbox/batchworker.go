@@ -302,7 +302,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 	}
 	for _, msg := range processed {
 		ib.metrics.handled(ctx, msg, StatusProcessed, took[msg.ID])
-		log.InfoContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
+		log.DebugContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 	}
 	for _, f := range failures {
 		if lostConflict(f.cause) {
@@ -580,6 +580,6 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 	if err != nil {
 		return fmt.Errorf("inbox: split batch: %w", err)
 	}
-	log.InfoContext(ctx, "inbox: batch split into jobs of their own", "messages", moved)
+	log.DebugContext(ctx, "inbox: batch split into jobs of their own", "messages", moved)
 	return nil
 }

@@ -146,7 +146,7 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 			a.error(resultUnavailable, http.StatusServiceUnavailable, "signature verification unavailable; retry later")
 			return
 		}
-		log.InfoContext(r.Context(), "inbox: signature rejected", "error", err)
+		log.DebugContext(r.Context(), "inbox: signature rejected", "error", err)
 		a.error(resultBadSignature, http.StatusUnauthorized, signatureMessage(err))
 		return
 	}
@@ -193,7 +193,7 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 
 	log = log.With("message_id", res.MessageID)
 	if !res.Duplicate {
-		log.InfoContext(r.Context(), "inbox: message accepted", "job_id", res.JobID)
+		log.DebugContext(r.Context(), "inbox: message accepted", "job_id", res.JobID)
 		a.json(resultAccepted, http.StatusOK, map[string]any{"status": "accepted", "event_id": eventID})
 		return
 	}
@@ -210,7 +210,7 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 			return
 		}
 	} else {
-		log.InfoContext(r.Context(), "inbox: duplicate delivery", "first_received_at", res.ReceivedAt)
+		log.DebugContext(r.Context(), "inbox: duplicate delivery", "first_received_at", res.ReceivedAt)
 	}
 	a.json(resultDuplicate, http.StatusOK, map[string]any{"status": "duplicate", "event_id": eventID, "received_at": res.ReceivedAt})
 }

@@ -65,7 +65,11 @@ type Config struct {
 	// message is dead. Defaults to DefaultMaxAttempts.
 	MaxAttempts int
 	// Logger receives structured logs. Bodies and secrets are never logged.
-	// Defaults to slog.Default().
+	// A message that fails or dies is one line (warn, error); one received
+	// or processed is logged at debug only: give a logger enabled for
+	// slog.LevelDebug for a line per message. Rejected requests are one
+	// info line per source and result per RejectionLogInterval. Defaults
+	// to slog.Default().
 	Logger *slog.Logger
 	// ReceiveTimeout bounds the database work of one HTTP delivery; past
 	// it the delivery is answered 503 and nothing is recorded. Defaults to

@@ -308,7 +308,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 			log.DebugContext(ctx, "inbox: message parked until the earlier message of its ordering key finishes", "ordering_key", msg.OrderingKey)
 		} else if msg != nil && msg.Status != StatusProcessed {
 			ib.metrics.handled(ctx, msg, StatusProcessed, handlerTook)
-			log.InfoContext(ctx, "inbox: message processed", "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
+			log.DebugContext(ctx, "inbox: message processed", "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 		}
 		return nil
 	}

@@ -79,6 +79,10 @@ type Components struct {
 	MeterProvider metric.MeterProvider
 }
 
+// ErrInvalidConfig is returned by Configure when a setting breaks one of
+// Wharf's guarantees; the error lists every problem at once.
+var ErrInvalidConfig = errors.New("wharfriver: invalid config")
+
 // Configure adds to cfg what comps need:
 //
 //   - their workers to cfg.Workers (created when nil);
@@ -96,7 +100,10 @@ type Components struct {
 //   - FetchPollInterval, when unset, to DefaultFetchPollInterval (100 ms,
 //     or the longest FetchCooldown of the client and of its queues without
 //     a poll interval of their own, if longer; a queue added later with a
-//     longer cooldown needs a FetchPollInterval of its own).
+//     longer cooldown needs a FetchPollInterval of its own);
+//   - cfg.Logger, when set, to one that leaves out River's info line for a
+//     failed job of Wharf's ("Job errored; retrying"): Wharf logs each
+//     failure once, with its message or delivery.
 //
 // It returns an error naming each problem, and changes nothing, when a set
 // value breaks a guarantee: a RescueStuckJobsAfter shorter than JobTimeout,
@@ -107,10 +114,6 @@ type Components struct {
 // The unworked-queue check reads the 1,000 longest-waiting of Wharf's jobs:
 // a larger backlog in a worked queue can hide an unworked one until the
 // backlog shrinks.
-// ErrInvalidConfig is returned by Configure when a setting breaks one of
-// Wharf's guarantees; the error lists every problem at once.
-var ErrInvalidConfig = errors.New("wharfriver: invalid config")
-
 func Configure(cfg *river.Config, comps *Components) error {
 	if cfg == nil || comps == nil {
 		return fmt.Errorf("%w: Configure needs a river.Config and Components", ErrInvalidConfig)
@@ -188,6 +191,10 @@ func Configure(cfg *river.Config, comps *Components) error {
 		}
 	}
 	cfg.PeriodicJobs = append(cfg.PeriodicJobs, periodic...)
+	if cfg.Logger != nil {
+		// Without one, River logs at warn and above: nothing to quiet.
+		cfg.Logger = quietWharfJobErrors(cfg.Logger)
+	}
 	if cfg.RescueStuckJobsAfter == 0 && jobTimeout > 0 {
 		cfg.RescueStuckJobsAfter = jobTimeout + rescueMargin
 	}

@@ -2,11 +2,13 @@ package wharfriver_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -196,4 +198,81 @@ func TestUnworkedQueueIsReported(t *testing.T) {
 
 	// And the metric: one job waits in the unworked queue.
 	require.Equal(t, map[string]int64{"forgotten": 1}, telemetrytest.GaugeBy(t, metrics.Collect(t)["wharf_unworked_queue_jobs"], "queue"))
+}
+
+// lockedBuffer is a log destination that goroutines share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type failingArgs struct{}
+
+func (failingArgs) Kind() string { return "app_failing" }
+
+type failingWorker struct {
+	river.WorkerDefaults[failingArgs]
+}
+
+func (failingWorker) Work(context.Context, *river.Job[failingArgs]) error {
+	return errors.New("app job failed")
+}
+
+// TestOneLogLinePerFailure: at info, a failed inbox handler is one line,
+// Wharf's own, not also River's "Job errored" without its context; River's
+// line about the application's own failing job stays.
+func TestOneLogLinePerFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ib, err := inbox.New(pool, &inbox.Config{Logger: logger, BatchSize: 1})
+	require.NoError(t, err)
+	ib.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error {
+		return errors.New("downstream down")
+	})
+	workers := river.NewWorkers()
+	river.AddWorker(workers, failingWorker{})
+	cfg := &river.Config{Logger: logger, Workers: workers, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, NoJobs: true}))
+	cfg.Queues[river.QueueDefault] = river.QueueConfig{MaxWorkers: 1}
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+
+	var msgJob int64
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		res, err := ib.ReceiveTx(ctx, tx, inbox.Incoming{Source: "s", EventID: "evt_1", Body: []byte(`{}`)})
+		msgJob = res.JobID
+		return err
+	}))
+	appJob, err := client.Insert(ctx, failingArgs{}, nil)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+
+	// River logs a failure before it records it on the job.
+	for _, id := range []int64{msgJob, appJob.Job.ID} {
+		require.Eventually(t, func() bool {
+			job, err := client.JobGet(ctx, id)
+			require.NoError(t, err)
+			return len(job.Errors) > 0
+		}, 20*time.Second, 20*time.Millisecond, "job %d never failed", id)
+	}
+	out := logs.String()
+	require.Equal(t, 1, strings.Count(out, "inbox: message failed, will retry"), out)
+	require.Equal(t, 1, strings.Count(out, "Job errored"), "River's line for the app's job only:\n%s", out)
+	require.Contains(t, out, "job_kind=app_failing")
 }
