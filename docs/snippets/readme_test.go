@@ -210,9 +210,11 @@ func TestReadmeSnippets(t *testing.T) {
 }
 
 // The README's inbox quick start, copied as it is into a fresh module,
-// builds and runs: it migrates, receives a signed webhook (accepted, then a
-// duplicate), processes it, and exits cleanly on SIGINT. The fresh module's
-// graph holds none of the interop module's libraries.
+// builds and runs on a database that holds nothing of the app's: it
+// migrates, creates its own table, receives signed webhooks (accepted, then
+// a duplicate), applies two payments to an account that had no row, each
+// once, and exits cleanly on SIGINT. The fresh module's graph holds none of
+// the interop module's libraries.
 func TestQuickStart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -255,14 +257,15 @@ func TestQuickStart(t *testing.T) {
 	runGo("build", "-o", "quickstart", ".")
 	t.Logf("tidy and build took %s", time.Since(started).Round(time.Millisecond))
 
-	// The app's own table, which its handler updates.
+	// A database with nothing of the app's: the quick start must create
+	// what its handler writes to.
 	databaseURL := testdb.NewURL(t)
 	pool, err := pgxpool.New(ctx, databaseURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	_, err = pool.Exec(ctx, `CREATE TABLE balances (account text PRIMARY KEY, balance bigint NOT NULL);
-		INSERT INTO balances VALUES ('acct_1', 0)`)
-	require.NoError(t, err)
+	var appTables int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'balances'`).Scan(&appTables))
+	require.Zero(t, appTables, "the test database already holds the app's table")
 
 	secret, err := signature.GenerateStandardSecret()
 	require.NoError(t, err)
@@ -307,10 +310,9 @@ func TestQuickStart(t *testing.T) {
 	}
 	require.True(t, listening, "the quick start never listened on %s; its output:\n%s", addr, appOutput())
 
-	body := []byte(`{"type":"payment.succeeded","data":{"account":"acct_1","amount":125}}`)
-	send := func() map[string]string {
+	send := func(id string, body []byte) map[string]string {
 		t.Helper()
-		header, err := signature.SignStandardWebhooks([]string{secret}, "evt_1", time.Now(), body)
+		header, err := signature.SignStandardWebhooks([]string{secret}, id, time.Now(), body)
 		require.NoError(t, err)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/webhooks/payments", bytes.NewReader(body))
 		require.NoError(t, err)
@@ -326,19 +328,27 @@ func TestQuickStart(t *testing.T) {
 		require.NoError(t, json.Unmarshal(answer, &fields), "answer %s", answer)
 		return fields
 	}
-	first := send()
-	require.Equal(t, "accepted", first["status"])
-	require.Equal(t, "evt_1", first["event_id"])
-	second := send()
-	require.Equal(t, "duplicate", second["status"])
-	require.Equal(t, "evt_1", second["event_id"])
+	// Two payments to an account that has no row yet, the first sent
+	// twice: the first creates the row, the second adds to it, the
+	// duplicate changes nothing.
+	first := []byte(`{"type":"payment.succeeded","data":{"account":"acct_1","amount":125}}`)
+	answer := send("evt_1", first)
+	require.Equal(t, "accepted", answer["status"])
+	require.Equal(t, "evt_1", answer["event_id"])
+	answer = send("evt_1", first)
+	require.Equal(t, "duplicate", answer["status"])
+	require.Equal(t, "evt_1", answer["event_id"])
+	answer = send("evt_2", []byte(`{"type":"payment.succeeded","data":{"account":"acct_1","amount":75}}`))
+	require.Equal(t, "accepted", answer["status"])
 
 	var balance int64
+	var queryErr error
 	applied := eventually(30*time.Second, func() bool {
-		require.NoError(t, pool.QueryRow(ctx, `SELECT balance FROM balances WHERE account = 'acct_1'`).Scan(&balance))
-		return balance == 125
+		queryErr = pool.QueryRow(ctx, `SELECT balance FROM balances WHERE account = 'acct_1'`).Scan(&balance)
+		return queryErr == nil && balance == 200
 	})
-	require.True(t, applied, "balance %d: the handler never applied the payment once; the quick start's output:\n%s", balance, appOutput())
+	require.True(t, applied, "balance %d (%v): the handler never applied both payments, once each; the quick start's output:\n%s",
+		balance, queryErr, appOutput())
 	http.DefaultClient.CloseIdleConnections()
 
 	require.NoError(t, app.Process.Signal(os.Interrupt))
