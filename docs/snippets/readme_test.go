@@ -26,24 +26,43 @@ import (
 // repoRoot is the library's root directory, where README.md and go.mod are.
 const repoRoot = "../.."
 
-// codeBlock is one ```go block of the README.
+// docPages are the pages whose ```go blocks must be regions of this
+// package's code, relative to repoRoot: the README and every docs/*.md.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, pages, "no docs/*.md pages")
+	out := []string{"README.md"}
+	for _, p := range pages {
+		rel, err := filepath.Rel(repoRoot, p)
+		require.NoError(t, err)
+		out = append(out, rel)
+	}
+	return out
+}
+
+// codeBlock is one ```go block of a page.
 type codeBlock struct {
-	Line int // of its first line of code, from 1
+	Page string // relative to repoRoot
+	Line int    // of its first line of code, from 1
 	Text string
 }
 
-// readmeGoBlocks returns the README's ```go blocks.
-func readmeGoBlocks(t *testing.T) []codeBlock {
+func (b codeBlock) where() string { return fmt.Sprintf("%s:%d", b.Page, b.Line) }
+
+// goBlocks returns the ```go blocks of page (relative to repoRoot).
+func goBlocks(t *testing.T, page string) []codeBlock {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	src, err := os.ReadFile(filepath.Join(repoRoot, page))
 	require.NoError(t, err)
 	var blocks []codeBlock
 	var current *codeBlock
 	var lines []string
-	for i, line := range strings.Split(string(readme), "\n") {
+	for i, line := range strings.Split(string(src), "\n") {
 		switch {
 		case current == nil && line == "```go":
-			current = &codeBlock{Line: i + 2}
+			current = &codeBlock{Page: page, Line: i + 2}
 			lines = nil
 		case current != nil && line == "```":
 			current.Text = strings.Join(lines, "\n")
@@ -54,13 +73,23 @@ func readmeGoBlocks(t *testing.T) []codeBlock {
 		}
 	}
 	if current != nil {
-		t.Fatalf("README.md:%d: the ```go block is never closed", current.Line)
+		t.Fatalf("%s: the ```go block is never closed", current.where())
 	}
-	require.NotEmpty(t, blocks, "README.md has no ```go blocks")
 	return blocks
 }
 
-// region is code a README block must equal: a marked region of a snippet
+// allGoBlocks returns the ```go blocks of every page of docPages.
+func allGoBlocks(t *testing.T) []codeBlock {
+	t.Helper()
+	var blocks []codeBlock
+	for _, page := range docPages(t) {
+		blocks = append(blocks, goBlocks(t, page)...)
+	}
+	require.NotEmpty(t, blocks, "no page has a ```go block")
+	return blocks
+}
+
+// region is code a page's block must equal: a marked region of a snippet
 // file, or a whole file without markers.
 type region struct {
 	Where string // file:line, for messages
@@ -157,7 +186,7 @@ func firstDifference(a, b string) string {
 			y = bl[i]
 		}
 		if i >= len(al) || i >= len(bl) || x != y {
-			return fmt.Sprintf("line %d of the block:\n  README:  %q\n  snippet: %q", i+1, x, y)
+			return fmt.Sprintf("line %d of the block:\n  page:    %q\n  snippet: %q", i+1, x, y)
 		}
 	}
 	return "no difference"
@@ -173,15 +202,14 @@ func commonPrefixLines(a, b string) int {
 	return n
 }
 
-// Every ```go block of the README is, character for character, a region of
-// this package's code, which the build compiles and `make lint` vets and
-// gofmt-checks; and every region is in the README.
-func TestReadmeSnippets(t *testing.T) {
+// Every ```go block of the README and of docs/*.md is, character for
+// character, a region of this package's code, which the build compiles and
+// `make lint` vets and gofmt-checks; and every region is in some page.
+func TestDocSnippets(t *testing.T) {
 	t.Parallel()
-	blocks := readmeGoBlocks(t)
 	regions := snippetRegions(t)
 	used := make([]bool, len(regions))
-	for _, b := range blocks {
+	for _, b := range allGoBlocks(t) {
 		match, nearest := -1, -1
 		for i, r := range regions {
 			if !used[i] && r.Text == b.Text {
@@ -200,11 +228,11 @@ func TestReadmeSnippets(t *testing.T) {
 		if nearest >= 0 {
 			hint = fmt.Sprintf("nearest region %s differs at %s", regions[nearest].Where, firstDifference(b.Text, regions[nearest].Text))
 		}
-		t.Errorf("README.md:%d: the ```go block is no region of docs/snippets; %s", b.Line, hint)
+		t.Errorf("%s: the ```go block is no region of docs/snippets; %s", b.where(), hint)
 	}
 	for i, r := range regions {
 		if !used[i] {
-			t.Errorf("%s: region is in no ```go block of README.md: copy it there, or delete it", r.Where)
+			t.Errorf("%s: region is in no ```go block of README.md or docs/*.md: copy it there, or delete it", r.Where)
 		}
 	}
 }
@@ -222,9 +250,9 @@ func TestQuickStart(t *testing.T) {
 	started := time.Now()
 
 	var program string
-	for _, b := range readmeGoBlocks(t) {
+	for _, b := range goBlocks(t, "README.md") {
 		if strings.HasPrefix(b.Text, "package main\n") {
-			require.Empty(t, program, "README.md:%d: a second ```go block that is a program; TestQuickStart expects one", b.Line)
+			require.Empty(t, program, "%s: a second ```go block that is a program; TestQuickStart expects one", b.where())
 			program = b.Text + "\n"
 		}
 	}

@@ -87,7 +87,7 @@ func run(ctx context.Context) error {
 
 	// 4. Attach Wharf to your River client in one call: its workers, its
 	//    queue and the periodic jobs that keep partitions ahead and prune what
-	//    has expired (see River configuration).
+	//    has expired (docs/operations.md, "River configuration").
 	riverCfg := &river.Config{FetchCooldown: 10 * time.Millisecond, JobTimeout: 20 * time.Second}
 	if err := wharfriver.Configure(riverCfg, &wharfriver.Components{Pool: pool, Inbox: ib}); err != nil {
 		return err
