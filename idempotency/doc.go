@@ -14,8 +14,8 @@
 // protect. In transactional mode a handler writes through [Tx], so its
 // writes commit with the key. Keys are read from [HeaderKey]; replays are
 // marked with [HeaderReplayed]. [DeleteExpired] prunes expired keys (package
-// jobs runs it on a schedule). The README's "Idempotency keys for your own
-// endpoints" section shows a setup and its configuration.
+// jobs runs it on a schedule). docs/idempotency.md shows a setup and its
+// configuration.
 //
 // # Response contract
 //

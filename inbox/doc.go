@@ -25,7 +25,8 @@
 // are read with [Inbox.Get] and [Inbox.List], run again with [Inbox.Replay]
 // and erased on request with [Inbox.Forget].
 //
-// The README's "Quick start: the inbox" section shows a whole setup; its
-// subsections "How a delivery is answered", "Processing", "Group commit and
-// batched processing" and "Configuration" cover the rest.
+// The README's quick start shows a whole setup; docs/inbox.md covers how a
+// delivery is answered, processing, writing a handler that is safe under
+// concurrency, group commit and batched processing, ordering and the
+// configuration.
 package inbox

@@ -22,6 +22,5 @@
 // [PruneOpts.DryRun] only says what it would do ([PruneResult]), and
 // [Maintainer.Report] describes every partitioned table ([TableReport]).
 //
-// The README's "Retention: partitions and pruning" section lists the
-// defaults and what each run keeps.
+// docs/retention.md lists the defaults and what each run keeps.
 package jobs

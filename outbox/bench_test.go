@@ -85,7 +85,7 @@ func (w *plainSendWorker) Work(ctx context.Context, job *river.Job[plainSendArgs
 
 // benchRiverConfig is the River config of both halves of BenchmarkDelivery:
 // 100 workers on the outbox queue, fetch cooldown 2 ms (River's default of
-// 100 ms caps a queue at MaxWorkers/100ms, see DESIGN.md), poll 20 ms.
+// 100 ms caps a queue at MaxWorkers/100ms, see docs/design.md), poll 20 ms.
 func benchRiverConfig(ob *outbox.Outbox) *river.Config {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, noopWorker{})

@@ -21,7 +21,7 @@
 // delivery is sent again with [Outbox.DeliveryReplay] or
 // [Outbox.DeliveryReplayDead].
 //
-// The README's "Outbox: send webhooks reliably" section shows a whole setup;
-// its subsections "Endpoints", "Configuration", "Delivery semantics", "SSRF
-// protection" and "Replay" cover the rest.
+// docs/outbox.md shows a whole setup and covers endpoints, secrets at rest,
+// rate limits and the circuit breaker, the configuration, delivery
+// semantics, SSRF protection and replay.
 package outbox

@@ -30,7 +30,7 @@
 // [GenerateStandardSecret] and [GenerateStandardKeyPair] make new keys, and
 // [SignStripe] imitates Stripe for tests.
 //
-// The package uses the standard library only. The README's "Signature
-// schemes" section lists each scheme's headers and secrets; "Replay: what a
-// signature does not cover" says what a valid signature still allows.
+// The package uses the standard library only. docs/signatures.md lists
+// each scheme's headers and secrets; its section "Replay: what a signature
+// does not cover" says what a valid signature still allows.
 package signature

@@ -3,7 +3,7 @@
 // Wharf components the application uses to its river.Config, fills the
 // settings Wharf depends on when they are unset, and refuses the values
 // that would break a guarantee ([ErrInvalidConfig], every problem listed).
-// See the README's "River configuration".
+// See docs/operations.md, "River configuration".
 //
 //	cfg := &river.Config{Logger: logger} // the app's own queues and workers too
 //	if err := wharfriver.Configure(cfg, &wharfriver.Components{

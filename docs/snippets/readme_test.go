@@ -26,24 +26,43 @@ import (
 // repoRoot is the library's root directory, where README.md and go.mod are.
 const repoRoot = "../.."
 
-// codeBlock is one ```go block of the README.
+// docPages are the pages whose ```go blocks must be regions of this
+// package's code, relative to repoRoot: the README and every docs/*.md.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	require.NoError(t, err)
+	require.NotEmpty(t, pages, "no docs/*.md pages")
+	out := []string{"README.md"}
+	for _, p := range pages {
+		rel, err := filepath.Rel(repoRoot, p)
+		require.NoError(t, err)
+		out = append(out, rel)
+	}
+	return out
+}
+
+// codeBlock is one ```go block of a page.
 type codeBlock struct {
-	Line int // of its first line of code, from 1
+	Page string // relative to repoRoot
+	Line int    // of its first line of code, from 1
 	Text string
 }
 
-// readmeGoBlocks returns the README's ```go blocks.
-func readmeGoBlocks(t *testing.T) []codeBlock {
+func (b codeBlock) where() string { return fmt.Sprintf("%s:%d", b.Page, b.Line) }
+
+// goBlocks returns the ```go blocks of page (relative to repoRoot).
+func goBlocks(t *testing.T, page string) []codeBlock {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	src, err := os.ReadFile(filepath.Join(repoRoot, page))
 	require.NoError(t, err)
 	var blocks []codeBlock
 	var current *codeBlock
 	var lines []string
-	for i, line := range strings.Split(string(readme), "\n") {
+	for i, line := range strings.Split(string(src), "\n") {
 		switch {
 		case current == nil && line == "```go":
-			current = &codeBlock{Line: i + 2}
+			current = &codeBlock{Page: page, Line: i + 2}
 			lines = nil
 		case current != nil && line == "```":
 			current.Text = strings.Join(lines, "\n")
@@ -54,13 +73,23 @@ func readmeGoBlocks(t *testing.T) []codeBlock {
 		}
 	}
 	if current != nil {
-		t.Fatalf("README.md:%d: the ```go block is never closed", current.Line)
+		t.Fatalf("%s: the ```go block is never closed", current.where())
 	}
-	require.NotEmpty(t, blocks, "README.md has no ```go blocks")
 	return blocks
 }
 
-// region is code a README block must equal: a marked region of a snippet
+// allGoBlocks returns the ```go blocks of every page of docPages.
+func allGoBlocks(t *testing.T) []codeBlock {
+	t.Helper()
+	var blocks []codeBlock
+	for _, page := range docPages(t) {
+		blocks = append(blocks, goBlocks(t, page)...)
+	}
+	require.NotEmpty(t, blocks, "no page has a ```go block")
+	return blocks
+}
+
+// region is code a page's block must equal: a marked region of a snippet
 // file, or a whole file without markers.
 type region struct {
 	Where string // file:line, for messages
@@ -157,7 +186,7 @@ func firstDifference(a, b string) string {
 			y = bl[i]
 		}
 		if i >= len(al) || i >= len(bl) || x != y {
-			return fmt.Sprintf("line %d of the block:\n  README:  %q\n  snippet: %q", i+1, x, y)
+			return fmt.Sprintf("line %d of the block:\n  page:    %q\n  snippet: %q", i+1, x, y)
 		}
 	}
 	return "no difference"
@@ -173,15 +202,14 @@ func commonPrefixLines(a, b string) int {
 	return n
 }
 
-// Every ```go block of the README is, character for character, a region of
-// this package's code, which the build compiles and `make lint` vets and
-// gofmt-checks; and every region is in the README.
-func TestReadmeSnippets(t *testing.T) {
+// Every ```go block of the README and of docs/*.md is, character for
+// character, a region of this package's code, which the build compiles and
+// `make lint` vets and gofmt-checks; and every region is in some page.
+func TestDocSnippets(t *testing.T) {
 	t.Parallel()
-	blocks := readmeGoBlocks(t)
 	regions := snippetRegions(t)
 	used := make([]bool, len(regions))
-	for _, b := range blocks {
+	for _, b := range allGoBlocks(t) {
 		match, nearest := -1, -1
 		for i, r := range regions {
 			if !used[i] && r.Text == b.Text {
@@ -200,19 +228,21 @@ func TestReadmeSnippets(t *testing.T) {
 		if nearest >= 0 {
 			hint = fmt.Sprintf("nearest region %s differs at %s", regions[nearest].Where, firstDifference(b.Text, regions[nearest].Text))
 		}
-		t.Errorf("README.md:%d: the ```go block is no region of docs/snippets; %s", b.Line, hint)
+		t.Errorf("%s: the ```go block is no region of docs/snippets; %s", b.where(), hint)
 	}
 	for i, r := range regions {
 		if !used[i] {
-			t.Errorf("%s: region is in no ```go block of README.md: copy it there, or delete it", r.Where)
+			t.Errorf("%s: region is in no ```go block of README.md or docs/*.md: copy it there, or delete it", r.Where)
 		}
 	}
 }
 
 // The README's inbox quick start, copied as it is into a fresh module,
-// builds and runs: it migrates, receives a signed webhook (accepted, then a
-// duplicate), processes it, and exits cleanly on SIGINT. The fresh module's
-// graph holds none of the interop module's libraries.
+// builds and runs on a database that holds nothing of the app's: it
+// migrates, creates its own table, receives signed webhooks (accepted, then
+// a duplicate), applies two payments to an account that had no row, each
+// once, and exits cleanly on SIGINT. The fresh module's graph holds none of
+// the interop module's libraries.
 func TestQuickStart(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -220,9 +250,9 @@ func TestQuickStart(t *testing.T) {
 	started := time.Now()
 
 	var program string
-	for _, b := range readmeGoBlocks(t) {
+	for _, b := range goBlocks(t, "README.md") {
 		if strings.HasPrefix(b.Text, "package main\n") {
-			require.Empty(t, program, "README.md:%d: a second ```go block that is a program; TestQuickStart expects one", b.Line)
+			require.Empty(t, program, "%s: a second ```go block that is a program; TestQuickStart expects one", b.where())
 			program = b.Text + "\n"
 		}
 	}
@@ -255,14 +285,15 @@ func TestQuickStart(t *testing.T) {
 	runGo("build", "-o", "quickstart", ".")
 	t.Logf("tidy and build took %s", time.Since(started).Round(time.Millisecond))
 
-	// The app's own table, which its handler updates.
+	// A database with nothing of the app's: the quick start must create
+	// what its handler writes to.
 	databaseURL := testdb.NewURL(t)
 	pool, err := pgxpool.New(ctx, databaseURL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
-	_, err = pool.Exec(ctx, `CREATE TABLE balances (account text PRIMARY KEY, balance bigint NOT NULL);
-		INSERT INTO balances VALUES ('acct_1', 0)`)
-	require.NoError(t, err)
+	var appTables int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'balances'`).Scan(&appTables))
+	require.Zero(t, appTables, "the test database already holds the app's table")
 
 	secret, err := signature.GenerateStandardSecret()
 	require.NoError(t, err)
@@ -307,10 +338,9 @@ func TestQuickStart(t *testing.T) {
 	}
 	require.True(t, listening, "the quick start never listened on %s; its output:\n%s", addr, appOutput())
 
-	body := []byte(`{"type":"payment.succeeded","data":{"account":"acct_1","amount":125}}`)
-	send := func() map[string]string {
+	send := func(id string, body []byte) map[string]string {
 		t.Helper()
-		header, err := signature.SignStandardWebhooks([]string{secret}, "evt_1", time.Now(), body)
+		header, err := signature.SignStandardWebhooks([]string{secret}, id, time.Now(), body)
 		require.NoError(t, err)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/webhooks/payments", bytes.NewReader(body))
 		require.NoError(t, err)
@@ -326,19 +356,27 @@ func TestQuickStart(t *testing.T) {
 		require.NoError(t, json.Unmarshal(answer, &fields), "answer %s", answer)
 		return fields
 	}
-	first := send()
-	require.Equal(t, "accepted", first["status"])
-	require.Equal(t, "evt_1", first["event_id"])
-	second := send()
-	require.Equal(t, "duplicate", second["status"])
-	require.Equal(t, "evt_1", second["event_id"])
+	// Two payments to an account that has no row yet, the first sent
+	// twice: the first creates the row, the second adds to it, the
+	// duplicate changes nothing.
+	first := []byte(`{"type":"payment.succeeded","data":{"account":"acct_1","amount":125}}`)
+	answer := send("evt_1", first)
+	require.Equal(t, "accepted", answer["status"])
+	require.Equal(t, "evt_1", answer["event_id"])
+	answer = send("evt_1", first)
+	require.Equal(t, "duplicate", answer["status"])
+	require.Equal(t, "evt_1", answer["event_id"])
+	answer = send("evt_2", []byte(`{"type":"payment.succeeded","data":{"account":"acct_1","amount":75}}`))
+	require.Equal(t, "accepted", answer["status"])
 
 	var balance int64
+	var queryErr error
 	applied := eventually(30*time.Second, func() bool {
-		require.NoError(t, pool.QueryRow(ctx, `SELECT balance FROM balances WHERE account = 'acct_1'`).Scan(&balance))
-		return balance == 125
+		queryErr = pool.QueryRow(ctx, `SELECT balance FROM balances WHERE account = 'acct_1'`).Scan(&balance)
+		return queryErr == nil && balance == 200
 	})
-	require.True(t, applied, "balance %d: the handler never applied the payment once; the quick start's output:\n%s", balance, appOutput())
+	require.True(t, applied, "balance %d (%v): the handler never applied both payments, once each; the quick start's output:\n%s",
+		balance, queryErr, appOutput())
 	http.DefaultClient.CloseIdleConnections()
 
 	require.NoError(t, app.Process.Signal(os.Interrupt))

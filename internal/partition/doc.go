@@ -25,6 +25,5 @@
 // pgx's nested transactions send, written out so that they can share a
 // round trip with a handler's first statement.
 //
-// The README's "Retention: partitions and pruning" section describes the
-// partitioned tables and their retention.
+// docs/retention.md describes the partitioned tables and their retention.
 package partition

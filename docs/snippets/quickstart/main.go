@@ -39,8 +39,15 @@ func run(ctx context.Context) error {
 	}
 	defer pool.Close()
 
-	// 1. Migrate: River's tables and Wharf's, plus a week of daily partitions.
+	// 1. Migrate: River's tables and Wharf's, plus a week of daily
+	//    partitions; then the app's own table (your migrations' job).
 	if err := wharf.Migrate(ctx, pool); err != nil {
+		return err
+	}
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS balances (
+		account text PRIMARY KEY,
+		balance bigint NOT NULL
+	)`); err != nil {
 		return err
 	}
 
@@ -67,14 +74,20 @@ func run(ctx context.Context) error {
 		if err := json.Unmarshal(msg.Body, &ev); err != nil {
 			return inbox.Permanent(err) // dead at once, no retries; replayable
 		}
-		_, err := tx.Exec(ctx, "UPDATE balances SET balance = balance + $1 WHERE account = $2", ev.Data.Amount, ev.Data.Account)
+		if ev.Data.Account == "" {
+			return inbox.Permanent(errors.New("payment without an account"))
+		}
+		// One upsert: an account's first payment creates its row.
+		_, err := tx.Exec(ctx, `INSERT INTO balances (account, balance) VALUES ($1, $2)
+			ON CONFLICT (account) DO UPDATE SET balance = balances.balance + excluded.balance`,
+			ev.Data.Account, ev.Data.Amount)
 		return err // non-nil: everything rolls back, River retries with backoff
 	})
 	ib.Handle("payments", inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error { return nil })
 
 	// 4. Attach Wharf to your River client in one call: its workers, its
 	//    queue and the periodic jobs that keep partitions ahead and prune what
-	//    has expired (see River configuration).
+	//    has expired (docs/operations.md, "River configuration").
 	riverCfg := &river.Config{FetchCooldown: 10 * time.Millisecond, JobTimeout: 20 * time.Second}
 	if err := wharfriver.Configure(riverCfg, &wharfriver.Components{Pool: pool, Inbox: ib}); err != nil {
 		return err
