@@ -18,6 +18,7 @@ import (
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/ops"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
@@ -273,10 +274,10 @@ func parseTemplates(prefix string) (map[string]*template.Template, error) {
 			if d == 0 {
 				return "—"
 			}
-			return strconv.FormatFloat(100*float64(n)/float64(d), 'f', 1, 64) + "%"
+			return ops.Percent(ops.Ratio(n, d))
 		},
-		"dur":    func(d time.Duration) string { return d.Round(time.Millisecond).String() },
-		"window": window,
+		"percent": ops.Percent,
+		"dur":     ops.Duration,
 		"query": func(kv ...string) string {
 			v := url.Values{}
 			for i := 0; i+1 < len(kv); i += 2 {
@@ -290,7 +291,7 @@ func parseTemplates(prefix string) (map[string]*template.Template, error) {
 			return "?" + v.Encode()
 		},
 		"list":  func(v ...string) []string { return v },
-		"bytes": humanBytes,
+		"bytes": ops.Bytes,
 		"derefInt": func(p *int) string {
 			if p == nil {
 				return "—"
@@ -334,30 +335,28 @@ func ago(t any) string {
 	d := time.Since(at)
 	switch {
 	case d < 0:
-		return "in " + (-d).Round(time.Second).String()
+		return "in " + ops.Duration((-d).Round(time.Second))
 	case d < time.Minute:
-		return d.Round(time.Second).String() + " ago"
+		return ops.Duration(d.Round(time.Second)) + " ago"
 	case d < 48*time.Hour:
-		return d.Round(time.Minute).String() + " ago"
+		return ops.Duration(d.Round(time.Minute)) + " ago"
 	default:
-		return strconv.Itoa(int(d/(24*time.Hour))) + "d ago"
+		return strconv.Itoa(int(d/ops.Day)) + "d ago"
 	}
 }
 
-// parseSince reads a since filter: a duration back from now ("90m",
-// "24h", "7d"), a date (2006-01-02, UTC) or an RFC 3339 time. Empty is
-// the zero time (no bound).
+// maxSince is the longest since filter.
+const maxSince = 3650 * ops.Day
+
+// parseSince reads a since filter: a duration back from now, as the CLI
+// reads one ("90m", "24h", "7d", "1d12h"), a date (2006-01-02, UTC) or an
+// RFC 3339 time. Empty is the zero time (no bound).
 func parseSince(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(days); err == nil && n >= 0 && n <= 3650 {
-			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
-		}
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 && d <= 3650*24*time.Hour {
+	if d, err := ops.ParseDuration(s); err == nil && d <= maxSince {
 		return now.Add(-d), nil
 	}
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
@@ -367,29 +366,4 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	return time.Time{}, badRequest{fmt.Sprintf("since %q is neither a duration (24h, 7d), a date (2006-01-02) nor an RFC 3339 time", shared.Text(s, 40))}
-}
-
-// humanBytes is n in B, kB, MB or GB.
-func humanBytes(n int64) string {
-	const unit = 1000
-	if n < unit {
-		return strconv.FormatInt(n, 10) + " B"
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 2; m /= unit {
-		div *= unit
-		exp++
-	}
-	return strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64) + " " + string("kMG"[exp]) + "B"
-}
-
-// window names a duration of whole hours as a person would: "24h", "7d".
-func window(d time.Duration) string {
-	switch {
-	case d >= 72*time.Hour && d%(24*time.Hour) == 0:
-		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
-	case d%time.Hour == 0:
-		return strconv.Itoa(int(d/time.Hour)) + "h"
-	}
-	return d.String()
 }

@@ -126,7 +126,7 @@ func TestPagesShowTheSeededState(t *testing.T) {
 	require.Contains(t, body, `href="/inbox?source=billing&amp;status=dead">3</a>`, "billing's dead messages link to the filtered list")
 	billing := regexp.MustCompile(`(?s)>billing</a></td>\s*<td class="num">(\d+)</td>\s*<td class="num">(\d+)</td>\s*<td class="num">([^<]+)</td>`).FindStringSubmatch(body)
 	require.NotNil(t, billing, "billing's row")
-	require.Equal(t, []string{"12", "3", "25.0%"}, billing[1:], "received, duplicates blocked (one event twice), ratio")
+	require.Equal(t, []string{"12", "3", "20.0%"}, billing[1:], "received, duplicates blocked (one event twice), ratio: 3 of 15 deliveries, as wharf stats and the alert rule count")
 	require.NotContains(t, body, f.seed.EndpointPassword)
 
 	code, body = f.get(t, "/inbox/"+f.seed.DeadMessage.String())
@@ -159,6 +159,9 @@ func TestPagesShowTheSeededState(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "wharf_inbox_messages")
 	require.Contains(t, body, "wharf_outbox_events")
+	require.Contains(t, body, "Retention 30d ·", "durations as the CLI writes them")
+	require.Regexp(t, `<td class="num">\d+\.\d KiB</td>`, body, "sizes as the CLI writes them")
+	require.NotContains(t, body, " kB<")
 
 	code, body = f.get(t, "/outbox?status=succeeded")
 	require.Equal(t, http.StatusOK, code)
@@ -337,7 +340,7 @@ func TestQueriesPerPage(t *testing.T) {
 		"/inbox":                                2,
 		"/inbox?q=evt_ship_03":                  3,
 		"/inbox/" + f.seed.DeadMessage.String(): 1,
-		"/outbox":                               1,
+		"/outbox":                               3,
 		"/outbox/deliveries/" + f.seed.DeadDelivery.String(): 4,
 		"/outbox/endpoints": 3,
 		"/partitions":       12,
@@ -410,4 +413,51 @@ func TestOverviewSameWithRollup(t *testing.T) {
 
 	require.Equal(t, before, sections())
 	require.Equal(t, beforeEndpoints, endpointsPage())
+}
+
+// The deliveries list shows each delivery's event type and endpoint URL
+// (not only its id), and a delivery held by its endpoint's open circuit
+// says so and when the circuit lets it try, not a time already past.
+func TestDeliveriesShowTypeEndpointAndCircuit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := setup(t, nil)
+	dead, err := f.outbox.DeliveryGet(ctx, f.seed.DeadDelivery)
+	require.NoError(t, err)
+	failing := dead.EndpointID
+	_, err = f.pool.Exec(ctx, "UPDATE wharf_outbox_endpoints SET circuit_state = 'open', circuit_open_until = now() + interval '1 hour' WHERE id = $1", failing)
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+		_, err := f.outbox.PublishTx(ctx, tx, &outbox.Event{Type: "order.refunded", Data: map[string]int{"order": 7}})
+		return err
+	}))
+	ep, err := f.outbox.EndpointGet(ctx, failing)
+	require.NoError(t, err)
+
+	code, body := f.get(t, "/outbox?status=pending")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 2, rows(body), "the new event's deliveries, one per endpoint")
+	require.Contains(t, body, "<th>Type</th>")
+	held := regexp.MustCompile(`(?s)<tr>.*?</tr>`).FindAllString(body[strings.Index(body, "<tbody>"):], -1)
+	var heldRow, freeRow string
+	for _, row := range held {
+		if strings.Contains(row, failing.String()) {
+			heldRow = row
+		} else {
+			freeRow = row
+		}
+	}
+	require.Contains(t, heldRow, "<td>order.refunded</td>")
+	require.Contains(t, heldRow, ">http://127.0.0.1:", "the endpoint by its URL")
+	require.Contains(t, heldRow, "held by open circuit")
+	require.Contains(t, heldRow, `title="`+ep.CircuitOpenUntil.UTC().Format("2006-01-02 15:04:05Z")+`">in `, "due when the circuit lets it try")
+	require.Contains(t, freeRow, "<td>order.refunded</td>")
+	require.NotContains(t, freeRow, "held by open circuit")
+	require.NotContains(t, body, f.seed.EndpointPassword)
+
+	id := regexp.MustCompile(`href="/outbox/deliveries/([0-9a-f-]+)"`).FindStringSubmatch(heldRow)
+	require.NotNil(t, id)
+	code, body = f.get(t, "/outbox/deliveries/"+id[1])
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<dd id="next-attempt">`+ep.CircuitOpenUntil.UTC().Format("2006-01-02 15:04:05Z")+" (held by open circuit)</dd>")
 }

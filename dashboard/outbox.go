@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/ops"
 	"github.com/wharfhq/wharf/outbox"
 )
 
@@ -79,7 +80,12 @@ func (h *Handler) deliveryList(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusInternalServerError, "The deliveries could not be read.", err)
 		return
 	}
-	data["Deliveries"] = ds
+	lines, err := ops.DeliveryLines(r.Context(), h.queries, ds)
+	if err != nil {
+		h.fail(w, r, http.StatusInternalServerError, "The deliveries could not be read.", err)
+		return
+	}
+	data["Deliveries"] = lines
 	if len(ds) == params.Limit {
 		next := f
 		next.After = outbox.DeliveryCursor(ds[len(ds)-1])
@@ -112,8 +118,10 @@ func (h *Handler) deliveryShow(w http.ResponseWriter, r *http.Request) {
 	data := map[string]any{"Title": "Delivery " + d.EventID, "D": d, "Attempts": attempts,
 		"Replayable": d.Status == outbox.StatusDead || d.Status == outbox.StatusSucceeded,
 		"Done":       doneMessage(r.URL.Query())}
+	data["NextAttempt"] = d.NextAttemptAt
 	if ep, err := h.outbox.EndpointGet(ctx, d.EndpointID); err == nil {
-		data["EndpointURL"] = redactURL(ep.URL)
+		data["EndpointURL"] = ops.RedactURL(ep.URL)
+		data["NextAttempt"], data["HeldByCircuit"] = ops.NextAttempt(d, ep.CircuitState, ep.CircuitOpenUntil)
 	}
 	eventID, _ := outbox.ParseEventID(d.EventID)
 	ev, err := h.queries.DashboardEventGet(ctx, dbsqlc.DashboardEventGetParams{ID: eventID, CreatedAt: d.EventCreatedAt})
@@ -169,7 +177,7 @@ func (h *Handler) endpointList(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := make([]*endpointRow, len(eps))
 	for i, e := range eps {
-		rows[i] = &endpointRow{Endpoint: e, URL: redactURL(e.URL)}
+		rows[i] = &endpointRow{Endpoint: e, URL: ops.RedactURL(e.URL)}
 		if got := health[e.ID]; got != nil {
 			rows[i].Attempts, rows[i].Success, rows[i].Pending, rows[i].Dead = got.Attempts, got.Succeeded, got.Pending, got.Dead
 		}

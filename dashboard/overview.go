@@ -4,14 +4,13 @@ import (
 	"context"
 	"html/template"
 	"net/http"
-	"net/url"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/ops"
 )
 
 // overviewEndpoints caps the endpoints the overview charts (the busiest).
@@ -22,11 +21,13 @@ type sourceOverview struct {
 	Source     string
 	Received   int64
 	Duplicates int64
-	Failed     int64
-	Dead       int64 // received in the window and dead now
-	DeadNow    int64 // dead now, whenever received
-	Lag        time.Duration
-	Chart      template.HTML
+	// DuplicateRatio is ops.DuplicateRatio of Duplicates and Received.
+	DuplicateRatio float64
+	Failed         int64
+	Dead           int64 // received in the window and dead now
+	DeadNow        int64 // dead now, whenever received
+	Lag            time.Duration
+	Chart          template.HTML
 }
 
 // endpointOverview is one endpoint's row on the overview.
@@ -128,6 +129,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	sources := make([]*sourceOverview, 0, len(bySource))
 	var depthRows, lagRows []stackedRow
 	for _, s := range bySource {
+		s.row.DuplicateRatio = ops.DuplicateRatio(s.row.Duplicates, s.row.Received)
 		s.row.Chart = hourlyChart("Messages per hour from "+s.row.Source, hours, []series{
 			{"received", "received", s.received},
 			{"duplicates blocked", "duplicate", s.dups},
@@ -157,7 +159,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	data := map[string]any{
 		"Title":     "Overview",
 		"Window":    h.cfg.ChartWindow,
-		"SinceArg":  window(h.cfg.ChartWindow),
+		"SinceArg":  ops.Duration(h.cfg.ChartWindow),
 		"Since":     since,
 		"Sources":   sources,
 		"Endpoints": endpoints,
@@ -211,44 +213,18 @@ func (h *Handler) endpointOverview(r *http.Request, since time.Time) ([]*endpoin
 		return nil, nil, err
 	}
 	for _, l := range labels {
-		byID[l.ID].URL, byID[l.ID].Enabled = redactURL(l.Url), l.Enabled
+		byID[l.ID].URL, byID[l.ID].Enabled = ops.RedactURL(l.Url), l.Enabled
 	}
 	var rows []stackedRow
 	for _, e := range list {
 		if e.URL == "" {
-			e.URL = e.ID.String() + " (deleted)"
+			e.URL = ops.DeletedEndpoint(e.ID)
 		}
 		if e.Attempts > 0 {
 			rows = append(rows, stackedRow{e.URL, perOutcome[e.ID]})
 		}
 	}
 	return list, rows, nil
-}
-
-// redactURL shows where a URL points without what may be a credential in
-// it: user info, query and every path segment after the first are masked
-// (a Slack or Discord webhook URL carries its secret in the path).
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "(unparsable URL)"
-	}
-	out := u.Scheme + "://"
-	if u.User != nil {
-		out += "xxxxx@"
-	}
-	out += u.Host
-	segments := strings.Split(strings.TrimPrefix(u.EscapedPath(), "/"), "/")
-	if segments[0] != "" {
-		out += "/" + segments[0]
-	}
-	if len(segments) > 1 {
-		out += "/…"
-	}
-	if u.RawQuery != "" {
-		out += "?…"
-	}
-	return out
 }
 
 // endpointHealth reads, per endpoint, the attempts since a time (in all

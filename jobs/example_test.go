@@ -55,12 +55,16 @@ func ExampleMaintainer_PeriodicJobs() {
 		}
 	}()
 
-	// Wait for both runs, as a test would; an application does not.
+	// Wait for both runs, as a test would; an application does not. (The
+	// dashboard's rollup job runs on start too, in any order.)
 	var ran []string
 	timeout := time.After(30 * time.Second)
 	for len(ran) < 2 {
 		select {
 		case ev := <-finished:
+			if ev.Job.Kind == "wharf_rollup" {
+				continue
+			}
 			ran = append(ran, ev.Job.Kind+" "+string(ev.Kind))
 		case <-timeout:
 			fmt.Println("periodic jobs did not run within 30s")

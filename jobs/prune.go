@@ -122,11 +122,14 @@ func (r *pruneRun) renewLease(ctx context.Context) (bool, error) {
 }
 
 // releaseLease frees the prune lease, even when ctx has ended; if that
-// fails, the lease expires by itself.
+// fails, the lease expires by itself. It goes through the pool, not the
+// run's connection: a statement interrupted by ctx's end (a DETACH …
+// CONCURRENTLY waiting for long transactions) closes that connection, and
+// a lease left behind would make every prune skip until it expires.
 func (r *pruneRun) releaseLease(ctx context.Context) {
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := r.q.LeaseRelease(releaseCtx, dbsqlc.LeaseReleaseParams{Name: pruneLease, Holder: r.holder}); err != nil {
+	if err := dbsqlc.New(r.m.pool).LeaseRelease(releaseCtx, dbsqlc.LeaseReleaseParams{Name: pruneLease, Holder: r.holder}); err != nil {
 		r.m.cfg.Logger.WarnContext(ctx, "wharf: releasing the prune lease failed; it expires by itself", "error", err)
 	}
 }

@@ -193,3 +193,43 @@ func TestReplayRefusedWhileItsDayIsDropped(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusDead, msg.Status, "nothing changed")
 }
+
+// TestCancelledPruneReleasesItsLease: a prune whose context ends while its
+// DETACH … CONCURRENTLY waits loses its connection (pgx closes it to
+// interrupt the statement). Its lease must still be released, so that the
+// next prune runs at once instead of skipping for the lease's lifetime and
+// drops the partition the cancelled one was detaching.
+func TestCancelledPruneReleasesItsLease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil)
+	old := expiredProcessedDay(t, b)
+	name := partition.Name("wharf_inbox_messages", old)
+
+	end := holdSnapshot(t, b)
+	pruneCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pruned := make(chan error, 1)
+	go func() {
+		_, err := b.maint.Prune(pruneCtx, nil)
+		pruned <- err
+	}()
+	detaching := func() int {
+		return b.count(t, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND state = 'active' AND query ILIKE '%DETACH PARTITION%' AND pid <> pg_backend_pid()`)
+	}
+	awaitDetachWaiting(t, b)
+	cancel()
+	require.ErrorIs(t, <-pruned, context.Canceled, "the cancelled prune reports its interruption")
+	end()
+	// The server finishes the detach the closed connection started (or
+	// leaves it pending); either way the next prune completes it.
+	require.Eventually(t, func() bool { return detaching() == 0 }, 20*time.Second, 5*time.Millisecond)
+	require.Zero(t, b.count(t, "SELECT count(*) FROM wharf_leases WHERE name = 'wharf.jobs.prune'"), "the cancelled prune kept its lease")
+
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.False(t, res.Skipped, "the next prune skipped: the lease was still held")
+	require.Contains(t, res.Dropped, name, "the next prune drops the partition the cancelled one was detaching")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM pg_class WHERE relname = '"+name+"'"))
+}

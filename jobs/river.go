@@ -24,7 +24,9 @@ func (pruneArgs) Kind() string { return "wharf_prune" }
 // PeriodicJobs returns the periodic jobs to add to your River client's
 // Config.PeriodicJobs: partition upkeep and retention, each run when the
 // leader starts and every Config.Interval after, and the dashboard's
-// hourly rollup every Config.RollupInterval, on Queue().
+// hourly rollup every Config.RollupInterval, on Queue(). Upkeep and
+// retention record the retention settings in the database each time they
+// run (RecordRetention), for the operator's tools.
 func (m *Maintainer) PeriodicJobs() []*river.PeriodicJob {
 	opts := &river.InsertOpts{Queue: m.cfg.Queue}
 	return []*river.PeriodicJob{
@@ -98,8 +100,10 @@ type upkeepWorker struct {
 // Timeout lets partition upkeep run longer than the client's JobTimeout.
 func (w *upkeepWorker) Timeout(*river.Job[upkeepArgs]) time.Duration { return upkeepTimeout }
 
-// Work creates the partitions ahead and records what it created.
+// Work records the retention settings, creates the partitions ahead and
+// records what it created.
 func (w *upkeepWorker) Work(ctx context.Context, _ *river.Job[upkeepArgs]) error {
+	w.m.recordRetention(ctx)
 	res, err := w.m.Upkeep(ctx)
 	if err != nil {
 		return err
@@ -115,8 +119,10 @@ type pruneWorker struct {
 // Timeout lets retention run longer than the client's JobTimeout.
 func (w *pruneWorker) Timeout(*river.Job[pruneArgs]) time.Duration { return pruneTimeout }
 
-// Work runs retention and records what it dropped, deferred and deleted.
+// Work records the retention settings, runs retention and records what it
+// dropped, deferred and deleted.
 func (w *pruneWorker) Work(ctx context.Context, _ *river.Job[pruneArgs]) error {
+	w.m.recordRetention(ctx)
 	res, err := w.m.Prune(ctx, nil)
 	if err != nil {
 		return err

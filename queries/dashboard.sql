@@ -95,5 +95,15 @@ FROM wharf_outbox_events ev
 WHERE ev.created_at = @created_at::timestamptz AND ev.id = @id::uuid;
 
 -- name: DashboardEndpointsByID :many
--- The URL and state of endpoints by id, for labels.
-SELECT ep.id, ep.url, ep.enabled FROM wharf_outbox_endpoints ep WHERE ep.id = ANY(@ids::uuid[]);
+-- The URL, state and circuit of endpoints by id, for labels and for when
+-- their deliveries may go (the dashboard's and the CLI's lists).
+SELECT ep.id, ep.url, ep.enabled, ep.circuit_state, ep.circuit_open_until
+FROM wharf_outbox_endpoints ep WHERE ep.id = ANY(@ids::uuid[]);
+
+-- name: DashboardEventTypes :many
+-- The types of events by id (a page of deliveries' events), reading only
+-- the partitions of their times, first to last.
+SELECT ev.id, ev.type
+FROM wharf_outbox_events ev
+WHERE ev.created_at >= @first::timestamptz AND ev.created_at <= @last::timestamptz
+  AND ev.id = ANY(@ids::uuid[]);

@@ -134,3 +134,31 @@ WHERE attempted_at < @cutoff::timestamptz AND response_body <> '';
 SELECT count(*) FROM wharf_outbox_events s
 WHERE s.created_at < @cutoff::timestamptz AND s.scrubbed_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM wharf_outbox_deliveries d WHERE d.event_id = s.id AND d.status <> 'succeeded');
+
+-- name: RetentionSettingsRecord :exec
+-- Records the retention settings the application's maintainer runs with
+-- (durations in microseconds), replacing the previous record.
+INSERT INTO wharf_retention_settings (singleton, dedupe_window, inbox_retention, outbox_retention, attempt_retention,
+                                      dead_letter_retention, erased_key_retention, scrub_after, recorded_at)
+VALUES (true, (@dedupe_window_us::bigint) * interval '1 microsecond', (@inbox_retention_us::bigint) * interval '1 microsecond',
+        (@outbox_retention_us::bigint) * interval '1 microsecond', (@attempt_retention_us::bigint) * interval '1 microsecond',
+        (@dead_letter_retention_us::bigint) * interval '1 microsecond', (@erased_key_retention_us::bigint) * interval '1 microsecond',
+        (@scrub_after_us::bigint) * interval '1 microsecond', now())
+ON CONFLICT (singleton) DO UPDATE SET
+    dedupe_window = EXCLUDED.dedupe_window, inbox_retention = EXCLUDED.inbox_retention,
+    outbox_retention = EXCLUDED.outbox_retention, attempt_retention = EXCLUDED.attempt_retention,
+    dead_letter_retention = EXCLUDED.dead_letter_retention, erased_key_retention = EXCLUDED.erased_key_retention,
+    scrub_after = EXCLUDED.scrub_after, recorded_at = EXCLUDED.recorded_at;
+
+-- name: RetentionSettingsGet :one
+-- The recorded retention settings, durations in microseconds; no row when
+-- none were recorded.
+SELECT (extract(epoch FROM s.dedupe_window) * 1000000)::bigint AS dedupe_window_us,
+       (extract(epoch FROM s.inbox_retention) * 1000000)::bigint AS inbox_retention_us,
+       (extract(epoch FROM s.outbox_retention) * 1000000)::bigint AS outbox_retention_us,
+       (extract(epoch FROM s.attempt_retention) * 1000000)::bigint AS attempt_retention_us,
+       (extract(epoch FROM s.dead_letter_retention) * 1000000)::bigint AS dead_letter_retention_us,
+       (extract(epoch FROM s.erased_key_retention) * 1000000)::bigint AS erased_key_retention_us,
+       (extract(epoch FROM s.scrub_after) * 1000000)::bigint AS scrub_after_us,
+       s.recorded_at
+FROM wharf_retention_settings s;

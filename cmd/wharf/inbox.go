@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -21,8 +20,7 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 	sub, args := args[0], args[1:]
 	switch sub {
 	case "list":
-		fs := flag.NewFlagSet("inbox list", flag.ContinueOnError)
-		fs.SetOutput(e.errOut)
+		fs := newFlagSet(e, "inbox list", "[-source S] [-status S] [-limit N] [-after CURSOR] [-json]")
 		source := fs.String("source", "", "only this source")
 		status := fs.String("status", "", "only this status: received, processed, failed or dead")
 		limit := fs.Int("limit", 50, "at most this many messages per page, newest first")
@@ -48,7 +46,7 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if len(msgs) > 0 && len(msgs) == *limit {
-			defer fmt.Fprintf(e.errOut, "more: wharf inbox list -after %s\n", inbox.Cursor(msgs[len(msgs)-1]))
+			defer fmt.Fprintf(e.errOut, "more: %s\n", nextPage(fs, inbox.Cursor(msgs[len(msgs)-1])))
 		}
 		if *asJSON {
 			enc := json.NewEncoder(e.out)
@@ -72,12 +70,11 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		}
 		return tw.Flush()
 	case "show", "replay":
-		fs := flag.NewFlagSet("inbox "+sub, flag.ContinueOnError)
-		fs.SetOutput(e.errOut)
+		fs := newFlagSet(e, "inbox "+sub, "[flags] MESSAGE_ID")
 		queue := fs.String("queue", inbox.DefaultQueue, "replay: the River queue for the new job when the old job is gone (else the old job's queue is used)")
 		status := fs.String("status", "", "replay every message in this status (dead or failed) instead of one id")
 		source := fs.String("source", "", "with -status: only this source")
-		since := fs.Duration("since", 24*time.Hour, "with -status: only messages received within this past window")
+		since := duration(fs, "since", 24*time.Hour, "with -status: only messages received within this past window")
 		args, err := parseInterleaved(fs, args)
 		if err != nil {
 			return err
@@ -121,6 +118,11 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.out, "body:        %d bytes\n%s\n", len(m.Body), m.Body)
 		return nil
 	case "forget":
+		fs := newFlagSet(e, "inbox forget", "SOURCE EVENT_ID")
+		args, err := parseInterleaved(fs, args)
+		if err != nil {
+			return err
+		}
 		if len(args) != 2 {
 			return usageError{"inbox forget takes a source and an event id"}
 		}
@@ -135,8 +137,7 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.out, "erased the body and headers of %d message(s); the dedupe key stays\n", n)
 		return nil
 	case "rescue":
-		fs := flag.NewFlagSet("inbox rescue", flag.ContinueOnError)
-		fs.SetOutput(e.errOut)
+		fs := newFlagSet(e, "inbox rescue", "[-queue Q]")
 		queue := fs.String("queue", inbox.DefaultQueue, "the River queue for the new jobs: the inbox's (inbox.Config.Queue)")
 		args, err := parseInterleaved(fs, args)
 		if err != nil {
@@ -165,7 +166,7 @@ func (e *env) inbox(ctx context.Context, queue string) (*inbox.Inbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return inbox.New(pool, &inbox.Config{Queue: queue})
+	return inbox.New(pool, &inbox.Config{Queue: queue, Logger: e.libraryLogger()})
 }
 
 // oneLine shortens s to one line of at most n runes for a table cell.
@@ -184,9 +185,9 @@ func oneLine(s string, n int) string {
 }
 
 // replayMatching replays every message in status (dead or failed) of
-// source received within since, newest first, reporting progress on
-// stderr. A message that cannot be replayed any more (processed meanwhile,
-// erased) is counted and skipped.
+// source received within since, newest first, its counts growing on a
+// terminal. A message that cannot be replayed any more (processed
+// meanwhile, erased) is counted and skipped.
 func replayMatching(ctx context.Context, e *env, queue string, status inbox.Status, source string, since time.Duration) error {
 	if status != inbox.StatusDead && status != inbox.StatusFailed {
 		return usageError{fmt.Sprintf("-status %q: replay by filter takes dead or failed", status)}
@@ -196,9 +197,9 @@ func replayMatching(ctx context.Context, e *env, queue string, status inbox.Stat
 		return err
 	}
 	params := &inbox.ListParams{Status: status, Source: source, Since: time.Now().Add(-since)}
-	replayed, skipped, err := ib.ReplayMatching(ctx, params, 0, func(replayed, skipped int) {
-		fmt.Fprintf(e.errOut, "replayed %d, skipped %d…\n", replayed, skipped)
-	})
+	p := e.progress("replayed %d, skipped %d…")
+	replayed, skipped, err := ib.ReplayMatching(ctx, params, 0, func(replayed, skipped int) { p.update(replayed, skipped) })
+	p.done()
 	if err != nil {
 		return fmt.Errorf("after %d replayed: %w", replayed, err)
 	}

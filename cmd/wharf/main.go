@@ -4,14 +4,15 @@
 //	wharf inbox list|show|replay|forget|rescue   inspect, replay, erase and rescue inbox messages
 //	wharf outbox endpoints|deliveries|replay   operate the outbox
 //	wharf partitions               list partitions, rows, sizes, oldest unfinished row
-//	wharf prune [-dry-run]         run retention now (or show what it would do)
+//	wharf prune [-dry-run]         run retention now, by the application's recorded settings
 //	wharf send -url URL BODY       sign a webhook (Standard Webhooks, Stripe, GitHub) and POST it
 //	wharf serve [-addr ADDR]       the dashboard, Prometheus metrics and a health check
 //	wharf stats                    per source and day: received, duplicates, dead; per endpoint: attempts
 //
 // Every command reads the database URL from DATABASE_URL, or from
 // -database-url; the outbox commands and serve read the outbox's key ring
-// (outbox.Config.SecretKeys) from WHARF_SECRET_KEYS.
+// (outbox.Config.SecretKeys) from WHARF_SECRET_KEYS. Durations take Go's
+// units or days: -since 7d, -inbox-retention 90d.
 package main
 
 import (
@@ -23,11 +24,8 @@ import (
 	"os"
 	"os/signal"
 	"sort"
-	"strings"
 	"syscall"
 
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -35,26 +33,36 @@ import (
 type command struct {
 	summary string
 	run     func(ctx context.Context, env *env, args []string) error
+	// schema is true when the command needs Wharf's tables: it refuses to
+	// run on a database without them (checkSchema).
+	schema bool
+	// subcommands is true when the command's first argument names one
+	// (wharf inbox list): each subcommand has its own flags.
+	subcommands bool
 }
 
 var commands = map[string]command{
-	"migrate":    {"migrate up|down|status: manage River's and Wharf's schema", runMigrate},
-	"inbox":      {"inbox list|show|replay|forget|rescue: inspect, replay, erase and rescue inbox messages", runInbox},
-	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret|reencrypt, deliveries list|show, replay: operate the outbox", runOutbox},
-	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row", runPartitions},
-	"prune":      {"prune [-dry-run]: drop expired partitions and prune keys, as the periodic job does", runPrune},
-	"stats":      {"stats [-days N] [-top N] [-json]: per source and day received, duplicates blocked, success; per endpoint attempts", runStats},
-	"serve":      {"serve [-addr 127.0.0.1:8081] [-read-only]: the dashboard, /metrics and /healthz", runServe},
-	"send":       {"send -url URL [-secret S] [-id ID] [-scheme standard|stripe|github] BODY: sign and POST a webhook", runSend},
+	"migrate":    {"migrate up|down|status: manage River's and Wharf's schema", runMigrate, false, true},
+	"inbox":      {"inbox list|show|replay|forget|rescue: inspect, replay, erase and rescue inbox messages", runInbox, true, true},
+	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret|reencrypt, deliveries list|show, replay: operate the outbox", runOutbox, true, true},
+	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row, by the application's retention", runPartitions, true, false},
+	"prune":      {"prune [-dry-run] [-force]: drop expired partitions and prune keys by the application's retention, as the periodic job does", runPrune, true, false},
+	"stats":      {"stats [-days N] [-top N] [-json]: per source and day received, duplicates blocked, success; per endpoint attempts", runStats, true, false},
+	"serve":      {"serve [-addr 127.0.0.1:8081] [-read-only]: the dashboard, /metrics and /healthz", runServe, true, false},
+	"send":       {"send -url URL [-secret S] [-id ID] [-scheme standard|stripe|github] BODY: sign and POST a webhook", runSend, false, false},
 }
 
 // env is what commands share: output and a lazily opened pool.
 type env struct {
 	out, errOut io.Writer
 	databaseURL string
-	pool        *pgxpool.Pool
+	// schema makes connect check that the database has Wharf's tables.
+	schema bool
+	pool   *pgxpool.Pool
 }
 
+// connect opens the pool, and for a command that needs Wharf's tables
+// checks that the database has them.
 func (e *env) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	if e.pool != nil {
 		return e.pool, nil
@@ -69,6 +77,12 @@ func (e *env) connect(ctx context.Context) (*pgxpool.Pool, error) {
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("connect: %w", err)
+	}
+	if e.schema {
+		if err := checkSchema(ctx, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	e.pool = pool
 	return pool, nil
@@ -89,7 +103,9 @@ func runCLI(ctx context.Context, args []string, out, errOut io.Writer) int {
 	// its password.
 	databaseURL := global.String("database-url", "", "Postgres URL (default $DATABASE_URL)")
 	global.Usage = func() { usage(errOut, global) }
-	if err := global.Parse(args); err != nil {
+	if err := global.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return 0
+	} else if err != nil {
 		return 2
 	}
 	urlSet := false
@@ -101,9 +117,9 @@ func runCLI(ctx context.Context, args []string, out, errOut io.Writer) int {
 		usage(errOut, global)
 		return 2
 	}
-	name := global.Arg(0)
+	name, rest := global.Arg(0), global.Args()[1:]
 	if name == "help" {
-		return help(errOut, global, global.Args()[1:])
+		return help(errOut, global, rest)
 	}
 	cmd, ok := commands[name]
 	if !ok {
@@ -111,33 +127,31 @@ func runCLI(ctx context.Context, args []string, out, errOut io.Writer) int {
 		usage(errOut, global)
 		return 2
 	}
-	e := &env{out: out, errOut: errOut, databaseURL: *databaseURL}
+	if cmd.subcommands && (len(rest) == 0 || isHelp(rest[0])) {
+		code := help(errOut, global, []string{name})
+		if len(rest) == 0 {
+			code = 2
+		}
+		return code
+	}
+	e := &env{out: out, errOut: errOut, databaseURL: *databaseURL, schema: cmd.schema}
 	defer func() {
 		if e.pool != nil {
 			e.pool.Close()
 		}
 	}()
-	if err := cmd.run(ctx, e, global.Args()[1:]); err != nil {
-		var u usageError
-		if errors.As(err, &u) {
-			fmt.Fprintf(errOut, "wharf %s: %v\n", name, err)
+	err := cmd.run(ctx, e, rest)
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(errOut, "wharf %s: %s\n", name, describe(err))
+		if errors.As(err, new(usageError)) {
 			return 2
-		}
-		fmt.Fprintf(errOut, "wharf %s: %v\n", name, err)
-		if notMigrated(err) {
-			fmt.Fprintln(errOut, "wharf: the database has no Wharf tables yet: run `wharf migrate up` (with a direct connection, not through PgBouncer)")
 		}
 		return 1
 	}
 	return 0
-}
-
-// notMigrated reports whether err is Postgres saying that one of Wharf's
-// or River's tables does not exist.
-func notMigrated(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == pgerrcode.UndefinedTable &&
-		(strings.Contains(pgErr.Message, `"wharf_`) || strings.Contains(pgErr.Message, `"river_`))
 }
 
 // help prints the usage of wharf, or of one command (its flags, through
@@ -153,18 +167,17 @@ func help(w io.Writer, global *flag.FlagSet, args []string) int {
 		usage(w, global)
 		return 2
 	}
+	if cmd.subcommands && len(args) == 1 {
+		fmt.Fprintf(w, "usage: wharf %s\n\n`wharf help %s <command>` shows a command's flags.\n", cmd.summary, args[0])
+		return 0
+	}
 	fmt.Fprintf(w, "wharf %s\n\n", cmd.summary)
-	// The command prints its flags for -h (a command with subcommands,
-	// for the subcommand named after it: wharf help inbox list).
+	// The command prints its usage and flags for -h (a command with
+	// subcommands, the subcommand's: wharf help inbox list).
 	e := &env{out: w, errOut: w}
 	_ = cmd.run(context.Background(), e, append(args[1:], "-h"))
 	return 0
 }
-
-// usageError is a mistake in the command line (exit code 2).
-type usageError struct{ msg string }
-
-func (u usageError) Error() string { return u.msg }
 
 func usage(w io.Writer, global *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: wharf [-database-url URL] <command> [arguments]")

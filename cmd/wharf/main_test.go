@@ -45,6 +45,14 @@ func TestMigrateCommands(t *testing.T) {
 	code, _, errOut = cli(t, "-database-url", url, "inbox", "list")
 	require.Equal(t, 1, code)
 	require.Contains(t, errOut, "run `wharf migrate up`")
+	// Migrated but for the newest migration: older than this wharf.
+	code, _, errOut = cli(t, "-database-url", url, "migrate", "up")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, "-database-url", url, "migrate", "down", "-steps", "1")
+	require.Equal(t, 0, code, errOut)
+	code, _, errOut = cli(t, "-database-url", url, "inbox", "list")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "the database's schema is older than this wharf's (no table wharf_retention_settings): run `wharf migrate up`")
 
 	code, out, _ = cli(t, "-database-url", url, "migrate", "up")
 	require.Equal(t, 0, code)
@@ -175,9 +183,13 @@ func TestInboxCommands(t *testing.T) {
 func TestPartitionsAndPrune(t *testing.T) {
 	t.Parallel()
 	url := testdb.NewURL(t)
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	recordRetention(t, pool, nil)
 	code, out, errOut := cli(t, "-database-url", url, "partitions", "-exact")
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "wharf_inbox_messages (retention 720h0m0s, oldest unfinished row: none)")
+	require.Contains(t, out, "wharf_inbox_messages (retention 30d, oldest unfinished row: none)")
 	require.Contains(t, out, "wharf_inbox_messages_p"+time.Now().UTC().Format("20060102"))
 
 	code, out, _ = cli(t, "-database-url", url, "partitions", "-json")
@@ -188,7 +200,7 @@ func TestPartitionsAndPrune(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "would drop 0 partitions; kept 0 expired partitions; would delete 0 dedupe keys, 0 idempotency keys, 0 deliveries; scrubbed 0 messages, 0 events")
 
-	code, _, errOut = cli(t, "-database-url", url, "prune", "-dedupe-window", "1h")
-	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "DedupeWindow 1h0m0s is outside")
+	code, _, errOut = cli(t, "-database-url", url, "prune", "-dedupe-window", "1h", "-force")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "-dedupe-window 1h is outside")
 }

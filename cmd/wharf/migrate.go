@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 
 	"github.com/wharfhq/wharf"
@@ -13,7 +12,16 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		return usageError{"want up, down or status"}
 	}
 	switch args[0] {
-	case "up":
+	case "up", "status":
+		fs := newFlagSet(e, "migrate "+args[0], "")
+		if rest, err := parseInterleaved(fs, args[1:]); err != nil {
+			return err
+		} else if len(rest) > 0 {
+			return usageError{fmt.Sprintf("unexpected argument %q", rest[0])}
+		}
+		if args[0] == "status" {
+			return printStatus(ctx, e)
+		}
 		pool, err := e.connect(ctx)
 		if err != nil {
 			return err
@@ -23,13 +31,14 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 		}
 		return printStatus(ctx, e)
 	case "down":
-		fs := flag.NewFlagSet("migrate down", flag.ContinueOnError)
-		fs.SetOutput(e.errOut)
+		fs := newFlagSet(e, "migrate down", "-steps N | -all [-river]")
 		steps := fs.Int("steps", 0, "how many Wharf migrations to revert")
 		all := fs.Bool("all", false, "revert every Wharf migration: drops Wharf's tables and all their data")
 		river := fs.Bool("river", false, "with -all, also remove River's tables (destroys every River job, the application's too)")
-		if err := fs.Parse(args[1:]); err != nil {
-			return usageError{err.Error()}
+		if rest, err := parseInterleaved(fs, args[1:]); err != nil {
+			return err
+		} else if len(rest) > 0 {
+			return usageError{fmt.Sprintf("unexpected argument %q", rest[0])}
 		}
 		switch {
 		case *all == (*steps > 0):
@@ -51,8 +60,6 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 				return err
 			}
 		}
-		return printStatus(ctx, e)
-	case "status":
 		return printStatus(ctx, e)
 	default:
 		return usageError{fmt.Sprintf("unknown migrate command %q: want up, down or status", args[0])}

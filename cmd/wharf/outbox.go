@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -12,25 +11,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/ops"
 	"github.com/wharfhq/wharf/outbox"
 )
-
-// parseInterleaved parses fs's flags wherever they stand among args and
-// returns the positional arguments: `replay ID -queue q` and
-// `replay -queue q ID` mean the same.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, usageError{err.Error()}
-		}
-		if fs.NArg() == 0 {
-			return positional, nil
-		}
-		positional = append(positional, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
 
 func runOutbox(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
@@ -56,7 +40,7 @@ func (e *env) outbox(ctx context.Context, allowPrivate bool) (*outbox.Outbox, er
 	if err != nil {
 		return nil, err
 	}
-	return outbox.New(pool, &outbox.Config{AllowPrivateNetworks: allowPrivate, SecretKeys: keys})
+	return outbox.New(pool, &outbox.Config{AllowPrivateNetworks: allowPrivate, SecretKeys: keys, Logger: e.libraryLogger()})
 }
 
 func parseID(what, s string) (uuid.UUID, error) {
@@ -67,8 +51,8 @@ func parseID(what, s string) (uuid.UUID, error) {
 	return id, nil
 }
 
-// endpointJSON is an endpoint for -json, its timeout a Go duration string
-// (the embedded field's nanoseconds are shadowed).
+// endpointJSON is an endpoint for -json, its timeout a duration string
+// ("15s"; the embedded field's nanoseconds are shadowed).
 type endpointJSON struct {
 	*outbox.Endpoint
 	Timeout string
@@ -79,8 +63,7 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 		return usageError{"want list, add, disable, enable, rotate-secret or reencrypt"}
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("outbox endpoints "+sub, flag.ContinueOnError)
-	fs.SetOutput(e.errOut)
+	fs := newFlagSet(e, "outbox endpoints "+sub, endpointsSynopsis[sub])
 	switch sub {
 	case "list":
 		tenant := fs.String("tenant", "", "only this tenant's endpoints")
@@ -106,12 +89,12 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		if len(list) > 0 && len(list) == *limit {
-			defer fmt.Fprintf(e.errOut, "more: wharf outbox endpoints list -after %s\n", outbox.EndpointCursor(list[len(list)-1]))
+			defer fmt.Fprintf(e.errOut, "more: %s\n", nextPage(fs, outbox.EndpointCursor(list[len(list)-1])))
 		}
 		if *asJSON {
 			enc := json.NewEncoder(e.out)
 			for _, ep := range list {
-				if err := enc.Encode(endpointJSON{Endpoint: ep, Timeout: ep.Timeout.String()}); err != nil {
+				if err := enc.Encode(endpointJSON{Endpoint: ep, Timeout: ops.Duration(ep.Timeout)}); err != nil {
 					return err
 				}
 			}
@@ -132,6 +115,8 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 		description := fs.String("description", "", "a description")
 		rate := fs.Float64("rate", 0, "rate limit: requests per second, shared by every worker (0: none)")
 		burst := fs.Int("burst", 0, "with -rate: requests that may go at once (default 1)")
+		maxInFlight := fs.Int("max-in-flight", 0, "requests in flight to it at once, 1 to 1000, -1 for no cap (default: the outbox's)")
+		timeout := duration(fs, "timeout", 0, "the request timeout (default: the outbox's, 15s)")
 		allowPrivate := fs.Bool("allow-private", false, "allow a private or loopback address (development)")
 		if _, err := parseInterleaved(fs, args); err != nil {
 			return err
@@ -146,7 +131,7 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
-		params := &outbox.EndpointParams{URL: *url, Tenant: *tenant, Description: *description}
+		params := &outbox.EndpointParams{URL: *url, Tenant: *tenant, Description: *description, MaxInFlight: *maxInFlight, Timeout: *timeout}
 		if *rate != 0 {
 			params.RateLimit = &outbox.RateLimit{PerSecond: *rate, Burst: *burst}
 		}
@@ -154,6 +139,9 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 			params.EventTypes = strings.Split(*events, ",")
 		}
 		ep, err := ob.EndpointCreate(ctx, params)
+		if blocked := (*outbox.BlockedAddressError)(nil); errors.As(err, &blocked) {
+			return blockedURL(blocked)
+		}
 		if errors.Is(err, outbox.ErrInvalidEndpoint) {
 			return usageError{err.Error()}
 		}
@@ -166,7 +154,7 @@ func runOutboxEndpoints(ctx context.Context, e *env, args []string) error {
 		return nil
 	case "disable", "enable", "rotate-secret":
 		reason := fs.String("reason", "disabled by an operator", "disable: the reason recorded")
-		recoverSince := fs.Duration("recover-since", 0, "enable: also create deliveries of events published in this past window while it was disabled (e.g. 24h)")
+		recoverSince := duration(fs, "recover-since", 0, "enable: also create deliveries of events published in this past window while it was disabled")
 		positional, err := parseInterleaved(fs, args)
 		if err != nil {
 			return err
@@ -219,8 +207,9 @@ func runOutboxDeliveries(ctx context.Context, e *env, args []string) error {
 		return usageError{"want list or show"}
 	}
 	sub, args := args[0], args[1:]
-	fs := flag.NewFlagSet("outbox deliveries "+sub, flag.ContinueOnError)
-	fs.SetOutput(e.errOut)
+	fs := newFlagSet(e, "outbox deliveries "+sub, map[string]string{
+		"list": "[-endpoint ID] [-status S] [-limit N] [-after CURSOR] [-json]", "show": "[-json] DELIVERY_ID",
+	}[sub])
 	asJSON := fs.Bool("json", false, "print JSON")
 	switch sub {
 	case "list":
@@ -255,23 +244,27 @@ func runOutboxDeliveries(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		lines, err := ops.DeliveryLines(ctx, dbsqlc.New(e.pool), list)
+		if err != nil {
+			return err
+		}
 		if len(list) > 0 && len(list) == *limit {
-			defer fmt.Fprintf(e.errOut, "more: wharf outbox deliveries list -after %s\n", outbox.DeliveryCursor(list[len(list)-1]))
+			defer fmt.Fprintf(e.errOut, "more: %s\n", nextPage(fs, outbox.DeliveryCursor(list[len(list)-1])))
 		}
 		if *asJSON {
 			enc := json.NewEncoder(e.out)
-			for _, d := range list {
-				if err := enc.Encode(d); err != nil {
+			for _, l := range lines {
+				if err := enc.Encode(l); err != nil {
 					return err
 				}
 			}
 			return nil
 		}
 		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tEVENT\tENDPOINT\tSTATUS\tATTEMPTS\tPUBLISHED\tLAST ERROR")
-		for _, d := range list {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", d.ID, d.EventID, d.EndpointID, d.Status, d.Attempts,
-				d.CreatedAt.Format(time.RFC3339), oneLine(d.LastError, 50))
+		fmt.Fprintln(tw, "ID\tEVENT\tTYPE\tENDPOINT\tSTATUS\tATTEMPTS\tNEXT ATTEMPT\tPUBLISHED\tLAST ERROR")
+		for _, l := range lines {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.ID, l.EventID, orDash(l.EventType), oneLine(l.Endpoint, 50), l.Status,
+				l.Attempts, formatNextAttempt(l), l.CreatedAt.Format(time.RFC3339), oneLine(l.LastError, 50))
 		}
 		return tw.Flush()
 	case "show":
@@ -298,24 +291,29 @@ func runOutboxDeliveries(ctx context.Context, e *env, args []string) error {
 		if err != nil {
 			return err
 		}
+		lines, err := ops.DeliveryLines(ctx, dbsqlc.New(e.pool), []*outbox.Delivery{d})
+		if err != nil {
+			return err
+		}
+		l := lines[0]
 		if *asJSON {
 			type attemptJSON struct {
 				*outbox.Attempt
-				Duration string // a Go duration string, not nanoseconds
+				Duration string // a duration string ("1.25s"), not nanoseconds
 			}
 			out := struct {
-				*outbox.Delivery
+				*ops.DeliveryLine
 				Attempts []attemptJSON `json:"attempt_log"`
-			}{Delivery: d}
+			}{DeliveryLine: l}
 			for _, a := range attempts {
-				out.Attempts = append(out.Attempts, attemptJSON{Attempt: a, Duration: a.Duration.String()})
+				out.Attempts = append(out.Attempts, attemptJSON{Attempt: a, Duration: ops.Duration(a.Duration)})
 			}
 			return json.NewEncoder(e.out).Encode(out)
 		}
-		fmt.Fprintf(e.out, "id:        %s\nevent:     %s\nendpoint:  %s\nstatus:    %s\nattempts:  %d\npublished: %s\n",
-			d.ID, d.EventID, d.EndpointID, d.Status, d.Attempts, d.CreatedAt.Format(time.RFC3339Nano))
+		fmt.Fprintf(e.out, "id:           %s\nevent:        %s\ntype:         %s\nendpoint:     %s (%s)\nstatus:       %s\nattempts:     %d\nnext attempt: %s\npublished:    %s\n",
+			d.ID, d.EventID, orDash(l.EventType), l.Endpoint, d.EndpointID, d.Status, d.Attempts, formatNextAttempt(l), d.CreatedAt.Format(time.RFC3339Nano))
 		if d.LastError != "" {
-			fmt.Fprintf(e.out, "last error: %s\n", d.LastError)
+			fmt.Fprintf(e.out, "last error:   %s\n", d.LastError)
 		}
 		tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "\nATTEMPT\tAT\tSTATUS\tDURATION\tERROR / RESPONSE")
@@ -329,7 +327,7 @@ func runOutboxDeliveries(ctx context.Context, e *env, args []string) error {
 				detail = string(a.ResponseBody)
 			}
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", a.Number, a.AttemptedAt.Format(time.RFC3339), code,
-				a.Duration.Round(time.Millisecond), oneLine(detail, 60))
+				ops.Duration(a.Duration), oneLine(detail, 60))
 		}
 		return tw.Flush()
 	}
@@ -337,11 +335,10 @@ func runOutboxDeliveries(ctx context.Context, e *env, args []string) error {
 }
 
 func runOutboxReplay(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("outbox replay", flag.ContinueOnError)
-	fs.SetOutput(e.errOut)
+	fs := newFlagSet(e, "outbox replay", "DELIVERY_ID | -dead -endpoint ID [-since 24h]")
 	dead := fs.Bool("dead", false, "replay every dead delivery of -endpoint (since -since) instead of one id")
 	endpoint := fs.String("endpoint", "", "with -dead: the endpoint")
-	since := fs.Duration("since", 24*time.Hour, "with -dead: deliveries that died within this past window")
+	since := duration(fs, "since", 24*time.Hour, "with -dead: deliveries of events published within this past window")
 	positional, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -401,4 +398,44 @@ func formatTime(t *time.Time) string {
 		return "-"
 	}
 	return t.Format(time.RFC3339)
+}
+
+// endpointsSynopsis is each `wharf outbox endpoints` command's synopsis.
+var endpointsSynopsis = map[string]string{
+	"list":          "[-tenant T] [-limit N] [-after CURSOR] [-json]",
+	"add":           "-url URL [-events TYPES] [-tenant T] [-description D] [-rate R [-burst N]] [-max-in-flight N] [-timeout D] [-allow-private]",
+	"disable":       "[-reason R] ENDPOINT_ID",
+	"enable":        "[-recover-since D] ENDPOINT_ID",
+	"rotate-secret": "ENDPOINT_ID",
+	"reencrypt":     "",
+}
+
+// blockedURL is the answer to an endpoint URL the outbox's SSRF guard
+// refuses, naming the flag that allows it when there is one.
+func blockedURL(b *outbox.BlockedAddressError) error {
+	if b.Private {
+		return usageError{fmt.Sprintf("-url resolves to %s (%s): pass -allow-private to allow private and loopback addresses (a development setup)", b.Addr, b.Reason)}
+	}
+	return usageError{fmt.Sprintf("-url resolves to %s (%s), which deliveries may not reach", b.Addr, b.Reason)}
+}
+
+// formatNextAttempt says when a delivery's next attempt may go, and when
+// its endpoint's circuit holds it.
+func formatNextAttempt(l *ops.DeliveryLine) string {
+	at := formatTime(l.NextAttempt)
+	switch {
+	case !l.HeldByCircuit:
+		return at
+	case l.NextAttempt == nil:
+		return "held by open circuit"
+	}
+	return at + " (held by open circuit)"
+}
+
+// orDash is s, or "-" when s is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ func TestOutboxCommands(t *testing.T) {
 
 	code, _, errOut := cli(t, "-database-url", url, "outbox", "endpoints", "add", "-url", sink.URL)
 	require.Equal(t, 2, code, "a loopback URL needs -allow-private")
-	require.Contains(t, errOut, "AllowPrivateNetworks")
+	require.Contains(t, errOut, "pass -allow-private")
 
 	code, out, _ := cli(t, "-database-url", url, "outbox", "endpoints", "add", "-url", sink.URL, "-events", "order.*", "-allow-private")
 	require.Equal(t, 0, code)
@@ -88,7 +89,7 @@ func TestOutboxCommands(t *testing.T) {
 	require.Equal(t, "pending", d["Status"])
 	code, out, _ = cli(t, "-database-url", url, "outbox", "deliveries", "show", d["ID"].(string))
 	require.Equal(t, 0, code)
-	require.Contains(t, out, "status:    pending")
+	require.Contains(t, out, "status:       pending")
 	require.Contains(t, out, "ATTEMPT")
 	code, _, errOut = cli(t, "-database-url", url, "outbox", "deliveries", "list", "-status", "weird")
 	require.Equal(t, 2, code)
@@ -186,6 +187,35 @@ func TestOutboxEndpointsCircuitAndRate(t *testing.T) {
 	require.Equal(t, map[string]any{"PerSecond": 5.0, "Burst": 10.0}, listed[0]["RateLimit"])
 	require.Equal(t, "open", listed[1]["CircuitState"])
 	require.NotNil(t, listed[1]["CircuitOpenUntil"])
+
+	// A delivery published while the circuit is open is due now, but waits
+	// for the circuit: the listings say until when, its type and its
+	// endpoint's URL.
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "x", Data: map[string]int{}})
+		return err
+	}))
+	opened, err := ob.EndpointGet(ctx, ep.ID)
+	require.NoError(t, err)
+	code, out, errOut = cli(t, "-database-url", url, "outbox", "deliveries", "list", "-endpoint", ep.ID.String(), "-status", "pending")
+	require.Equal(t, 0, code, errOut)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2, out)
+	require.Regexp(t, `^ID\s+EVENT\s+TYPE\s+ENDPOINT\s+STATUS\s+ATTEMPTS\s+NEXT ATTEMPT\s`, lines[0])
+	require.Regexp(t, `\sx\s+`+regexp.QuoteMeta(failing.URL)+`\s+pending\s+0\s+`+
+		regexp.QuoteMeta(opened.CircuitOpenUntil.Format(time.RFC3339))+` \(held by open circuit\)`, lines[1])
+	code, out, _ = cli(t, "-database-url", url, "outbox", "deliveries", "list", "-endpoint", ep.ID.String(), "-status", "pending", "-json")
+	require.Equal(t, 0, code)
+	var pending map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &pending))
+	require.Equal(t, "x", pending["EventType"])
+	require.Equal(t, failing.URL, pending["Endpoint"])
+	require.Equal(t, true, pending["HeldByCircuit"])
+	code, out, _ = cli(t, "-database-url", url, "outbox", "deliveries", "show", pending["ID"].(string))
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "type:         x\n")
+	require.Contains(t, out, "endpoint:     "+failing.URL+" ("+ep.ID.String()+")\n")
+	require.Contains(t, out, "next attempt: "+opened.CircuitOpenUntil.Format(time.RFC3339)+" (held by open circuit)\n")
 
 	code, out, _ = cli(t, "-database-url", url, "outbox", "endpoints", "enable", ep.ID.String())
 	require.Equal(t, 0, code)

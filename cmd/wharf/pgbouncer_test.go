@@ -51,6 +51,7 @@ func TestCommandsThroughPgBouncer(t *testing.T) {
 			code, out, errOut = cli(t, "-database-url", url, "partitions", "-exact")
 			require.Equal(t, 0, code, errOut)
 			require.Contains(t, out, "wharf_inbox_messages_p"+time.Now().UTC().Format("20060102"))
+			recordRetention(t, pool, nil) // as the application's periodic jobs do
 			code, out, errOut = cli(t, "-database-url", url, "prune")
 			require.Equal(t, 0, code, errOut)
 			require.Contains(t, out, "dropped 0 partitions")

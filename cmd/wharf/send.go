@@ -2,13 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,11 +45,10 @@ func (h headerFlags) Set(v string) error {
 // runSend signs a body with a scheme and POSTs it: the first webhook a
 // newcomer sends, and a way to try a receiver by hand.
 func runSend(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("send", flag.ContinueOnError)
-	fs.SetOutput(e.errOut)
+	fs := newFlagSet(e, "send", "")
 	target := fs.String("url", "", "the receiver's URL (required)")
 	secret := fs.String("secret", "", "the signing secret (default $WHARF_SEND_SECRET; prefer it: flags land in shell history)")
-	id := fs.String("id", "", "the event id: webhook-id (standard), the body's \"id\" (stripe), X-GitHub-Delivery (github); default a fresh one")
+	id := fs.String("id", "", "the event id: webhook-id (standard), the body's \"id\" (stripe), X-GitHub-Delivery (github); default a fresh one (stripe: the body's own id when it has one)")
 	scheme := fs.String("scheme", "standard", "the signature scheme: standard (Standard Webhooks), stripe or github")
 	headers := headerFlags{}
 	fs.Var(headers, "H", `an extra request header, "Name: value" (repeatable; github: -H "X-GitHub-Event: push")`)
@@ -60,13 +58,11 @@ func runSend(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.errOut, "exits 1 when the answer is not 2xx.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usageError{err.Error()}
+	positional, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
 	}
-	if fs.NArg() != 1 {
+	if len(positional) != 1 {
 		return usageError{"want one BODY argument (inline JSON, or @file)"}
 	}
 	if *secret == "" {
@@ -82,12 +78,9 @@ func runSend(ctx context.Context, e *env, args []string) error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageError{fmt.Sprintf("-url %q is not an http(s) URL", *target)}
 	}
-	body, err := readBody(fs.Arg(0))
+	body, err := readBody(positional[0])
 	if err != nil {
 		return err
-	}
-	if *id == "" {
-		*id = "evt_" + strings.ReplaceAll(uuid.NewString(), "-", "")
 	}
 	signed, err := signFor(*scheme, *secret, *id, body)
 	if err != nil {
@@ -117,7 +110,7 @@ func runSend(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("read the answer: %w", err)
 	}
-	fmt.Fprintf(e.out, "event id: %s\n%s %s\n%s\n", *id, resp.Proto, resp.Status, bytes.TrimRight(answer, "\n"))
+	fmt.Fprintf(e.out, "event id: %s\n%s %s\n%s\n", signed.id, resp.Proto, resp.Status, bytes.TrimRight(answer, "\n"))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return fmt.Errorf("the receiver answered %s", resp.Status)
 	}
@@ -139,31 +132,33 @@ func readBody(arg string) ([]byte, error) {
 	return body, nil
 }
 
-// signedRequest is a body and the headers that sign it.
+// signedRequest is a body, the headers that sign it and the event id it
+// carries.
 type signedRequest struct {
 	body   []byte
 	header http.Header
+	id     string
 }
 
-// signFor signs body with scheme, placing id where that scheme's receivers
-// read the event id.
+// freshEventID returns a new event id.
+func freshEventID() string { return "evt_" + strings.ReplaceAll(uuid.NewString(), "-", "") }
+
+// signFor signs body with scheme, placing id (a fresh one when empty)
+// where that scheme's receivers read the event id. A Stripe body keeps its
+// own "id" unless id is given: sent twice, a captured event is a
+// duplicate.
 func signFor(scheme, secret, id string, body []byte) (*signedRequest, error) {
 	now := time.Now()
 	switch scheme {
 	case "standard":
+		id = cmp.Or(id, freshEventID())
 		h, err := signature.SignStandardWebhooks([]string{secret}, id, now, body)
 		if err != nil {
 			return nil, fmt.Errorf("sign: %w", err)
 		}
-		return &signedRequest{body: body, header: h}, nil
+		return &signedRequest{body: body, header: h, id: id}, nil
 	case "stripe":
-		// Stripe's event id is the body's "id": set it, so that -id works.
-		var event map[string]any
-		if err := json.Unmarshal(body, &event); err != nil || event == nil {
-			return nil, usageError{"-scheme stripe needs a JSON object BODY (its \"id\" is the event id)"}
-		}
-		event["id"] = id
-		body, err := json.Marshal(event)
+		body, id, err := stripeEvent(body, id)
 		if err != nil {
 			return nil, err
 		}
@@ -171,14 +166,33 @@ func signFor(scheme, secret, id string, body []byte) (*signedRequest, error) {
 		if err != nil {
 			return nil, fmt.Errorf("sign: %w", err)
 		}
-		return &signedRequest{body: body, header: h}, nil
+		return &signedRequest{body: body, header: h, id: id}, nil
 	case "github":
+		id = cmp.Or(id, freshEventID())
 		mac := hmac.New(sha256.New, []byte(secret))
 		mac.Write(body)
 		h := http.Header{}
 		h.Set(signature.HeaderGitHubSignature256, "sha256="+hex.EncodeToString(mac.Sum(nil)))
 		h.Set(signature.HeaderGitHubDelivery, id)
-		return &signedRequest{body: body, header: h}, nil
+		return &signedRequest{body: body, header: h, id: id}, nil
 	}
 	return nil, usageError{fmt.Sprintf("unknown -scheme %q: want standard, stripe or github", scheme)}
+}
+
+// stripeEvent returns a Stripe body and its event id, the body's "id":
+// the body as it is when id is empty and it has one; otherwise with "id"
+// set to id (or a fresh one).
+func stripeEvent(body []byte, id string) ([]byte, string, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // numbers pass through unchanged
+	var event map[string]any
+	if err := dec.Decode(&event); err != nil || event == nil {
+		return nil, "", usageError{"-scheme stripe needs a JSON object BODY (its \"id\" is the event id)"}
+	}
+	if own, ok := event["id"].(string); ok && own != "" && id == "" {
+		return body, own, nil
+	}
+	event["id"] = cmp.Or(id, freshEventID())
+	out, err := json.Marshal(event)
+	return out, event["id"].(string), err
 }

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
@@ -38,8 +38,7 @@ const (
 )
 
 func runServe(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(e.errOut)
+	fs := newFlagSet(e, "serve", "")
 	addr := fs.String("addr", "127.0.0.1:8081", "listen address; binding beyond loopback needs $"+envServeToken+" or $"+envServeBasic)
 	readOnly := fs.Bool("read-only", false, "serve the pages without any action (replay, skip, enable, disable, rotate)")
 	noAuth := fs.Bool("insecure-no-auth", false, "allow a non-loopback address without authentication (behind an authenticating proxy)")
@@ -90,7 +89,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	maint, err := jobs.NewMaintainer(pool, &jobs.Config{MeterProvider: mp, Logger: logger})
+	maint, err := serveMaintainer(ctx, pool, mp, logger)
 	if err != nil {
 		return err
 	}
@@ -161,6 +160,23 @@ func runServe(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// serveMaintainer returns the maintainer behind the partitions page and the
+// retention metrics: by the application's recorded retention, or the
+// defaults (said in the log) when none is recorded yet.
+func serveMaintainer(ctx context.Context, pool *pgxpool.Pool, mp *sdkmetric.MeterProvider, logger *slog.Logger) (*jobs.Maintainer, error) {
+	cfg := jobs.Config{}
+	switch rec, err := jobs.ReadRetention(ctx, pool); {
+	case errors.Is(err, jobs.ErrNoRetentionRecord):
+		logger.WarnContext(ctx, "wharf serve: no retention settings recorded yet (the application's periodic jobs record them): the partitions page shows the default retention")
+	case err != nil:
+		return nil, err
+	default:
+		cfg = rec.Config
+	}
+	cfg.MeterProvider, cfg.Logger = mp, logger
+	return jobs.NewMaintainer(pool, &cfg)
 }
 
 // loopback reports whether a listen address binds only loopback.

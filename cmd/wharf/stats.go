@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"sort"
 	"text/tabwriter"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/ops"
 	"github.com/wharfhq/wharf/jobs"
 )
 
@@ -43,26 +43,20 @@ type duplicated struct {
 }
 
 type endpointStats struct {
-	EndpointID  string  `json:"endpoint_id"`
+	EndpointID string `json:"endpoint_id"`
+	// Endpoint names it: its URL, redacted, or "(deleted)".
+	Endpoint    string  `json:"endpoint"`
 	Attempts    int64   `json:"attempts"`
 	Succeeded   int64   `json:"succeeded"`
 	SuccessRate float64 `json:"success_rate"`
 }
 
-func ratio(part, whole int64) float64 {
-	if whole == 0 {
-		return 0
-	}
-	return float64(part) / float64(whole)
-}
-
 // runStats prints, for the last -days days: per source and day, webhooks
-// received, duplicates blocked and their ratio to all deliveries,
+// received, duplicates blocked and their ratio (ops.DuplicateRatio),
 // processing success and dead messages; the most duplicated event ids;
 // per endpoint, attempts and their success rate.
 func runStats(ctx context.Context, e *env, args []string) error {
-	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	fs.SetOutput(e.errOut)
+	fs := newFlagSet(e, "stats", "[-days N] [-top N] [-json]")
 	days := fs.Int("days", 7, "how many days back, today included")
 	top := fs.Int("top", 5, "how many of the most duplicated event ids")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -138,8 +132,8 @@ func runStats(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	for _, sd := range report.Inbox {
-		sd.DuplicateRatio = ratio(sd.Duplicates, sd.Received+sd.Duplicates)
-		sd.SuccessRate = ratio(sd.Processed, sd.Processed+sd.Dead)
+		sd.DuplicateRatio = ops.DuplicateRatio(sd.Duplicates, sd.Received)
+		sd.SuccessRate = ops.Ratio(sd.Processed, sd.Processed+sd.Dead)
 	}
 	if *top > 0 {
 		rows, err := q.StatsTopDuplicated(ctx, dbsqlc.StatsTopDuplicatedParams{Since: since, MaxRows: int32(*top)})
@@ -161,8 +155,8 @@ func runStats(ctx context.Context, e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SOURCE\tDAY\tRECEIVED\tDUPLICATES BLOCKED\tDUPLICATE RATIO\tPROCESSED\tDEAD\tSUCCESS RATE")
 	for _, sd := range report.Inbox {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f%%\t%d\t%d\t%.1f%%\n", sd.Source, sd.Day, sd.Received, sd.Duplicates,
-			100*sd.DuplicateRatio, sd.Processed, sd.Dead, 100*sd.SuccessRate)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%s\n", sd.Source, sd.Day, sd.Received, sd.Duplicates,
+			ops.Percent(sd.DuplicateRatio), sd.Processed, sd.Dead, ops.Percent(sd.SuccessRate))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -179,9 +173,9 @@ func runStats(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintln(e.out)
 	tw = tabwriter.NewWriter(e.out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ENDPOINT\tATTEMPTS\tSUCCEEDED\tSUCCESS RATE")
+	fmt.Fprintln(tw, "ENDPOINT\tURL\tATTEMPTS\tSUCCEEDED\tSUCCESS RATE")
 	for _, ep := range report.Endpoints {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f%%\n", ep.EndpointID, ep.Attempts, ep.Succeeded, 100*ep.SuccessRate)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", ep.EndpointID, oneLine(ep.Endpoint, 50), ep.Attempts, ep.Succeeded, ops.Percent(ep.SuccessRate))
 	}
 	return tw.Flush()
 }
@@ -222,9 +216,23 @@ func endpointAttempts(ctx context.Context, q *dbsqlc.Queries, since time.Time) (
 			add(row.EndpointID, row.Attempts, row.Succeeded)
 		}
 	}
+	ids := make([]uuid.UUID, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	labels, err := q.DashboardEndpointsByID(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range labels {
+		byID[l.ID].Endpoint = ops.RedactURL(l.Url)
+	}
 	out := make([]endpointStats, 0, len(byID))
-	for _, ep := range byID {
-		ep.SuccessRate = ratio(ep.Succeeded, ep.Attempts)
+	for id, ep := range byID {
+		ep.SuccessRate = ops.Ratio(ep.Succeeded, ep.Attempts)
+		if ep.Endpoint == "" {
+			ep.Endpoint = ops.DeletedEndpoint(id)
+		}
 		out = append(out, *ep)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].EndpointID < out[j].EndpointID })

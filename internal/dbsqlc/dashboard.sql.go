@@ -117,16 +117,20 @@ func (q *Queries) DashboardDuplicatesHourly(ctx context.Context, since time.Time
 }
 
 const dashboardEndpointsByID = `-- name: DashboardEndpointsByID :many
-SELECT ep.id, ep.url, ep.enabled FROM wharf_outbox_endpoints ep WHERE ep.id = ANY($1::uuid[])
+SELECT ep.id, ep.url, ep.enabled, ep.circuit_state, ep.circuit_open_until
+FROM wharf_outbox_endpoints ep WHERE ep.id = ANY($1::uuid[])
 `
 
 type DashboardEndpointsByIDRow struct {
-	ID      uuid.UUID
-	Url     string
-	Enabled bool
+	ID               uuid.UUID
+	Url              string
+	Enabled          bool
+	CircuitState     string
+	CircuitOpenUntil *time.Time
 }
 
-// The URL and state of endpoints by id, for labels.
+// The URL, state and circuit of endpoints by id, for labels and for when
+// their deliveries may go (the dashboard's and the CLI's lists).
 func (q *Queries) DashboardEndpointsByID(ctx context.Context, ids []uuid.UUID) ([]DashboardEndpointsByIDRow, error) {
 	rows, err := q.db.Query(ctx, dashboardEndpointsByID, ids)
 	if err != nil {
@@ -136,7 +140,13 @@ func (q *Queries) DashboardEndpointsByID(ctx context.Context, ids []uuid.UUID) (
 	var items []DashboardEndpointsByIDRow
 	for rows.Next() {
 		var i DashboardEndpointsByIDRow
-		if err := rows.Scan(&i.ID, &i.Url, &i.Enabled); err != nil {
+		if err := rows.Scan(
+			&i.ID,
+			&i.Url,
+			&i.Enabled,
+			&i.CircuitState,
+			&i.CircuitOpenUntil,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -183,6 +193,46 @@ func (q *Queries) DashboardEventGet(ctx context.Context, arg DashboardEventGetPa
 		&i.ScrubbedAt,
 	)
 	return i, err
+}
+
+const dashboardEventTypes = `-- name: DashboardEventTypes :many
+SELECT ev.id, ev.type
+FROM wharf_outbox_events ev
+WHERE ev.created_at >= $1::timestamptz AND ev.created_at <= $2::timestamptz
+  AND ev.id = ANY($3::uuid[])
+`
+
+type DashboardEventTypesParams struct {
+	First time.Time
+	Last  time.Time
+	Ids   []uuid.UUID
+}
+
+type DashboardEventTypesRow struct {
+	ID   uuid.UUID
+	Type string
+}
+
+// The types of events by id (a page of deliveries' events), reading only
+// the partitions of their times, first to last.
+func (q *Queries) DashboardEventTypes(ctx context.Context, arg DashboardEventTypesParams) ([]DashboardEventTypesRow, error) {
+	rows, err := q.db.Query(ctx, dashboardEventTypes, arg.First, arg.Last, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DashboardEventTypesRow
+	for rows.Next() {
+		var i DashboardEventTypesRow
+		if err := rows.Scan(&i.ID, &i.Type); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const dashboardInboxFailingHourly = `-- name: DashboardInboxFailingHourly :many

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 type RiverJob struct {
@@ -178,6 +179,18 @@ type WharfPartitionDrop struct {
 	Parent   string
 	Day      time.Time
 	MarkedAt time.Time
+}
+
+type WharfRetentionSetting struct {
+	Singleton           bool
+	DedupeWindow        pgtype.Interval
+	InboxRetention      pgtype.Interval
+	OutboxRetention     pgtype.Interval
+	AttemptRetention    pgtype.Interval
+	DeadLetterRetention pgtype.Interval
+	ErasedKeyRetention  pgtype.Interval
+	ScrubAfter          pgtype.Interval
+	RecordedAt          time.Time
 }
 
 type WharfRollup struct {

@@ -322,3 +322,83 @@ func (q *Queries) RetentionOutboxUnfinishedCount(ctx context.Context, arg Retent
 	err := row.Scan(&count)
 	return count, err
 }
+
+const retentionSettingsGet = `-- name: RetentionSettingsGet :one
+SELECT (extract(epoch FROM s.dedupe_window) * 1000000)::bigint AS dedupe_window_us,
+       (extract(epoch FROM s.inbox_retention) * 1000000)::bigint AS inbox_retention_us,
+       (extract(epoch FROM s.outbox_retention) * 1000000)::bigint AS outbox_retention_us,
+       (extract(epoch FROM s.attempt_retention) * 1000000)::bigint AS attempt_retention_us,
+       (extract(epoch FROM s.dead_letter_retention) * 1000000)::bigint AS dead_letter_retention_us,
+       (extract(epoch FROM s.erased_key_retention) * 1000000)::bigint AS erased_key_retention_us,
+       (extract(epoch FROM s.scrub_after) * 1000000)::bigint AS scrub_after_us,
+       s.recorded_at
+FROM wharf_retention_settings s
+`
+
+type RetentionSettingsGetRow struct {
+	DedupeWindowUs        int64
+	InboxRetentionUs      int64
+	OutboxRetentionUs     int64
+	AttemptRetentionUs    int64
+	DeadLetterRetentionUs int64
+	ErasedKeyRetentionUs  int64
+	ScrubAfterUs          int64
+	RecordedAt            time.Time
+}
+
+// The recorded retention settings, durations in microseconds; no row when
+// none were recorded.
+func (q *Queries) RetentionSettingsGet(ctx context.Context) (RetentionSettingsGetRow, error) {
+	row := q.db.QueryRow(ctx, retentionSettingsGet)
+	var i RetentionSettingsGetRow
+	err := row.Scan(
+		&i.DedupeWindowUs,
+		&i.InboxRetentionUs,
+		&i.OutboxRetentionUs,
+		&i.AttemptRetentionUs,
+		&i.DeadLetterRetentionUs,
+		&i.ErasedKeyRetentionUs,
+		&i.ScrubAfterUs,
+		&i.RecordedAt,
+	)
+	return i, err
+}
+
+const retentionSettingsRecord = `-- name: RetentionSettingsRecord :exec
+INSERT INTO wharf_retention_settings (singleton, dedupe_window, inbox_retention, outbox_retention, attempt_retention,
+                                      dead_letter_retention, erased_key_retention, scrub_after, recorded_at)
+VALUES (true, ($1::bigint) * interval '1 microsecond', ($2::bigint) * interval '1 microsecond',
+        ($3::bigint) * interval '1 microsecond', ($4::bigint) * interval '1 microsecond',
+        ($5::bigint) * interval '1 microsecond', ($6::bigint) * interval '1 microsecond',
+        ($7::bigint) * interval '1 microsecond', now())
+ON CONFLICT (singleton) DO UPDATE SET
+    dedupe_window = EXCLUDED.dedupe_window, inbox_retention = EXCLUDED.inbox_retention,
+    outbox_retention = EXCLUDED.outbox_retention, attempt_retention = EXCLUDED.attempt_retention,
+    dead_letter_retention = EXCLUDED.dead_letter_retention, erased_key_retention = EXCLUDED.erased_key_retention,
+    scrub_after = EXCLUDED.scrub_after, recorded_at = EXCLUDED.recorded_at
+`
+
+type RetentionSettingsRecordParams struct {
+	DedupeWindowUs        int64
+	InboxRetentionUs      int64
+	OutboxRetentionUs     int64
+	AttemptRetentionUs    int64
+	DeadLetterRetentionUs int64
+	ErasedKeyRetentionUs  int64
+	ScrubAfterUs          int64
+}
+
+// Records the retention settings the application's maintainer runs with
+// (durations in microseconds), replacing the previous record.
+func (q *Queries) RetentionSettingsRecord(ctx context.Context, arg RetentionSettingsRecordParams) error {
+	_, err := q.db.Exec(ctx, retentionSettingsRecord,
+		arg.DedupeWindowUs,
+		arg.InboxRetentionUs,
+		arg.OutboxRetentionUs,
+		arg.AttemptRetentionUs,
+		arg.DeadLetterRetentionUs,
+		arg.ErasedKeyRetentionUs,
+		arg.ScrubAfterUs,
+	)
+	return err
+}
