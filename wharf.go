@@ -17,7 +17,7 @@ const MigrationsTable = wharfmigrate.MigrationsTable
 const PartitionDaysAhead = wharfmigrate.PartitionDaysAhead
 
 // ErrDirty is wharfmigrate.ErrDirty: a previous Wharf migration failed
-// half-way; repair by hand (README, Operations) before migrating again.
+// half-way; repair by hand (docs/operations.md, "Migrations") before migrating again.
 var ErrDirty = wharfmigrate.ErrDirty
 
 // ErrPooledConnection is wharfmigrate.ErrPooledConnection: migrations need a

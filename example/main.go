@@ -8,7 +8,7 @@
 // Environment:
 //
 //	DATABASE_URL                 Postgres URL (required; `make demo` provides one); it may go
-//	                             through PgBouncer in transaction mode (see the README)
+//	                             through PgBouncer in transaction mode (see docs/operations.md)
 //	WHARF_EXAMPLE_MIGRATE_URL    direct Postgres URL for the migrations run at start, when
 //	                             DATABASE_URL goes through a connection pooler (default DATABASE_URL)
 //	WHARF_EXAMPLE_ADDR           listen address (default 127.0.0.1:8080)

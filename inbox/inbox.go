@@ -96,7 +96,7 @@ type Config struct {
 	// time.Now.
 	Now func() time.Time
 	// MeterProvider receives the inbox's metrics (wharf_inbox_…, listed in
-	// the README's "Metrics and traces"). Defaults to the global
+	// docs/operations.md, "Metrics and traces"). Defaults to the global
 	// MeterProvider (otel.GetMeterProvider: a no-op until the application
 	// installs an SDK). The database gauges query Postgres only when
 	// collected.
@@ -224,7 +224,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	// serves the workers, and deliveries that wait for a slot join the
 	// waiting batch instead of taking a connection each (two slots gave
 	// larger batches and more throughput than four on the 2-core machine
-	// of the README's figures).
+	// of docs/performance.md's figures).
 	slots := 2
 	if ib.batchSize <= 1 {
 		slots = int(pool.Config().MaxConns) // no batching: a connection each

@@ -38,7 +38,7 @@ const UnknownSourceLabel = "_unknown"
 // collection.
 const gaugeTimeout = 5 * time.Second
 
-// metrics are the inbox's instruments (see the README's "Metrics and
+// metrics are the inbox's instruments (see docs/operations.md, "Metrics and
 // traces" for each name as Prometheus shows it).
 type metrics struct {
 	requests        metric.Int64Counter

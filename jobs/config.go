@@ -99,7 +99,7 @@ type Config struct {
 	// Defaults to slog.Default().
 	Logger *slog.Logger
 	// MeterProvider receives the retention metrics (wharf_retention_…,
-	// README "Metrics and traces"). Defaults to the global MeterProvider.
+	// docs/operations.md, "Metrics and traces"). Defaults to the global MeterProvider.
 	MeterProvider metric.MeterProvider
 	// Now returns the current time; tests inject a clock. Defaults to
 	// time.Now.

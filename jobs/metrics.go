@@ -13,7 +13,7 @@ import (
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
-// metrics are the retention jobs' instruments (README, "Metrics and
+// metrics are the retention jobs' instruments (docs/operations.md, "Metrics and
 // traces").
 type metrics struct {
 	rows     metric.Int64Counter // rows deleted or scrubbed, by kind

@@ -31,7 +31,7 @@ const PartitionDaysAhead = partition.DefaultDaysAhead
 
 // ErrDirty is returned when a previous Wharf migration failed half-way and
 // golang-migrate marked the schema dirty; it must be repaired by hand (see
-// README, Operations) before migrating again.
+// docs/operations.md, "Migrations") before migrating again.
 var ErrDirty = errors.New("wharf: schema is dirty after a failed migration")
 
 // ErrPooledConnection is returned by Migrate, MigrateDown, MigrateRiverDown
@@ -49,7 +49,7 @@ var ErrPooledConnection = errors.New("wharf: migrations need a direct connection
 // statement is not the one the connection was given at startup (a pooler
 // hands out its own). It cannot tell a pooler's session mode from its
 // transaction mode. An application that finds itself pooled should run
-// its River client with PollOnly (see the README, Operations).
+// its River client with PollOnly (see docs/operations.md, "PgBouncer").
 func Pooled(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 const (
 	// DefaultInboxWorkers works the inbox queue. Each worker holds a
 	// connection for its batch's transaction: more than the pool can spare
-	// starve receiving (README: "River configuration").
+	// starve receiving (docs/operations.md, "River configuration").
 	DefaultInboxWorkers = 8
 	// DefaultOutboxWorkers works the outbox queue; a worker holds a
 	// connection only for its short statements, not while a request is out.

@@ -77,7 +77,7 @@ func printStatus(ctx context.Context, e *env) error {
 	}
 	dirty := ""
 	if s.WharfDirty {
-		dirty = " (DIRTY: a migration failed half-way; see README, Operations)"
+		dirty = " (DIRTY: a migration failed half-way; see docs/operations.md, Migrations)"
 	}
 	fmt.Fprintf(e.out, "wharf schema: version %d of %d%s\n", s.WharfVersion, s.WharfLatest, dirty)
 	fmt.Fprintf(e.out, "river schema: version %d of %d\n", s.RiverVersion, s.RiverLatest)

@@ -16,7 +16,7 @@ type Series struct {
 var chartColors = []string{"#1f6feb", "#d1242f", "#2da44e", "#8250df"}
 
 // ChartSVG draws series against xs (a log scale: sender counts) as a
-// self-contained SVG line chart, for the README's performance section.
+// self-contained SVG line chart, for docs/performance.md.
 func ChartSVG(title, xLabel, yLabel string, xs []float64, series []Series) string {
 	const w, h, left, right, top, bottom = 720.0, 400.0, 70.0, 20.0, 40.0, 90.0
 	maxY := 0.0
