@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -177,6 +178,10 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 		slot = adm.slot
 	}
+	// Given back before the hand-over (the new jobs may want it), and
+	// however the run ends.
+	release := sync.OnceFunc(func() { o.releaseLease(context.WithoutCancel(ctx), first.EndpointID, first.ID, slot) })
+	defer release()
 
 	start := time.Now()
 	spanFirst, spans := 0, 1 // the span's first member, and its number
@@ -240,7 +245,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			break
 		}
 	}
-	o.releaseLease(context.WithoutCancel(ctx), first.EndpointID, first.ID, slot)
+	release()
 	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
 		// Cancelled: nothing goes on; Work dead-letters what is still the
 		// job's.
