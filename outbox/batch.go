@@ -215,12 +215,11 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			case errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
 				out.cancelled = true
 			case errors.Is(ctx.Err(), context.Canceled):
-				// Stopping: no verdict on the endpoint; the job's next run
-				// sends it again.
+				// Stopping: an attempt (the receiver may have got it) but no
+				// verdict on the endpoint; the rest wait for the job's next
+				// run, which River makes at once.
+				out.markCutOff()
 				sendErr = ctx.Err()
-			}
-			if sendErr != nil {
-				break
 			}
 		}
 		s, err := o.settleAttempt(context.WithoutCancel(ctx), mlog, 1, o.retries.attempts(), row, noLease, attemptedAt, out)
@@ -234,6 +233,9 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 		if s.status == StatusRetrying {
 			over = append(over, handOver{row: row, ref: m.ref, at: time.Now().Add(s.wait)})
+		}
+		if sendErr != nil {
+			break
 		}
 		if s.status == "" || !out.succeeded() {
 			// The endpoint is failing, or the delivery was not the job's to

@@ -222,13 +222,13 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			// No job will try again: the attempt is the last one.
 			out.cancelled = true
 		case errors.Is(ctx.Err(), context.Canceled):
-			// The client is stopping: this is no verdict on the endpoint.
-			// River makes the job available again.
-			o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
+			// The client is stopping: an attempt (the receiver may have
+			// got it), which River counts too, but no verdict on the
+			// endpoint, nor on its circuit.
+			out.markCutOff()
 			if probe {
 				o.releaseProbe(context.WithoutCancel(ctx), row)
 			}
-			return ctx.Err()
 		}
 	}
 	return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, slot, attemptedAt, out)

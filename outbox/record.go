@@ -103,6 +103,7 @@ func (o *Outbox) attemptParams(rec *attemptRecord) (*dbsqlc.OutboxAttemptRecordP
 		EndpointID:         rec.row.EndpointID,
 		LeaseSlot:          rec.slot,
 		Gone:               rec.out.gone(),
+		Verdict:            !rec.out.cutOff,
 		DisableBefore:      disableBefore,
 		GoneReason:         reasonGone,
 		FailingReason:      reasonFailing,

@@ -501,6 +501,9 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- doubled per opening since the circuit was last closed, at most
 -- max_cooldown_seconds, by the database's clock. A success closes it.
 --
+-- An attempt that is no verdict on the endpoint (verdict false: its
+-- request was cut off by the client's stop) leaves its health alone.
+--
 -- A success skips the endpoint write while nothing would change but a
 -- last_success_at newer than stale_before, so that busy endpoints do not
 -- serialise on their row. endpoint locks the row it decides on (FOR NO
@@ -581,6 +584,7 @@ endpoint AS (
                @max_cooldown_seconds::float8) AS open_until
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
+      AND @verdict::boolean
       AND (NOT @succeeded::boolean
            OR ep.consecutive_failures > 0
            OR ep.circuit_state <> 'closed'

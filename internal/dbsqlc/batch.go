@@ -72,11 +72,12 @@ endpoint AS (
                $20::float8) AS open_until
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = $1::uuid
+      AND $21::boolean
       AND (NOT $6::boolean
            OR ep.consecutive_failures > 0
            OR ep.circuit_state <> 'closed'
            OR ep.last_success_at IS NULL
-           OR ep.last_success_at < $21::timestamptz)
+           OR ep.last_success_at < $22::timestamptz)
     FOR NO KEY UPDATE
 ),
 health AS (
@@ -111,11 +112,11 @@ health AS (
 ),
 delivery AS (
     UPDATE wharf_outbox_deliveries d
-    SET status = $22::text,
+    SET status = $23::text,
         attempts = d.attempts + 1,
         last_status_code = $7::int,
         last_error = $10::text,
-        next_attempt_at = $23::timestamptz,
+        next_attempt_at = $24::timestamptz,
         succeeded_at = CASE WHEN $6::boolean THEN $14::timestamptz ELSE d.succeeded_at END,
         throttled_until = NULL,
         updated_at = $14::timestamptz
@@ -159,6 +160,7 @@ type OutboxAttemptRecordParams struct {
 	CircuitThreshold   int32
 	CooldownSeconds    float64
 	MaxCooldownSeconds float64
+	Verdict            bool
 	StaleBefore        time.Time
 	DeliveryStatus     string
 	NextAttemptAt      *time.Time
@@ -194,6 +196,9 @@ type OutboxAttemptRecordRow struct {
 // request sent before the circuit opened did): open for cooldown_seconds,
 // doubled per opening since the circuit was last closed, at most
 // max_cooldown_seconds, by the database's clock. A success closes it.
+//
+// An attempt that is no verdict on the endpoint (verdict false: its
+// request was cut off by the client's stop) leaves its health alone.
 //
 // A success skips the endpoint write while nothing would change but a
 // last_success_at newer than stale_before, so that busy endpoints do not
@@ -246,6 +251,7 @@ func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg []OutboxAttemptRe
 			a.CircuitThreshold,
 			a.CooldownSeconds,
 			a.MaxCooldownSeconds,
+			a.Verdict,
 			a.StaleBefore,
 			a.DeliveryStatus,
 			a.NextAttemptAt,
