@@ -45,7 +45,12 @@ type DeliveryRef struct {
 // ordered by a key, has a circuit that is not closed; its attempt failed
 // and is to be retried; an earlier one's attempt failed or was not the
 // job's to record) is handed over to a job of its own (DeliveryArgs),
-// which goes on as any delivery's; the deliveries the job has not reached
+// which goes on as any delivery's. The job loads its endpoint once, and
+// each attempt's record tells it the endpoint's version: once the endpoint
+// has changed (updated, disabled or enabled, its secret rotated; or
+// disabled, or its circuit opened, by an attempt) the job sends nothing more
+// and hands the rest to a new batch job, which loads it afresh and passes
+// the same gates as any other job. The deliveries the job has not reached
 // when Config.DeliveryBatchSpan has passed are handed over to new batch
 // jobs, as many to a job as it sent in the span but in no more jobs than
 // the endpoint has slots free for; or the job goes on sending when new
@@ -244,6 +249,15 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			// which load them afresh and heed the endpoint's circuit and
 			// its disabling.
 			handRest(i + 1)
+			break
+		}
+		if s.endpointVersion != first.EndpointVersion {
+			// The endpoint changed since the job loaded it (its URL,
+			// secrets, cap, rate limit, enabling…): the rest go to a new
+			// batch job, which loads it afresh and takes its slot under
+			// the cap as it is now, or hands each on to a job of its own.
+			mlog.InfoContext(ctx, "outbox: the endpoint changed; the batch hands the rest on", "rest", len(members)-i-1)
+			over = append(over, splitRest(members[i+1:], o.config.DeliveryBatchSize, time.Now())...)
 			break
 		}
 	}

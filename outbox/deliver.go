@@ -289,6 +289,9 @@ type settled struct {
 	status DeliveryStatus
 	// wait is how long after now the next attempt is due (StatusRetrying).
 	wait time.Duration
+	// endpointVersion is the endpoint's version as the attempt was
+	// recorded: a batch job that finds it changed hands the rest on.
+	endpointVersion int64
 }
 
 // settleAttempt records attempt number attempt (of limit) of row, updates
@@ -350,7 +353,7 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 	default:
 		log.InfoContext(ctx, "outbox: attempt failed; will retry", append(attrs, "error", out.errorText(), "retry_in", wait)...)
 	}
-	return settled{status: rec.status, wait: wait}, nil
+	return settled{status: rec.status, wait: wait, endpointVersion: changed.endpointVersion}, nil
 }
 
 // deadWithoutAttempt dead-letters a delivery that cannot be attempted and

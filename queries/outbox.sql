@@ -24,7 +24,9 @@ ORDER BY created_at, id
 LIMIT @max_rows::int;
 
 -- name: OutboxEndpointUpdate :one
--- NULL parameters leave their column unchanged. A new rate limit empties
+-- NULL parameters leave their column unchanged. Like every statement that
+-- changes how the endpoint's deliveries are sent or admitted, it counts a
+-- version, which a running batch job compares (see the migration). A new rate limit empties
 -- the queue of deliveries waiting for its tokens (they keep their turns,
 -- taken at the old rate; others need not queue behind them).
 WITH requeue AS (
@@ -43,6 +45,7 @@ SET url = COALESCE(sqlc.narg('url')::text, url),
     auth = COALESCE(sqlc.narg('auth')::jsonb, auth),
     rate_limit_per_second = COALESCE(sqlc.narg('rate_limit_per_second')::float8, rate_limit_per_second),
     rate_limit_burst = COALESCE(sqlc.narg('rate_limit_burst')::int, rate_limit_burst),
+    version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -53,6 +56,7 @@ UPDATE wharf_outbox_endpoints
 SET disabled_reason = CASE WHEN enabled THEN @reason::text ELSE disabled_reason END,
     disabled_at = CASE WHEN enabled THEN @now::timestamptz ELSE disabled_at END,
     enabled = false,
+    version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -72,6 +76,7 @@ SET enabled = true,
     circuit_openings = 0,
     circuit_probe_delivery_id = NULL,
     circuit_probe_expires_at = NULL,
+    version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -84,6 +89,7 @@ UPDATE wharf_outbox_endpoints
 SET previous_secret = secret,
     previous_secret_expires_at = @previous_expires_at::timestamptz,
     secret = @secret::text,
+    version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -151,6 +157,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       ep.version AS endpoint_version,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context,
        now()::timestamptz AS db_now
@@ -167,6 +174,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       ep.version AS endpoint_version,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context,
        now()::timestamptz AS db_now
@@ -490,7 +498,9 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- replay superseded, or that runs after the delivery finished, changes
 -- neither the delivery nor its attempt log (the endpoint's health and the
 -- lease are still settled: the request was real). No row means that, or
--- that the delivery no longer exists.
+-- that the delivery no longer exists. endpoint_version is the endpoint's
+-- version as locked here, before this attempt's own health write: a batch
+-- job that loaded another hands the rest of its deliveries on.
 --
 -- A failure disables the endpoint when gone (410) or when it has been
 -- failing since before disable_before (NULL: never), decided once in
@@ -535,7 +545,7 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
 endpoint_lock AS (
-    SELECT ep.id
+    SELECT ep.id, ep.version
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
     FOR KEY SHARE
@@ -616,7 +626,8 @@ health AS (
         circuit_probe_delivery_id = CASE WHEN @succeeded::boolean OR e.open_circuit THEN NULL
                                          ELSE ep.circuit_probe_delivery_id END,
         circuit_probe_expires_at = CASE WHEN @succeeded::boolean OR e.open_circuit THEN NULL
-                                        ELSE ep.circuit_probe_expires_at END
+                                        ELSE ep.circuit_probe_expires_at END,
+        version = ep.version + CASE WHEN e.disable OR e.open_circuit THEN 1 ELSE 0 END
     FROM endpoint e
     WHERE ep.id = e.id
     RETURNING e.disable, ep.disabled_reason, e.open_circuit, ep.circuit_openings,
@@ -641,7 +652,8 @@ SELECT delivery.attempts,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason,
        COALESCE((SELECT h.open_circuit FROM health h), false)::boolean AS circuit_opened,
        COALESCE((SELECT h.circuit_openings FROM health h), 0)::int AS circuit_openings,
-       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
+       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed,
+       (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit;
 
 -- name: OutboxAttemptRecordSucceeded :many
@@ -657,7 +669,7 @@ FROM delivery, async_commit;
 -- OutboxAttemptRecord locks them: the endpoint (KEY SHARE), the
 -- deliveries, the endpoint (NO KEY UPDATE, when its health is written),
 -- then the lease slots in slot order. It commits as OutboxAttemptRecord
--- does.
+-- does, and returns endpoint_version as it does.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
@@ -675,7 +687,7 @@ input AS (
     FROM generate_subscripts(@delivery_ids::text[], 1) AS n
 ),
 endpoint_lock AS (
-    SELECT ep.id
+    SELECT ep.id, ep.version
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
     FOR KEY SHARE
@@ -769,7 +781,8 @@ delivery AS (
 )
 SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
        (row_number() OVER (ORDER BY delivery.id) = 1
-        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed
+        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed,
+       (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit;
 
 -- name: OutboxDeliveryHandOff :many

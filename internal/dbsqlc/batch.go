@@ -23,7 +23,7 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
 endpoint_lock AS (
-    SELECT ep.id
+    SELECT ep.id, ep.version
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = $1::uuid
     FOR KEY SHARE
@@ -104,7 +104,8 @@ health AS (
         circuit_probe_delivery_id = CASE WHEN $6::boolean OR e.open_circuit THEN NULL
                                          ELSE ep.circuit_probe_delivery_id END,
         circuit_probe_expires_at = CASE WHEN $6::boolean OR e.open_circuit THEN NULL
-                                        ELSE ep.circuit_probe_expires_at END
+                                        ELSE ep.circuit_probe_expires_at END,
+        version = ep.version + CASE WHEN e.disable OR e.open_circuit THEN 1 ELSE 0 END
     FROM endpoint e
     WHERE ep.id = e.id
     RETURNING e.disable, ep.disabled_reason, e.open_circuit, ep.circuit_openings,
@@ -129,7 +130,8 @@ SELECT delivery.attempts,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason,
        COALESCE((SELECT h.open_circuit FROM health h), false)::boolean AS circuit_opened,
        COALESCE((SELECT h.circuit_openings FROM health h), 0)::int AS circuit_openings,
-       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
+       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed,
+       (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit
 `
 
@@ -173,6 +175,7 @@ type OutboxAttemptRecordRow struct {
 	CircuitOpened   bool
 	CircuitOpenings int32
 	CircuitClosed   bool
+	EndpointVersion int64
 }
 
 // Records one attempt in one statement (the attempts of one endpoint that
@@ -186,7 +189,9 @@ type OutboxAttemptRecordRow struct {
 // replay superseded, or that runs after the delivery finished, changes
 // neither the delivery nor its attempt log (the endpoint's health and the
 // lease are still settled: the request was real). No row means that, or
-// that the delivery no longer exists.
+// that the delivery no longer exists. endpoint_version is the endpoint's
+// version as locked here, before this attempt's own health write: a batch
+// job that loaded another hands the rest of its deliveries on.
 //
 // A failure disables the endpoint when gone (410) or when it has been
 // failing since before disable_before (NULL: never), decided once in
@@ -280,6 +285,7 @@ func (b *OutboxAttemptRecordBatchResults) QueryRow(f func(int, OutboxAttemptReco
 			&i.CircuitOpened,
 			&i.CircuitOpenings,
 			&i.CircuitClosed,
+			&i.EndpointVersion,
 		)
 		if f != nil {
 			f(t, i, err)

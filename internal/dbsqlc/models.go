@@ -148,6 +148,7 @@ type WharfOutboxEndpoint struct {
 	CircuitOpenings         int32
 	CircuitProbeDeliveryID  *uuid.UUID
 	CircuitProbeExpiresAt   *time.Time
+	Version                 int64
 }
 
 type WharfOutboxEvent struct {

@@ -70,7 +70,7 @@ input AS (
     FROM generate_subscripts($1::text[], 1) AS n
 ),
 endpoint_lock AS (
-    SELECT ep.id
+    SELECT ep.id, ep.version
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = $11::uuid
     FOR KEY SHARE
@@ -164,7 +164,8 @@ delivery AS (
 )
 SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
        (row_number() OVER (ORDER BY delivery.id) = 1
-        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed
+        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed,
+       (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit
 `
 
@@ -185,9 +186,10 @@ type OutboxAttemptRecordSucceededParams struct {
 }
 
 type OutboxAttemptRecordSucceededRow struct {
-	DeliveryID    uuid.UUID
-	Attempts      int32
-	CircuitClosed bool
+	DeliveryID      uuid.UUID
+	Attempts        int32
+	CircuitClosed   bool
+	EndpointVersion int64
 }
 
 // OutboxAttemptRecord for successful attempts (2xx) of one endpoint, many
@@ -202,7 +204,7 @@ type OutboxAttemptRecordSucceededRow struct {
 // OutboxAttemptRecord locks them: the endpoint (KEY SHARE), the
 // deliveries, the endpoint (NO KEY UPDATE, when its health is written),
 // then the lease slots in slot order. It commits as OutboxAttemptRecord
-// does.
+// does, and returns endpoint_version as it does.
 func (q *Queries) OutboxAttemptRecordSucceeded(ctx context.Context, arg OutboxAttemptRecordSucceededParams) ([]OutboxAttemptRecordSucceededRow, error) {
 	rows, err := q.db.Query(ctx, outboxAttemptRecordSucceeded,
 		arg.DeliveryIds,
@@ -226,7 +228,12 @@ func (q *Queries) OutboxAttemptRecordSucceeded(ctx context.Context, arg OutboxAt
 	var items []OutboxAttemptRecordSucceededRow
 	for rows.Next() {
 		var i OutboxAttemptRecordSucceededRow
-		if err := rows.Scan(&i.DeliveryID, &i.Attempts, &i.CircuitClosed); err != nil {
+		if err := rows.Scan(
+			&i.DeliveryID,
+			&i.Attempts,
+			&i.CircuitClosed,
+			&i.EndpointVersion,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -354,6 +361,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       ep.version AS endpoint_version,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context,
        now()::timestamptz AS db_now
@@ -388,6 +396,7 @@ type OutboxDeliveryGetForWorkRow struct {
 	CircuitState            string
 	CircuitOpenUntil        *time.Time
 	CircuitProbeExpiresAt   *time.Time
+	EndpointVersion         int64
 	Payload                 []byte
 	TraceContext            string
 	DbNow                   time.Time
@@ -425,6 +434,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.CircuitState,
 		&i.CircuitOpenUntil,
 		&i.CircuitProbeExpiresAt,
+		&i.EndpointVersion,
 		&i.Payload,
 		&i.TraceContext,
 		&i.DbNow,
@@ -438,6 +448,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       ep.version AS endpoint_version,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context,
        now()::timestamptz AS db_now
@@ -472,6 +483,7 @@ type OutboxDeliveryGetForWorkManyRow struct {
 	CircuitState            string
 	CircuitOpenUntil        *time.Time
 	CircuitProbeExpiresAt   *time.Time
+	EndpointVersion         int64
 	Payload                 []byte
 	TraceContext            string
 	DbNow                   time.Time
@@ -513,6 +525,7 @@ func (q *Queries) OutboxDeliveryGetForWorkMany(ctx context.Context, ids []string
 			&i.CircuitState,
 			&i.CircuitOpenUntil,
 			&i.CircuitProbeExpiresAt,
+			&i.EndpointVersion,
 			&i.Payload,
 			&i.TraceContext,
 			&i.DbNow,
@@ -831,9 +844,10 @@ UPDATE wharf_outbox_endpoints
 SET disabled_reason = CASE WHEN enabled THEN $1::text ELSE disabled_reason END,
     disabled_at = CASE WHEN enabled THEN $2::timestamptz ELSE disabled_at END,
     enabled = false,
+    version = version + 1,
     updated_at = $2::timestamptz
 WHERE id = $3::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointDisableParams struct {
@@ -877,6 +891,7 @@ func (q *Queries) OutboxEndpointDisable(ctx context.Context, arg OutboxEndpointD
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -894,9 +909,10 @@ SET enabled = true,
     circuit_openings = 0,
     circuit_probe_delivery_id = NULL,
     circuit_probe_expires_at = NULL,
+    version = version + 1,
     updated_at = $1::timestamptz
 WHERE id = $2::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointEnableParams struct {
@@ -940,12 +956,13 @@ func (q *Queries) OutboxEndpointEnable(ctx context.Context, arg OutboxEndpointEn
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const outboxEndpointGet = `-- name: OutboxEndpointGet :one
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints WHERE id = $1::uuid
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints WHERE id = $1::uuid
 `
 
 func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOutboxEndpoint, error) {
@@ -982,6 +999,7 @@ func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOut
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -996,7 +1014,7 @@ INSERT INTO wharf_outbox_endpoints (
     $10::jsonb, $11::jsonb, $12::float8, $13::int,
     $14::timestamptz, $14::timestamptz
 )
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointInsertParams struct {
@@ -1065,12 +1083,13 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const outboxEndpointList = `-- name: OutboxEndpointList :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints
 WHERE ($1::text IS NULL OR tenant = $1::text)
   AND ($2::timestamptz IS NULL
        OR (created_at, id) > ($2::timestamptz, $3::uuid))
@@ -1132,6 +1151,7 @@ func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointList
 			&i.CircuitOpenings,
 			&i.CircuitProbeDeliveryID,
 			&i.CircuitProbeExpiresAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -1242,9 +1262,10 @@ UPDATE wharf_outbox_endpoints
 SET previous_secret = secret,
     previous_secret_expires_at = $1::timestamptz,
     secret = $2::text,
+    version = version + 1,
     updated_at = $3::timestamptz
 WHERE id = $4::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointRotateSecretParams struct {
@@ -1293,6 +1314,7 @@ func (q *Queries) OutboxEndpointRotateSecret(ctx context.Context, arg OutboxEndp
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -1314,9 +1336,10 @@ SET url = COALESCE($1::text, url),
     auth = COALESCE($8::jsonb, auth),
     rate_limit_per_second = COALESCE($9::float8, rate_limit_per_second),
     rate_limit_burst = COALESCE($10::int, rate_limit_burst),
+    version = version + 1,
     updated_at = $11::timestamptz
 WHERE id = $12::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointUpdateParams struct {
@@ -1334,7 +1357,9 @@ type OutboxEndpointUpdateParams struct {
 	ID                 uuid.UUID
 }
 
-// NULL parameters leave their column unchanged. A new rate limit empties
+// NULL parameters leave their column unchanged. Like every statement that
+// changes how the endpoint's deliveries are sent or admitted, it counts a
+// version, which a running batch job compares (see the migration). A new rate limit empties
 // the queue of deliveries waiting for its tokens (they keep their turns,
 // taken at the old rate; others need not queue behind them).
 func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUpdateParams) (WharfOutboxEndpoint, error) {
@@ -1384,12 +1409,13 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const outboxEndpointsByURL = `-- name: OutboxEndpointsByURL :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints
 WHERE tenant = $1 AND url = $2
 ORDER BY created_at, id
 LIMIT 2
@@ -1442,6 +1468,7 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 			&i.CircuitOpenings,
 			&i.CircuitProbeDeliveryID,
 			&i.CircuitProbeExpiresAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
