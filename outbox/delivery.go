@@ -306,16 +306,8 @@ func (o *Outbox) liveJob(ctx context.Context, tx pgx.Tx, id uuid.UUID, generatio
 // delivery id at generation.
 func jobHolds(job *rivertype.JobRow, id uuid.UUID, generation int) bool {
 	if job.Kind == DeliveryBatchKind {
-		var args DeliveryBatchArgs
-		if json.Unmarshal(job.EncodedArgs, &args) != nil {
-			return false
-		}
-		for _, ref := range args.Deliveries {
-			if ref.DeliveryID == id && ref.Generation == generation {
-				return true
-			}
-		}
-		return false
+		_, ok := refOf(job.EncodedArgs, id, generation)
+		return ok
 	}
 	var args DeliveryArgs
 	return json.Unmarshal(job.EncodedArgs, &args) == nil && args.DeliveryID == id && args.Generation == generation

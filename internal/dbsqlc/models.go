@@ -12,8 +12,12 @@ import (
 )
 
 type RiverJob struct {
-	ID    int64
-	State string
+	ID          int64
+	State       string
+	Kind        string
+	Args        json.RawMessage
+	Attempt     int16
+	FinalizedAt *time.Time
 }
 
 type WharfIdempotencyKey struct {

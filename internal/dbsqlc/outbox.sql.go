@@ -294,6 +294,128 @@ func (q *Queries) OutboxCircuitProbeRelease(ctx context.Context, arg OutboxCircu
 	return err
 }
 
+const outboxDeliveriesStranded = `-- name: OutboxDeliveriesStranded :many
+WITH candidates AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id, d.event_id, d.generation, d.attempts
+    FROM wharf_outbox_endpoints ep
+    JOIN wharf_outbox_deliveries d ON d.endpoint_id = ep.id
+    WHERE d.status IN ('pending', 'retrying')
+      AND d.updated_at < $2::timestamptz
+      AND (d.next_attempt_at IS NULL OR d.next_attempt_at < $2::timestamptz)
+),
+jobs AS MATERIALIZED (
+    SELECT h.id, h.kind, h.state::text AS state, h.attempt, h.args
+    FROM river_job h
+    WHERE h.kind IN ($3::text, $4::text)
+      -- No cast: River's indexes are on its state enum.
+      AND (h.state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+           OR (h.state IN ('cancelled', 'discarded') AND h.finalized_at IS NOT NULL))
+      AND EXISTS (SELECT 1 FROM candidates)
+),
+held AS MATERIALIZED (
+    SELECT (j.args->>'delivery_id')::uuid AS delivery_id, COALESCE((j.args->>'generation')::int, 0) AS generation,
+           j.id, j.kind, j.state, j.attempt, j.args
+    FROM jobs j
+    WHERE j.kind = $3::text
+    UNION ALL
+    SELECT (r.ref->>'delivery_id')::uuid, COALESCE((r.ref->>'generation')::int, 0),
+           j.id, j.kind, j.state, j.attempt, j.args
+    FROM jobs j, jsonb_array_elements(j.args->'deliveries') AS r(ref)
+    WHERE j.kind = $4::text
+),
+ended AS (
+    SELECT DISTINCT ON (h.delivery_id, h.generation) h.delivery_id, h.generation, h.id, h.kind, h.state, h.attempt, h.args
+    FROM held h
+    WHERE h.state IN ('cancelled', 'discarded')
+    ORDER BY h.delivery_id, h.generation, h.id DESC
+)
+SELECT c.id, c.endpoint_id, c.event_id, c.generation, c.attempts,
+       COALESCE(e.id, 0)::bigint AS job_id,
+       COALESCE(e.kind, '')::text AS job_kind,
+       COALESCE(e.state, 'none')::text AS job_state,
+       COALESCE(e.attempt, 0)::int AS job_attempt,
+       COALESCE(e.args, '{}')::jsonb AS job_args
+FROM candidates c
+LEFT JOIN ended e ON e.delivery_id = c.id AND e.generation = c.generation
+WHERE NOT EXISTS (
+    SELECT 1 FROM held l
+    WHERE l.delivery_id = c.id AND l.generation = c.generation
+      AND l.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+LIMIT $1::int
+`
+
+type OutboxDeliveriesStrandedParams struct {
+	Max          int32
+	Before       time.Time
+	DeliveryKind string
+	BatchKind    string
+}
+
+type OutboxDeliveriesStrandedRow struct {
+	ID         uuid.UUID
+	EndpointID uuid.UUID
+	EventID    uuid.UUID
+	Generation int32
+	Attempts   int32
+	JobID      int64
+	JobKind    string
+	JobState   string
+	JobAttempt int32
+	JobArgs    json.RawMessage
+}
+
+// Up to max unfinished deliveries that no River job will attempt: left
+// unchanged since before, and not due after it (a retry's job waits for
+// its time), and held at their generation by no job that River may still
+// run. A job holds a delivery at a generation: a delivery job's args name
+// it (generation left out when 0), a batch job's list it among theirs.
+// Each comes with the cancelled or discarded job that held it (the latest;
+// its kind, state, runs and args), or none (job_id 0, state 'none': its
+// job was deleted, or completed without it). Candidates come from the
+// indexes of unfinished deliveries (never the succeeded ones); River's
+// jobs are read through its indexes by state, the live ones and the cancelled
+// and discarded ones (which River keeps a day or a week), and joined by
+// hash: a look-up per delivery in River's index of job args reads the
+// whole list of jobs with a delivery_id (tens of milliseconds each with
+// 200,000 jobs). Not locked: the caller settles each with a statement that
+// locks it and re-checks its generation and status, so that one given a
+// job since this statement's snapshot is left alone.
+func (q *Queries) OutboxDeliveriesStranded(ctx context.Context, arg OutboxDeliveriesStrandedParams) ([]OutboxDeliveriesStrandedRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveriesStranded,
+		arg.Max,
+		arg.Before,
+		arg.DeliveryKind,
+		arg.BatchKind,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxDeliveriesStrandedRow
+	for rows.Next() {
+		var i OutboxDeliveriesStrandedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EndpointID,
+			&i.EventID,
+			&i.Generation,
+			&i.Attempts,
+			&i.JobID,
+			&i.JobKind,
+			&i.JobState,
+			&i.JobAttempt,
+			&i.JobArgs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxDeliveryEarlierPending = `-- name: OutboxDeliveryEarlierPending :one
 SELECT id, status, next_attempt_at
 FROM wharf_outbox_deliveries
