@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -138,6 +139,11 @@ func (o *Outbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]rescued, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: rescue: find stranded deliveries: %w", err)
 	}
+	if err := lockEndpointsOf(ctx, q, rows); err != nil {
+		return nil, fmt.Errorf("outbox: rescue: lock endpoints: %w", err)
+	}
+	// In one order, so that two Rescues at once lock rows alike.
+	slices.SortFunc(rows, func(a, b dbsqlc.OutboxDeliveriesStrandedRow) int { return slices.Compare(a.ID[:], b.ID[:]) })
 	var settled []rescued
 	var over []handOver
 	onJob := make(map[uuid.UUID]*dbsqlc.OutboxDeliveriesStrandedRow)
@@ -171,6 +177,23 @@ func (o *Outbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]rescued, error) {
 		}
 	}
 	return settled, nil
+}
+
+// lockEndpointsOf locks the endpoints of rows (see
+// OutboxEndpointsLockKeyShare) before Rescue locks their deliveries.
+func lockEndpointsOf(ctx context.Context, q *dbsqlc.Queries, rows []dbsqlc.OutboxDeliveriesStrandedRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	seen := make(map[uuid.UUID]bool)
+	var ids []uuid.UUID
+	for _, row := range rows {
+		if !seen[row.EndpointID] {
+			seen[row.EndpointID] = true
+			ids = append(ids, row.EndpointID)
+		}
+	}
+	return q.OutboxEndpointsLockKeyShare(ctx, dbsqlc.UUIDTexts(ids))
 }
 
 // rescueDecision says what Rescue does with a stranded delivery (see

@@ -1008,3 +1008,15 @@ WHERE NOT EXISTS (
     WHERE l.delivery_id = c.id AND l.generation = c.generation
       AND l.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
 LIMIT @max::int;
+
+-- name: OutboxEndpointsLockKeyShare :exec
+-- Locks endpoints in KEY SHARE mode (only their deletion waits), in id
+-- order, before statements that lock deliveries of several of them: the
+-- lock order endpoint, then delivery, that EndpointDelete takes (it
+-- deletes the endpoint, and its cascade then the deliveries). Locking two
+-- deliveries first, a statement could hold one while waiting for the
+-- other, which a deletion holds while waiting for the first: a deadlock.
+SELECT ep.id FROM wharf_outbox_endpoints ep
+WHERE ep.id = ANY((@ids::text[])::uuid[])
+ORDER BY ep.id
+FOR KEY SHARE;

@@ -1602,6 +1602,24 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 	return items, nil
 }
 
+const outboxEndpointsLockKeyShare = `-- name: OutboxEndpointsLockKeyShare :exec
+SELECT ep.id FROM wharf_outbox_endpoints ep
+WHERE ep.id = ANY(($1::text[])::uuid[])
+ORDER BY ep.id
+FOR KEY SHARE
+`
+
+// Locks endpoints in KEY SHARE mode (only their deletion waits), in id
+// order, before statements that lock deliveries of several of them: the
+// lock order endpoint, then delivery, that EndpointDelete takes (it
+// deletes the endpoint, and its cascade then the deliveries). Locking two
+// deliveries first, a statement could hold one while waiting for the
+// other, which a deletion holds while waiting for the first: a deadlock.
+func (q *Queries) OutboxEndpointsLockKeyShare(ctx context.Context, ids []string) error {
+	_, err := q.db.Exec(ctx, outboxEndpointsLockKeyShare, ids)
+	return err
+}
+
 const outboxGaugeByEndpoint = `-- name: OutboxGaugeByEndpoint :many
 SELECT ep.id AS endpoint_id,
        count(d.id) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
