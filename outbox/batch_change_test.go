@@ -141,41 +141,9 @@ func TestBatchHeedsEndpointChanges(t *testing.T) {
 		require.LessOrEqual(t, maxPerSecond(at), 3, "2 a second, one at a time: %v ms", offsets(at))
 	})
 
-	// capChange publishes 64 events as four batch jobs to an endpoint made
-	// with params, and lowers its cap to 1 while each job's first request
-	// is at the receiver; it returns the most requests in flight at once
-	// that the receiver saw start after the change.
 	capChange := func(t *testing.T, params *outbox.EndpointParams) int64 {
 		b := setup(t, testConfig())
-		gate := make(chan struct{})
-		var changed atomic.Bool
-		var mostAfter atomic.Int64
-		var receiver *sink
-		receiver = newSink(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
-			if !changed.Load() {
-				<-gate
-			} else {
-				raise(&mostAfter, receiver.inFlight.Load())
-			}
-			time.Sleep(5 * time.Millisecond) // long enough for requests to overlap
-			w.WriteHeader(http.StatusNoContent)
-		})
-		ep := b.endpoint(t, receiver.URL(), params)
-		res := b.publish(t, events(64)...)
-		require.Len(t, b.outboxJobs(t), 4)
-		startRiver(t, b.pool, b.outbox)
-		require.Eventually(t, func() bool { return receiver.inFlight.Load() == 4 }, awaitTimeout, time.Millisecond,
-			"each batch job sends its first request")
-		_, err := b.outbox.EndpointUpdate(ctx, ep.ID, &outbox.EndpointUpdateParams{MaxInFlight: ptr(1)})
-		require.NoError(t, err)
-		changed.Store(true)
-		close(gate)
-		for _, r := range res {
-			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
-			require.Equal(t, 1, d.Attempts)
-		}
-		require.Len(t, receiver.all(), 64)
-		return mostAfter.Load()
+		return capLowered(t, b, params, func() { startRiver(t, b.pool, b.outbox) })
 	}
 
 	t.Run("CapLowered", func(t *testing.T) {

@@ -199,6 +199,10 @@ func TestCrashInTheLastRunOfABatch(t *testing.T) {
 	node.Kill()
 	require.NoError(t, tx.Rollback(ctx))
 	awaitSessionGone(t, bundle.pool, "OutboxDeliveryHandOff")
+	var dead deadLog
+	n, err := rescuer(t, bundle.pool, &dead).Rescue(ctx)
+	require.NoError(t, err)
+	require.Zero(t, n, "running, to River, until its rescuer finds it stuck: not stranded")
 	rescueStuckJob(t, bundle, outbox.DeliveryBatchKind, "discarded")
 	for _, r := range res {
 		d := bundle.onlyDelivery(t, r.EventID)
@@ -206,8 +210,7 @@ func TestCrashInTheLastRunOfABatch(t *testing.T) {
 		require.Empty(t, bundle.ownJobs(t, d.ID), "the hand-over died with the node")
 	}
 
-	var dead deadLog
-	n, err := rescuer(t, bundle.pool, &dead).Rescue(ctx)
+	n, err = rescuer(t, bundle.pool, &dead).Rescue(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 4, n)
 	for _, r := range res {

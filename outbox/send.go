@@ -121,10 +121,11 @@ type sendOutcome struct {
 var errCutOff = errors.New("cut off by shutdown: the River client stopped while the request was in flight (the receiver may have got it)")
 
 // markCutOff makes s the outcome of a request that the River client's
-// stop cut short. It is an attempt, since the receiver may have got the
-// request, but no verdict on the endpoint, whose health it leaves alone.
+// stop cut short (its status code kept, if the answer had begun). It is an
+// attempt, since the receiver may have got the request, but no verdict on
+// the endpoint, whose health it leaves alone.
 func (s *sendOutcome) markCutOff() {
-	s.err, s.cutOff, s.timedOut, s.statusCode = errCutOff, true, false, 0
+	s.err, s.cutOff, s.timedOut = errCutOff, true, false
 }
 
 func (s *sendOutcome) succeeded() bool {

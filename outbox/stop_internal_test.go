@@ -35,24 +35,39 @@ func awaitStatementDone(t *testing.T, pool *pgxpool.Pool, name string) {
 // ends; the statement then goes on in the server, whatever its client.
 func TestStopWhileAJobTakesItsSlotReleasesIt(t *testing.T) {
 	t.Parallel()
-	batch := func(o *Outbox, endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error {
+	batchJob := func(endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) *river.Job[DeliveryBatchArgs] {
 		args := DeliveryBatchArgs{EndpointID: endpointID}
 		for _, row := range rows {
 			args.Deliveries = append(args.Deliveries, DeliveryRef{DeliveryID: row.ID})
 		}
-		job := &river.Job[DeliveryBatchArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: args}
-		return func(ctx context.Context) error { return o.workBatch(ctx, job) }
+		return &river.Job[DeliveryBatchArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: args}
+	}
+	batch := func(o *Outbox, endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error {
+		w := &batchWorker{outbox: o}
+		job := batchJob(endpointID, rows)
+		return func(ctx context.Context) error { return w.Work(ctx, job) }
 	}
 	own := func(o *Outbox, _ uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error {
+		w := &deliveryWorker{outbox: o}
 		job := &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: DeliveryArgs{DeliveryID: rows[0].ID}}
-		return func(ctx context.Context) error { return o.work(ctx, job) }
+		return func(ctx context.Context) error { return w.Work(ctx, job) }
 	}
-	t.Run("Batch", func(t *testing.T) { t.Parallel(); testStopWhileTakingASlot(t, batch) })
-	t.Run("OwnJob", func(t *testing.T) { t.Parallel(); testStopWhileTakingASlot(t, own) })
+	// River's remote cancellation ends the context too, with its cause: the
+	// batch's deliveries are dead-lettered, and the slot given back all the
+	// same.
+	t.Run("Batch", func(t *testing.T) { t.Parallel(); testStopWhileTakingASlot(t, batch, context.Canceled, "pending") })
+	t.Run("OwnJob", func(t *testing.T) { t.Parallel(); testStopWhileTakingASlot(t, own, context.Canceled, "pending") })
+	t.Run("BatchCancelledRemotely", func(t *testing.T) {
+		t.Parallel()
+		testStopWhileTakingASlot(t, batch, river.ErrJobCancelledRemotely, "dead")
+	})
 }
 
+// testStopWhileTakingASlot ends the job's context with cause while its
+// slot is being taken, and expects its deliveries to be left status.
 func testStopWhileTakingASlot(t *testing.T,
 	jobOf func(o *Outbox, endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error,
+	cause error, status string,
 ) {
 	ctx := context.Background()
 	o, pool, eps, loaded := combineSetup(t, []int{3}, 2)
@@ -70,12 +85,12 @@ func testStopWhileTakingASlot(t *testing.T,
 	require.NoError(t, err)
 
 	work := jobOf(o, eps[0], loaded)
-	jobCtx, stop := context.WithCancel(ctx)
-	defer stop()
+	jobCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
 	done := make(chan error, 1)
 	go func() { done <- work(jobCtx) }()
 	waitLocked(t, pool, 1) // the job's slot waits for the endpoint's row
-	stop()
+	stop(cause)
 	require.NoError(t, tx.Rollback(ctx))
 	select {
 	case err := <-done:
@@ -90,7 +105,15 @@ func testStopWhileTakingASlot(t *testing.T,
 		WHERE endpoint_id = $1 AND delivery_id = ANY($2) AND expires_at > now()`,
 		eps[0], []string{loaded[0].ID.String(), loaded[1].ID.String()}).Scan(&held))
 	require.Zero(t, held, "the slot the stopped job took is free")
-	var sent int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_deliveries WHERE attempts > 0`).Scan(&sent))
-	require.Zero(t, sent)
+	rows, err := pool.Query(ctx, `SELECT status, attempts FROM wharf_outbox_deliveries ORDER BY seq`)
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		var got string
+		var attempts int
+		require.NoError(t, rows.Scan(&got, &attempts))
+		require.Zero(t, attempts, "nothing was sent")
+		require.Equal(t, status, got)
+	}
+	require.NoError(t, rows.Err())
 }
