@@ -400,7 +400,7 @@ func (o *Outbox) deadLetterCancelled(ctx context.Context, log *slog.Logger, id u
 	case errors.Is(err, pgx.ErrNoRows):
 		// Finished, handed over, replayed or deleted: not the job's.
 	case err != nil:
-		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; it stays unfinished until replayed",
+		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; Rescue will",
 			"delivery_id", id, "error", err)
 	default:
 		o.markedDead(ctx, dead, reasonCancelled)

@@ -212,8 +212,8 @@ func (o *Outbox) attemptList(ctx context.Context, db dbsqlc.DBTX, deliveryID uui
 // schedule and the same webhook-id. A finished (succeeded or dead) delivery
 // can always be replayed. An unfinished (pending or retrying) one can be
 // replayed only when no River job will attempt it any more — its job was
-// cancelled, discarded or deleted, say by hand in River — which recovers a
-// delivery that would otherwise stay unfinished for ever.
+// cancelled, discarded or deleted, say by hand in River — which recovers it
+// at once, before Rescue would.
 //
 // It returns an error where errors.Is is true for ErrNotFound (no such
 // delivery), ErrDeliveryInProgress (pending or retrying, and a River job
