@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,6 +225,49 @@ func TestRescue(t *testing.T) {
 	t.Run("ReplayedAfterTheQueryIsNotMadeDead", func(t *testing.T) {
 		t.Parallel()
 		recheck(t, outbox.DeliveryKind, "cancelled", 1)
+	})
+
+	t.Run("TwoAtOnceSettleEachDeliveryOnce", func(t *testing.T) {
+		t.Parallel()
+		// An operator's Rescue beside the periodic job's, over deliveries
+		// of two endpoints: each delivery is settled once, and neither
+		// Rescue fails (no deadlock).
+		b := setup(t, testConfig())
+		var res []*outbox.PublishResult
+		for range 2 {
+			b.endpoint(t, okSink(t).URL(), nil)
+		}
+		for range 3 {
+			res = append(res, b.publish(t, events(8)...)...)
+		}
+		endJobs(t, b.pool, outbox.DeliveryBatchKind, uuid.Nil, "discarded")
+		var dead deadLog
+		results := make(chan error, 2)
+		var settled atomic.Int64
+		for range 2 {
+			go func() {
+				n, err := rescuer(t, b.pool, &dead).Rescue(ctx)
+				settled.Add(int64(n))
+				results <- err
+			}()
+		}
+		for range 2 {
+			select {
+			case err := <-results:
+				require.NoError(t, err)
+			case <-time.After(awaitTimeout):
+				t.Fatal("a Rescue never returned")
+			}
+		}
+		require.EqualValues(t, 48, settled.Load(), "24 events to two endpoints, each settled once")
+		for _, r := range res {
+			list, err := b.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{EventID: r.EventID})
+			require.NoError(t, err)
+			require.Len(t, list, 2)
+			for _, d := range list {
+				require.Equal(t, []outbox.DeliveryArgs{{DeliveryID: d.ID, Generation: 1}}, b.ownJobs(t, d.ID))
+			}
+		}
 	})
 
 	t.Run("PeriodicJob", func(t *testing.T) {
