@@ -179,6 +179,39 @@ func TestBatchUnderAttack(t *testing.T) {
 		require.Len(t, receiver.all(), 10)
 	})
 
+	t.Run("RemoteCancelFromAnotherNode", func(t *testing.T) {
+		t.Parallel()
+		// The batch runs on node a; JobCancel comes from another client
+		// (an operator's): node a dead-letters what is still the job's.
+		url := testdb.NewURL(t)
+		b := openBundle(t, url, testConfig())
+		receiver := newSink(t, func(_ int, _ http.ResponseWriter, r *http.Request) {
+			<-r.Context().Done() // answers only once the sender gives up
+		})
+		ep := b.endpoint(t, receiver.URL(), nil)
+		res := b.publish(t, events(3)...)
+		startNode(t, url, "a", testConfig())
+		select {
+		case <-receiver.arrived:
+		case <-time.After(awaitTimeout):
+			t.Fatal("no delivery was attempted")
+		}
+		var jobID int64
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT id FROM river_job WHERE kind = $1`, outbox.DeliveryBatchKind).Scan(&jobID))
+		_, err := adminClient(t, b.pool).JobCancel(ctx, jobID)
+		require.NoError(t, err)
+		for i, r := range res {
+			d := b.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusDead)
+			require.Contains(t, d.LastError, "cancelled")
+			require.Equal(t, max(1-i, 0), d.Attempts)
+		}
+		require.Len(t, receiver.all(), 1)
+		var live int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE endpoint_id = $1 AND expires_at > now()`,
+			ep.ID).Scan(&live))
+		require.Zero(t, live)
+	})
+
 	t.Run("StopPastTheFirstSpanAtTheCap", func(t *testing.T) {
 		t.Parallel()
 		// A cap of 1, which the batch holds past its first span (its
