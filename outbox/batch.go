@@ -259,7 +259,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			handRest(i + 1)
 			break
 		}
-		if s.endpointVersion != first.EndpointVersion {
+		if s.endpointVersion != first.EndpointVersion && i+1 < len(members) {
 			// The endpoint changed since the job loaded it (its URL,
 			// secrets, cap, rate limit, enabling…): the rest go to a new
 			// batch job, which loads it afresh and takes its slot under
