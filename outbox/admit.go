@@ -45,10 +45,12 @@ func (o *Outbox) admit(ctx context.Context, job *river.Job[DeliveryArgs], row *d
 }
 
 // awaitToken waits d in the worker for the token an admission took, or
-// until ctx ends.
+// until ctx ends; it returns ctx's error at once when ctx has ended (the
+// admission's statements run to their end regardless: see acquireLease),
+// so that nothing is sent after a stop.
 func awaitToken(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
-		return nil
+		return ctx.Err()
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,7 +45,12 @@ type DeliveryRef struct {
 // ordered by a key, has a circuit that is not closed; its attempt failed
 // and is to be retried; an earlier one's attempt failed or was not the
 // job's to record) is handed over to a job of its own (DeliveryArgs),
-// which goes on as any delivery's; the deliveries the job has not reached
+// which goes on as any delivery's. The job loads its endpoint once, and
+// each attempt's record tells it the endpoint's version: once the endpoint
+// has changed (updated, disabled or enabled, its secret rotated; or
+// disabled, or its circuit opened, by an attempt) the job sends nothing more
+// and hands the rest to a new batch job, which loads it afresh and passes
+// the same gates as any other job. The deliveries the job has not reached
 // when Config.DeliveryBatchSpan has passed are handed over to new batch
 // jobs, as many to a job as it sent in the span but in no more jobs than
 // the endpoint has slots free for; or the job goes on sending when new
@@ -92,16 +98,24 @@ func (w *batchWorker) Work(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	return err
 }
 
-// handOver is a delivery a batch job gives a new job, to run at at; ref is
-// its place in the batch.
+// handOver is a delivery at generation that a batch job (or Rescue) gives
+// a new job, to run at at; ref is its place in the batch (its
+// AttemptsBefore: what the delivery's attempts were before its batch).
 type handOver struct {
-	row *dbsqlc.OutboxDeliveryGetForWorkRow
-	ref DeliveryRef
-	at  time.Time
+	id, endpointID uuid.UUID
+	generation     int32
+	ref            DeliveryRef
+	at             time.Time
 	// batch, above 0, numbers the new batch job the delivery shares with
 	// the others of the same number (one alone gets a job of its own); 0:
 	// a job of its own.
 	batch int
+}
+
+// handOverOf is the hand-over of row, loaded by a batch job, at its place
+// ref, to run at at.
+func handOverOf(row *dbsqlc.OutboxDeliveryGetForWorkRow, ref DeliveryRef, at time.Time) handOver {
+	return handOver{id: row.ID, endpointID: row.EndpointID, generation: row.Generation, ref: ref, at: at}
 }
 
 // batchMember is a delivery a batch job sends.
@@ -142,13 +156,13 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		case own > 0:
 			// Attempted by an earlier run that stopped before handing it
 			// over: the retry is due on the schedule.
-			over = append(over, handOver{row: row, ref: ref, at: now.Add(o.retries.scheduled(own))})
+			over = append(over, handOverOf(row, ref, now.Add(o.retries.scheduled(own))))
 		case lastRun || row.EndpointID != job.Args.EndpointID:
-			over = append(over, handOver{row: row, ref: ref, at: now})
+			over = append(over, handOverOf(row, ref, now))
 		default:
 			m, ok := o.batchable(row)
 			if !ok {
-				over = append(over, handOver{row: row, ref: ref, at: now})
+				over = append(over, handOverOf(row, ref, now))
 				break
 			}
 			m.ref = ref
@@ -177,13 +191,17 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		}
 		slot = adm.slot
 	}
+	// Given back before the hand-over (the new jobs may want it), and
+	// however the run ends.
+	release := sync.OnceFunc(func() { o.releaseLease(context.WithoutCancel(ctx), first.EndpointID, first.ID, slot) })
+	defer release()
 
 	start := time.Now()
 	spanFirst, spans := 0, 1 // the span's first member, and its number
 	var sendErr error
 	handRest := func(i int) {
 		for _, rest := range members[i:] {
-			over = append(over, handOver{row: rest.row, ref: rest.ref, at: time.Now()})
+			over = append(over, handOverOf(rest.row, rest.ref, time.Now()))
 		}
 	}
 	for i, m := range members {
@@ -210,12 +228,11 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			case errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
 				out.cancelled = true
 			case errors.Is(ctx.Err(), context.Canceled):
-				// Stopping: no verdict on the endpoint; the job's next run
-				// sends it again.
+				// Stopping: an attempt (the receiver may have got it) but no
+				// verdict on the endpoint; the rest wait for the job's next
+				// run, which River makes at once.
+				out.markCutOff()
 				sendErr = ctx.Err()
-			}
-			if sendErr != nil {
-				break
 			}
 		}
 		s, err := o.settleAttempt(context.WithoutCancel(ctx), mlog, 1, o.retries.attempts(), row, noLease, attemptedAt, out)
@@ -228,7 +245,10 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			break
 		}
 		if s.status == StatusRetrying {
-			over = append(over, handOver{row: row, ref: m.ref, at: time.Now().Add(s.wait)})
+			over = append(over, handOverOf(row, m.ref, time.Now().Add(s.wait)))
+		}
+		if sendErr != nil {
+			break
 		}
 		if s.status == "" || !out.succeeded() {
 			// The endpoint is failing, or the delivery was not the job's to
@@ -239,8 +259,17 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			handRest(i + 1)
 			break
 		}
+		if s.endpointVersion != first.EndpointVersion && i+1 < len(members) {
+			// The endpoint changed since the job loaded it (its URL,
+			// secrets, cap, rate limit, enabling…): the rest go to a new
+			// batch job, which loads it afresh and takes its slot under
+			// the cap as it is now, or hands each on to a job of its own.
+			mlog.InfoContext(ctx, "outbox: the endpoint changed; the batch hands the rest on", "rest", len(members)-i-1)
+			over = append(over, splitRest(members[i+1:], o.config.DeliveryBatchSize, time.Now())...)
+			break
+		}
 	}
-	o.releaseLease(context.WithoutCancel(ctx), first.EndpointID, first.ID, slot)
+	release()
 	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
 		// Cancelled: nothing goes on; Work dead-letters what is still the
 		// job's.
@@ -336,7 +365,8 @@ func (o *Outbox) spanRoom(ctx context.Context, timeout time.Duration) bool {
 func splitRest(rest []batchMember, size int, at time.Time) []handOver {
 	over := make([]handOver, len(rest))
 	for i, m := range rest {
-		over[i] = handOver{row: m.row, ref: m.ref, at: at, batch: i/size + 1}
+		over[i] = handOverOf(m.row, m.ref, at)
+		over[i].batch = i/size + 1
 	}
 	return over
 }
@@ -395,68 +425,8 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	params := dbsqlc.OutboxDeliveryHandOffParams{Now: o.config.now()}
-	batchOf := make(map[uuid.UUID]int, len(over))
-	for _, h := range over {
-		params.Ids = append(params.Ids, h.row.ID.String())
-		params.Generations = append(params.Generations, h.row.Generation)
-		batchOf[h.row.ID] = h.batch
-	}
 	err := o.inTx(ctx, func(tx pgx.Tx) error {
-		rows, err := o.queries.WithTx(tx).OutboxDeliveryHandOff(ctx, params)
-		if err != nil {
-			return err
-		}
-		handed := make(map[uuid.UUID]dbsqlc.OutboxDeliveryHandOffRow, len(rows))
-		members := make(map[int]int, len(rows)) // deliveries of each new batch job
-		for _, row := range rows {
-			handed[row.ID] = row
-			members[batchOf[row.ID]]++
-		}
-		var jobs []river.InsertManyParams
-		batches := make(map[int]int) // the index in jobs of each new batch job
-		for _, h := range over {
-			row, ok := handed[h.row.ID]
-			if !ok {
-				continue // finished, replayed or deleted meanwhile
-			}
-			at := h.at
-			if row.NextAttemptAt != nil && row.NextAttemptAt.After(at) {
-				// Recorded by the attempt (Retry-After, throttling), before
-				// a run that stopped short of handing it over.
-				at = *row.NextAttemptAt
-			}
-			if h.batch == 0 || members[h.batch] == 1 {
-				offset := max(int(row.Attempts)-h.ref.AttemptsBefore, 0)
-				opts := o.jobInsertOpts(0)
-				opts.MaxAttempts = max(opts.MaxAttempts-offset, spareRuns+1)
-				scheduleAt(opts, at)
-				jobs = append(jobs, river.InsertManyParams{
-					Args:       DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation), AttemptOffset: offset},
-					InsertOpts: opts,
-				})
-				continue
-			}
-			ref := DeliveryRef{DeliveryID: row.ID, Generation: int(row.Generation), AttemptsBefore: int(row.Attempts)}
-			if i, ok := batches[h.batch]; ok {
-				args := jobs[i].Args.(DeliveryBatchArgs)
-				args.Deliveries = append(args.Deliveries, ref)
-				jobs[i].Args = args
-				scheduleAt(jobs[i].InsertOpts, at)
-				continue
-			}
-			batches[h.batch] = len(jobs)
-			opts := o.jobInsertOpts(0)
-			scheduleAt(opts, at)
-			jobs = append(jobs, river.InsertManyParams{
-				Args:       DeliveryBatchArgs{EndpointID: h.row.EndpointID, Deliveries: []DeliveryRef{ref}},
-				InsertOpts: opts,
-			})
-		}
-		if len(jobs) == 0 {
-			return nil
-		}
-		_, err = o.inserter.InsertManyFastTx(ctx, tx, jobs)
+		_, err := o.handOverTx(ctx, tx, over)
 		return err
 	})
 	if err != nil {
@@ -464,6 +434,81 @@ func (o *Outbox) handOver(ctx context.Context, log *slog.Logger, over []handOver
 	}
 	log.DebugContext(ctx, "outbox: deliveries handed over to new jobs", "deliveries", len(over))
 	return nil
+}
+
+// handOverTx is handOver in tx, and returns the deliveries it handed over:
+// those still unfinished at the generation of their hand-over as it locked
+// them (the others were finished, replayed or deleted meanwhile).
+func (o *Outbox) handOverTx(ctx context.Context, tx pgx.Tx, over []handOver) (map[uuid.UUID]bool, error) {
+	if len(over) == 0 {
+		return nil, nil
+	}
+	params := dbsqlc.OutboxDeliveryHandOffParams{Now: o.config.now()}
+	batchOf := make(map[uuid.UUID]int, len(over))
+	for _, h := range over {
+		params.Ids = append(params.Ids, h.id.String())
+		params.Generations = append(params.Generations, h.generation)
+		batchOf[h.id] = h.batch
+	}
+	rows, err := o.queries.WithTx(tx).OutboxDeliveryHandOff(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	handed := make(map[uuid.UUID]dbsqlc.OutboxDeliveryHandOffRow, len(rows))
+	members := make(map[int]int, len(rows)) // deliveries of each new batch job
+	for _, row := range rows {
+		handed[row.ID] = row
+		members[batchOf[row.ID]]++
+	}
+	var jobs []river.InsertManyParams
+	batches := make(map[int]int) // the index in jobs of each new batch job
+	done := make(map[uuid.UUID]bool, len(rows))
+	for _, h := range over {
+		row, ok := handed[h.id]
+		if !ok || done[h.id] {
+			continue // finished, replayed or deleted meanwhile
+		}
+		done[h.id] = true
+		at := h.at
+		if row.NextAttemptAt != nil && row.NextAttemptAt.After(at) {
+			// Recorded by the attempt (Retry-After, throttling), before
+			// a run that stopped short of handing it over.
+			at = *row.NextAttemptAt
+		}
+		if h.batch == 0 || members[h.batch] == 1 {
+			offset := max(int(row.Attempts)-h.ref.AttemptsBefore, 0)
+			opts := o.jobInsertOpts(0)
+			opts.MaxAttempts = max(opts.MaxAttempts-offset, spareRuns+1)
+			scheduleAt(opts, at)
+			jobs = append(jobs, river.InsertManyParams{
+				Args:       DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation), AttemptOffset: offset},
+				InsertOpts: opts,
+			})
+			continue
+		}
+		ref := DeliveryRef{DeliveryID: row.ID, Generation: int(row.Generation), AttemptsBefore: int(row.Attempts)}
+		if i, ok := batches[h.batch]; ok {
+			args := jobs[i].Args.(DeliveryBatchArgs)
+			args.Deliveries = append(args.Deliveries, ref)
+			jobs[i].Args = args
+			scheduleAt(jobs[i].InsertOpts, at)
+			continue
+		}
+		batches[h.batch] = len(jobs)
+		opts := o.jobInsertOpts(0)
+		scheduleAt(opts, at)
+		jobs = append(jobs, river.InsertManyParams{
+			Args:       DeliveryBatchArgs{EndpointID: h.endpointID, Deliveries: []DeliveryRef{ref}},
+			InsertOpts: opts,
+		})
+	}
+	if len(jobs) == 0 {
+		return done, nil
+	}
+	if _, err := o.inserter.InsertManyFastTx(ctx, tx, jobs); err != nil {
+		return nil, err
+	}
+	return done, nil
 }
 
 // scheduleAt makes opts' job due at at, or later if it already is.

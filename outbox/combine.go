@@ -281,7 +281,7 @@ func (o *Outbox) recordSucceeded(ctx context.Context, params []*dbsqlc.OutboxAtt
 			errs[i] = pgx.ErrNoRows
 			continue
 		}
-		outs[i] = &dbsqlc.OutboxAttemptRecordRow{Attempts: r.Attempts, CircuitClosed: r.CircuitClosed}
+		outs[i] = &dbsqlc.OutboxAttemptRecordRow{Attempts: r.Attempts, CircuitClosed: r.CircuitClosed, EndpointVersion: r.EndpointVersion}
 	}
 	return nil
 }

@@ -196,8 +196,8 @@ type Config struct {
 	// every node working the queue, then raise it. A node without the batch
 	// worker fails each batch job it fetches, using one of the job's runs
 	// (River retries it after a growing backoff); a batch job whose runs
-	// all fail that way is discarded, and its deliveries stay pending with
-	// no job until replayed.
+	// all fail that way is discarded, and its deliveries wait for Rescue
+	// (the outbox's periodic job) to give them jobs of their own.
 	//
 	// Defaults to DefaultDeliveryBatchSize (64).
 	DeliveryBatchSize int

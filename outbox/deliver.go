@@ -222,13 +222,13 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			// No job will try again: the attempt is the last one.
 			out.cancelled = true
 		case errors.Is(ctx.Err(), context.Canceled):
-			// The client is stopping: this is no verdict on the endpoint.
-			// River makes the job available again.
-			o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
+			// The client is stopping: an attempt (the receiver may have
+			// got it), which River counts too, but no verdict on the
+			// endpoint, nor on its circuit.
+			out.markCutOff()
 			if probe {
 				o.releaseProbe(context.WithoutCancel(ctx), row)
 			}
-			return ctx.Err()
 		}
 	}
 	return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, slot, attemptedAt, out)
@@ -289,6 +289,9 @@ type settled struct {
 	status DeliveryStatus
 	// wait is how long after now the next attempt is due (StatusRetrying).
 	wait time.Duration
+	// endpointVersion is the endpoint's version as the attempt was
+	// recorded: a batch job that finds it changed hands the rest on.
+	endpointVersion int64
 }
 
 // settleAttempt records attempt number attempt (of limit) of row, updates
@@ -350,7 +353,7 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 	default:
 		log.InfoContext(ctx, "outbox: attempt failed; will retry", append(attrs, "error", out.errorText(), "retry_in", wait)...)
 	}
-	return settled{status: rec.status, wait: wait}, nil
+	return settled{status: rec.status, wait: wait, endpointVersion: changed.endpointVersion}, nil
 }
 
 // deadWithoutAttempt dead-letters a delivery that cannot be attempted and
@@ -397,7 +400,7 @@ func (o *Outbox) deadLetterCancelled(ctx context.Context, log *slog.Logger, id u
 	case errors.Is(err, pgx.ErrNoRows):
 		// Finished, handed over, replayed or deleted: not the job's.
 	case err != nil:
-		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; it stays unfinished until replayed",
+		log.ErrorContext(ctx, "outbox: job cancelled, but its delivery could not be dead-lettered; Rescue will",
 			"delivery_id", id, "error", err)
 	default:
 		o.markedDead(ctx, dead, reasonCancelled)

@@ -212,8 +212,8 @@ func (o *Outbox) attemptList(ctx context.Context, db dbsqlc.DBTX, deliveryID uui
 // schedule and the same webhook-id. A finished (succeeded or dead) delivery
 // can always be replayed. An unfinished (pending or retrying) one can be
 // replayed only when no River job will attempt it any more — its job was
-// cancelled, discarded or deleted, say by hand in River — which recovers a
-// delivery that would otherwise stay unfinished for ever.
+// cancelled, discarded or deleted, say by hand in River — which recovers it
+// at once, before Rescue would.
 //
 // It returns an error where errors.Is is true for ErrNotFound (no such
 // delivery), ErrDeliveryInProgress (pending or retrying, and a River job
@@ -306,16 +306,8 @@ func (o *Outbox) liveJob(ctx context.Context, tx pgx.Tx, id uuid.UUID, generatio
 // delivery id at generation.
 func jobHolds(job *rivertype.JobRow, id uuid.UUID, generation int) bool {
 	if job.Kind == DeliveryBatchKind {
-		var args DeliveryBatchArgs
-		if json.Unmarshal(job.EncodedArgs, &args) != nil {
-			return false
-		}
-		for _, ref := range args.Deliveries {
-			if ref.DeliveryID == id && ref.Generation == generation {
-				return true
-			}
-		}
-		return false
+		_, ok := refOf(job.EncodedArgs, id, generation)
+		return ok
 	}
 	var args DeliveryArgs
 	return json.Unmarshal(job.EncodedArgs, &args) == nil && args.DeliveryID == id && args.Generation == generation

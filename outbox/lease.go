@@ -46,9 +46,16 @@ const acquireTries = 3
 // slots at or above it: until they end, slots are taken by
 // OutboxLeaseAcquireCounted, which counts every live lease, one worker at
 // a time, so no request starts while the new cap's worth are in flight.
+//
+// Its statements run to their end even when ctx ends meanwhile (the client
+// stopping): one cut short by its client goes on in the server, and may
+// take a slot there that nobody then gives back before its lease expires.
+// The caller, seeing ctx ended, gives back the slot it is admitted with.
 func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow,
 	timeout time.Duration, queued bool,
 ) (admission, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
 	lease := timeout + leaseGrace
 	if row.RateLimitPerSecond > 0 {
 		lease += rateMaxSleep // the slot is held while the token is awaited

@@ -125,6 +125,7 @@ func openBundle(tb testing.TB, url string, cfg *outbox.Config) *testBundle {
 // by name: a child process cannot be handed a Config, only its name.
 var nodeConfigs = map[string]func() *outbox.Config{
 	"test":    testConfig,
+	"single":  singleJobConfig,
 	"circuit": circuitTestConfig,
 }
 

@@ -120,8 +120,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 }
 
 // AddWorkers registers the outbox's delivery workers (a delivery per job,
-// and batches: DeliveryBatchArgs) in workers, the application's River
-// workers. It fails if a worker is already registered.
+// and batches: DeliveryBatchArgs) and the worker of its periodic rescue
+// (PeriodicJobs) in workers, the application's River workers. It fails if
+// a worker is already registered.
 func (o *Outbox) AddWorkers(workers *river.Workers) error {
 	if workers == nil {
 		return errors.New("outbox: AddWorkers: nil workers")
@@ -131,6 +132,9 @@ func (o *Outbox) AddWorkers(workers *river.Workers) error {
 	}
 	if err := river.AddWorkerSafely(workers, &batchWorker{outbox: o}); err != nil {
 		return fmt.Errorf("outbox: add batch delivery worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &rescueWorker{outbox: o}); err != nil {
+		return fmt.Errorf("outbox: add rescue worker: %w", err)
 	}
 	return nil
 }

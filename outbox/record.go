@@ -37,6 +37,9 @@ type recorded struct {
 	circuitOpenings int
 	// circuitClosed is true when the attempt, a success, closed it.
 	circuitClosed bool
+	// endpointVersion is the endpoint's version as the attempt was
+	// recorded, before any change the attempt itself made.
+	endpointVersion int64
 }
 
 // recordAttempt stores an attempt, the delivery's new state and the
@@ -64,7 +67,8 @@ func (o *Outbox) recordAttempt(ctx context.Context, rec *attemptRecord) (*record
 	if err != nil {
 		return nil, err
 	}
-	out := &recorded{circuitOpened: res.CircuitOpened, circuitOpenings: int(res.CircuitOpenings), circuitClosed: res.CircuitClosed}
+	out := &recorded{circuitOpened: res.CircuitOpened, circuitOpenings: int(res.CircuitOpenings), circuitClosed: res.CircuitClosed,
+		endpointVersion: res.EndpointVersion}
 	if res.DisabledNow {
 		out.disabledReason = res.DisabledReason
 	}
@@ -103,6 +107,7 @@ func (o *Outbox) attemptParams(rec *attemptRecord) (*dbsqlc.OutboxAttemptRecordP
 		EndpointID:         rec.row.EndpointID,
 		LeaseSlot:          rec.slot,
 		Gone:               rec.out.gone(),
+		Verdict:            !rec.out.cutOff,
 		DisableBefore:      disableBefore,
 		GoneReason:         reasonGone,
 		FailingReason:      reasonFailing,

@@ -113,6 +113,19 @@ type sendOutcome struct {
 	timedOut   bool
 	retryAfter time.Duration
 	cancelled  bool // River cancelled the job during the attempt: it is the last
+	cutOff     bool // the client's stop cut the request short: no verdict on the endpoint
+}
+
+// errCutOff is the error of an attempt whose request the River client's
+// stop cut short.
+var errCutOff = errors.New("cut off by shutdown: the River client stopped while the request was in flight (the receiver may have got it)")
+
+// markCutOff makes s the outcome of a request that the River client's
+// stop cut short (its status code kept, if the answer had begun). It is an
+// attempt, since the receiver may have got the request, but no verdict on
+// the endpoint, whose health it leaves alone.
+func (s *sendOutcome) markCutOff() {
+	s.err, s.cutOff, s.timedOut = errCutOff, true, false
 }
 
 func (s *sendOutcome) succeeded() bool {

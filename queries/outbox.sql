@@ -24,7 +24,9 @@ ORDER BY created_at, id
 LIMIT @max_rows::int;
 
 -- name: OutboxEndpointUpdate :one
--- NULL parameters leave their column unchanged. A new rate limit empties
+-- NULL parameters leave their column unchanged. Like every statement that
+-- changes how the endpoint's deliveries are sent or admitted, it counts a
+-- version, which a running batch job compares (see the migration). A new rate limit empties
 -- the queue of deliveries waiting for its tokens (they keep their turns,
 -- taken at the old rate; others need not queue behind them).
 WITH requeue AS (
@@ -43,6 +45,7 @@ SET url = COALESCE(sqlc.narg('url')::text, url),
     auth = COALESCE(sqlc.narg('auth')::jsonb, auth),
     rate_limit_per_second = COALESCE(sqlc.narg('rate_limit_per_second')::float8, rate_limit_per_second),
     rate_limit_burst = COALESCE(sqlc.narg('rate_limit_burst')::int, rate_limit_burst),
+    version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -53,6 +56,7 @@ UPDATE wharf_outbox_endpoints
 SET disabled_reason = CASE WHEN enabled THEN @reason::text ELSE disabled_reason END,
     disabled_at = CASE WHEN enabled THEN @now::timestamptz ELSE disabled_at END,
     enabled = false,
+    version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -72,6 +76,7 @@ SET enabled = true,
     circuit_openings = 0,
     circuit_probe_delivery_id = NULL,
     circuit_probe_expires_at = NULL,
+    version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -84,6 +89,7 @@ UPDATE wharf_outbox_endpoints
 SET previous_secret = secret,
     previous_secret_expires_at = @previous_expires_at::timestamptz,
     secret = @secret::text,
+    version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
 RETURNING *;
@@ -151,6 +157,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       ep.version AS endpoint_version,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context,
        now()::timestamptz AS db_now
@@ -167,6 +174,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       ep.version AS endpoint_version,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context,
        now()::timestamptz AS db_now
@@ -490,7 +498,9 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- replay superseded, or that runs after the delivery finished, changes
 -- neither the delivery nor its attempt log (the endpoint's health and the
 -- lease are still settled: the request was real). No row means that, or
--- that the delivery no longer exists.
+-- that the delivery no longer exists. endpoint_version is the endpoint's
+-- version as locked here, before this attempt's own health write: a batch
+-- job that loaded another hands the rest of its deliveries on.
 --
 -- A failure disables the endpoint when gone (410) or when it has been
 -- failing since before disable_before (NULL: never), decided once in
@@ -500,6 +510,9 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- request sent before the circuit opened did): open for cooldown_seconds,
 -- doubled per opening since the circuit was last closed, at most
 -- max_cooldown_seconds, by the database's clock. A success closes it.
+--
+-- An attempt that is no verdict on the endpoint (verdict false: its
+-- request was cut off by the client's stop) leaves its health alone.
 --
 -- A success skips the endpoint write while nothing would change but a
 -- last_success_at newer than stale_before, so that busy endpoints do not
@@ -532,7 +545,7 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
 endpoint_lock AS (
-    SELECT ep.id
+    SELECT ep.id, ep.version
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
     FOR KEY SHARE
@@ -581,6 +594,7 @@ endpoint AS (
                @max_cooldown_seconds::float8) AS open_until
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
+      AND @verdict::boolean
       AND (NOT @succeeded::boolean
            OR ep.consecutive_failures > 0
            OR ep.circuit_state <> 'closed'
@@ -612,7 +626,8 @@ health AS (
         circuit_probe_delivery_id = CASE WHEN @succeeded::boolean OR e.open_circuit THEN NULL
                                          ELSE ep.circuit_probe_delivery_id END,
         circuit_probe_expires_at = CASE WHEN @succeeded::boolean OR e.open_circuit THEN NULL
-                                        ELSE ep.circuit_probe_expires_at END
+                                        ELSE ep.circuit_probe_expires_at END,
+        version = ep.version + CASE WHEN e.disable OR e.open_circuit THEN 1 ELSE 0 END
     FROM endpoint e
     WHERE ep.id = e.id
     RETURNING e.disable, ep.disabled_reason, e.open_circuit, ep.circuit_openings,
@@ -637,7 +652,8 @@ SELECT delivery.attempts,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason,
        COALESCE((SELECT h.open_circuit FROM health h), false)::boolean AS circuit_opened,
        COALESCE((SELECT h.circuit_openings FROM health h), 0)::int AS circuit_openings,
-       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
+       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed,
+       (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit;
 
 -- name: OutboxAttemptRecordSucceeded :many
@@ -653,7 +669,7 @@ FROM delivery, async_commit;
 -- OutboxAttemptRecord locks them: the endpoint (KEY SHARE), the
 -- deliveries, the endpoint (NO KEY UPDATE, when its health is written),
 -- then the lease slots in slot order. It commits as OutboxAttemptRecord
--- does.
+-- does, and returns endpoint_version as it does.
 WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
@@ -671,7 +687,7 @@ input AS (
     FROM generate_subscripts(@delivery_ids::text[], 1) AS n
 ),
 endpoint_lock AS (
-    SELECT ep.id
+    SELECT ep.id, ep.version
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = @endpoint_id::uuid
     FOR KEY SHARE
@@ -765,7 +781,8 @@ delivery AS (
 )
 SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
        (row_number() OVER (ORDER BY delivery.id) = 1
-        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed
+        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed,
+       (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit;
 
 -- name: OutboxDeliveryHandOff :many
@@ -926,3 +943,80 @@ GROUP BY ep.id;
 
 -- name: OutboxGaugeEndpointsDisabled :one
 SELECT count(*)::bigint FROM wharf_outbox_endpoints WHERE NOT enabled;
+
+-- name: OutboxDeliveriesStranded :many
+-- Up to max unfinished deliveries that no River job will attempt: left
+-- unchanged since before, and not due after it (a retry's job waits for
+-- its time), and held at their generation by no job that River may still
+-- run. A job holds a delivery at a generation: a delivery job's args name
+-- it (generation left out when 0), a batch job's list it among theirs.
+-- Each comes with the cancelled or discarded job that held it (the latest;
+-- its kind, state, runs and args), or none (job_id 0, state 'none': its
+-- job was deleted, or completed without it). Candidates come from the
+-- indexes of unfinished deliveries (never the succeeded ones); River's
+-- jobs are read through its indexes by state, the live ones and the cancelled
+-- and discarded ones (which River keeps a day or a week), and joined by
+-- hash: a look-up per delivery in River's index of job args reads the
+-- whole list of jobs with a delivery_id (tens of milliseconds each with
+-- 200,000 jobs). Not locked: the caller settles each with a statement that
+-- locks it and re-checks its generation and status, so that one given a
+-- job since this statement's snapshot is left alone.
+WITH candidates AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id, d.event_id, d.generation, d.attempts
+    FROM wharf_outbox_endpoints ep
+    JOIN wharf_outbox_deliveries d ON d.endpoint_id = ep.id
+    WHERE d.status IN ('pending', 'retrying')
+      AND d.updated_at < @before::timestamptz
+      AND (d.next_attempt_at IS NULL OR d.next_attempt_at < @before::timestamptz)
+),
+jobs AS MATERIALIZED (
+    SELECT h.id, h.kind, h.state::text AS state, h.attempt, h.args
+    FROM river_job h
+    WHERE h.kind IN (@delivery_kind::text, @batch_kind::text)
+      -- No cast: River's indexes are on its state enum.
+      AND (h.state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+           OR (h.state IN ('cancelled', 'discarded') AND h.finalized_at IS NOT NULL))
+      AND EXISTS (SELECT 1 FROM candidates)
+),
+held AS MATERIALIZED (
+    SELECT (j.args->>'delivery_id')::uuid AS delivery_id, COALESCE((j.args->>'generation')::int, 0) AS generation,
+           j.id, j.kind, j.state, j.attempt, j.args
+    FROM jobs j
+    WHERE j.kind = @delivery_kind::text
+    UNION ALL
+    SELECT (r.ref->>'delivery_id')::uuid, COALESCE((r.ref->>'generation')::int, 0),
+           j.id, j.kind, j.state, j.attempt, j.args
+    FROM jobs j, jsonb_array_elements(j.args->'deliveries') AS r(ref)
+    WHERE j.kind = @batch_kind::text
+),
+ended AS (
+    SELECT DISTINCT ON (h.delivery_id, h.generation) h.*
+    FROM held h
+    WHERE h.state IN ('cancelled', 'discarded')
+    ORDER BY h.delivery_id, h.generation, h.id DESC
+)
+SELECT c.id, c.endpoint_id, c.event_id, c.generation, c.attempts,
+       COALESCE(e.id, 0)::bigint AS job_id,
+       COALESCE(e.kind, '')::text AS job_kind,
+       COALESCE(e.state, 'none')::text AS job_state,
+       COALESCE(e.attempt, 0)::int AS job_attempt,
+       COALESCE(e.args, '{}')::jsonb AS job_args
+FROM candidates c
+LEFT JOIN ended e ON e.delivery_id = c.id AND e.generation = c.generation
+WHERE NOT EXISTS (
+    SELECT 1 FROM held l
+    WHERE l.delivery_id = c.id AND l.generation = c.generation
+      AND l.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+LIMIT @max::int;
+
+-- name: OutboxEndpointsLockKeyShare :exec
+-- Locks endpoints in KEY SHARE mode (only their deletion waits), in id
+-- order, before statements that lock deliveries of several of them: the
+-- lock order endpoint, then delivery, that EndpointDelete takes (it
+-- deletes the endpoint, and its cascade then the deliveries). Locking two
+-- deliveries first, a statement could hold one while waiting for the
+-- other, which a deletion holds while waiting for the first: a deadlock.
+SELECT ep.id FROM wharf_outbox_endpoints ep
+WHERE ep.id = ANY((@ids::text[])::uuid[])
+ORDER BY ep.id
+FOR KEY SHARE;

@@ -3,5 +3,9 @@
 -- an enum, river_job_state. Not a migration.
 CREATE TABLE river_job (
     id bigserial PRIMARY KEY,
-    state text NOT NULL
+    state text NOT NULL,
+    kind text NOT NULL,
+    args jsonb NOT NULL,
+    attempt smallint NOT NULL,
+    finalized_at timestamptz
 );

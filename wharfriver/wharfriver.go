@@ -90,7 +90,8 @@ var ErrInvalidConfig = errors.New("wharfriver: invalid config")
 //     keeps its settings, a missing one gets DefaultInboxWorkers,
 //     DefaultOutboxWorkers or DefaultJobsWorkers;
 //   - the periodic jobs (partition upkeep, retention, the inbox's rescue of
-//     stranded messages) unless NoJobs, and a check, run by the leader at
+//     stranded messages, the outbox's of stranded deliveries) unless
+//     NoJobs, and a check, run by the leader at
 //     start and every 10 minutes, that logs at error once per queue when
 //     Wharf's jobs wait in a queue that no River client works (a
 //     receiver-only deployment whose workers forgot it, say);
@@ -175,6 +176,9 @@ func Configure(cfg *river.Config, comps *Components) error {
 			&river.PeriodicJobOpts{ID: queueCheckArgs{}.Kind(), RunOnStart: true}))
 		if comps.Inbox != nil {
 			periodic = append(periodic, comps.Inbox.PeriodicJobs()...)
+		}
+		if comps.Outbox != nil {
+			periodic = append(periodic, comps.Outbox.PeriodicJobs()...)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

@@ -23,7 +23,7 @@ WITH async_commit AS (
     SELECT set_config('synchronous_commit', 'off', true) AS setting
 ),
 endpoint_lock AS (
-    SELECT ep.id
+    SELECT ep.id, ep.version
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = $1::uuid
     FOR KEY SHARE
@@ -72,11 +72,12 @@ endpoint AS (
                $20::float8) AS open_until
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = $1::uuid
+      AND $21::boolean
       AND (NOT $6::boolean
            OR ep.consecutive_failures > 0
            OR ep.circuit_state <> 'closed'
            OR ep.last_success_at IS NULL
-           OR ep.last_success_at < $21::timestamptz)
+           OR ep.last_success_at < $22::timestamptz)
     FOR NO KEY UPDATE
 ),
 health AS (
@@ -103,7 +104,8 @@ health AS (
         circuit_probe_delivery_id = CASE WHEN $6::boolean OR e.open_circuit THEN NULL
                                          ELSE ep.circuit_probe_delivery_id END,
         circuit_probe_expires_at = CASE WHEN $6::boolean OR e.open_circuit THEN NULL
-                                        ELSE ep.circuit_probe_expires_at END
+                                        ELSE ep.circuit_probe_expires_at END,
+        version = ep.version + CASE WHEN e.disable OR e.open_circuit THEN 1 ELSE 0 END
     FROM endpoint e
     WHERE ep.id = e.id
     RETURNING e.disable, ep.disabled_reason, e.open_circuit, ep.circuit_openings,
@@ -111,11 +113,11 @@ health AS (
 ),
 delivery AS (
     UPDATE wharf_outbox_deliveries d
-    SET status = $22::text,
+    SET status = $23::text,
         attempts = d.attempts + 1,
         last_status_code = $7::int,
         last_error = $10::text,
-        next_attempt_at = $23::timestamptz,
+        next_attempt_at = $24::timestamptz,
         succeeded_at = CASE WHEN $6::boolean THEN $14::timestamptz ELSE d.succeeded_at END,
         throttled_until = NULL,
         updated_at = $14::timestamptz
@@ -128,7 +130,8 @@ SELECT delivery.attempts,
        COALESCE((SELECT h.disabled_reason FROM health h), '')::text AS disabled_reason,
        COALESCE((SELECT h.open_circuit FROM health h), false)::boolean AS circuit_opened,
        COALESCE((SELECT h.circuit_openings FROM health h), 0)::int AS circuit_openings,
-       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed
+       COALESCE((SELECT h.close_circuit FROM health h), false)::boolean AS circuit_closed,
+       (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit
 `
 
@@ -159,6 +162,7 @@ type OutboxAttemptRecordParams struct {
 	CircuitThreshold   int32
 	CooldownSeconds    float64
 	MaxCooldownSeconds float64
+	Verdict            bool
 	StaleBefore        time.Time
 	DeliveryStatus     string
 	NextAttemptAt      *time.Time
@@ -171,6 +175,7 @@ type OutboxAttemptRecordRow struct {
 	CircuitOpened   bool
 	CircuitOpenings int32
 	CircuitClosed   bool
+	EndpointVersion int64
 }
 
 // Records one attempt in one statement (the attempts of one endpoint that
@@ -184,7 +189,9 @@ type OutboxAttemptRecordRow struct {
 // replay superseded, or that runs after the delivery finished, changes
 // neither the delivery nor its attempt log (the endpoint's health and the
 // lease are still settled: the request was real). No row means that, or
-// that the delivery no longer exists.
+// that the delivery no longer exists. endpoint_version is the endpoint's
+// version as locked here, before this attempt's own health write: a batch
+// job that loaded another hands the rest of its deliveries on.
 //
 // A failure disables the endpoint when gone (410) or when it has been
 // failing since before disable_before (NULL: never), decided once in
@@ -194,6 +201,9 @@ type OutboxAttemptRecordRow struct {
 // request sent before the circuit opened did): open for cooldown_seconds,
 // doubled per opening since the circuit was last closed, at most
 // max_cooldown_seconds, by the database's clock. A success closes it.
+//
+// An attempt that is no verdict on the endpoint (verdict false: its
+// request was cut off by the client's stop) leaves its health alone.
 //
 // A success skips the endpoint write while nothing would change but a
 // last_success_at newer than stale_before, so that busy endpoints do not
@@ -246,6 +256,7 @@ func (q *Queries) OutboxAttemptRecord(ctx context.Context, arg []OutboxAttemptRe
 			a.CircuitThreshold,
 			a.CooldownSeconds,
 			a.MaxCooldownSeconds,
+			a.Verdict,
 			a.StaleBefore,
 			a.DeliveryStatus,
 			a.NextAttemptAt,
@@ -274,6 +285,7 @@ func (b *OutboxAttemptRecordBatchResults) QueryRow(f func(int, OutboxAttemptReco
 			&i.CircuitOpened,
 			&i.CircuitOpenings,
 			&i.CircuitClosed,
+			&i.EndpointVersion,
 		)
 		if f != nil {
 			f(t, i, err)

@@ -13,8 +13,12 @@ import (
 )
 
 type RiverJob struct {
-	ID    int64
-	State string
+	ID          int64
+	State       string
+	Kind        string
+	Args        json.RawMessage
+	Attempt     int16
+	FinalizedAt *time.Time
 }
 
 type WharfIdempotencyKey struct {
@@ -149,6 +153,7 @@ type WharfOutboxEndpoint struct {
 	CircuitOpenings         int32
 	CircuitProbeDeliveryID  *uuid.UUID
 	CircuitProbeExpiresAt   *time.Time
+	Version                 int64
 }
 
 type WharfOutboxEvent struct {

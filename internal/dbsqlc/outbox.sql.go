@@ -70,7 +70,7 @@ input AS (
     FROM generate_subscripts($1::text[], 1) AS n
 ),
 endpoint_lock AS (
-    SELECT ep.id
+    SELECT ep.id, ep.version
     FROM wharf_outbox_endpoints ep
     WHERE ep.id = $11::uuid
     FOR KEY SHARE
@@ -164,7 +164,8 @@ delivery AS (
 )
 SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
        (row_number() OVER (ORDER BY delivery.id) = 1
-        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed
+        AND COALESCE((SELECT h.close_circuit FROM health h), false))::boolean AS circuit_closed,
+       (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit
 `
 
@@ -185,9 +186,10 @@ type OutboxAttemptRecordSucceededParams struct {
 }
 
 type OutboxAttemptRecordSucceededRow struct {
-	DeliveryID    uuid.UUID
-	Attempts      int32
-	CircuitClosed bool
+	DeliveryID      uuid.UUID
+	Attempts        int32
+	CircuitClosed   bool
+	EndpointVersion int64
 }
 
 // OutboxAttemptRecord for successful attempts (2xx) of one endpoint, many
@@ -202,7 +204,7 @@ type OutboxAttemptRecordSucceededRow struct {
 // OutboxAttemptRecord locks them: the endpoint (KEY SHARE), the
 // deliveries, the endpoint (NO KEY UPDATE, when its health is written),
 // then the lease slots in slot order. It commits as OutboxAttemptRecord
-// does.
+// does, and returns endpoint_version as it does.
 func (q *Queries) OutboxAttemptRecordSucceeded(ctx context.Context, arg OutboxAttemptRecordSucceededParams) ([]OutboxAttemptRecordSucceededRow, error) {
 	rows, err := q.db.Query(ctx, outboxAttemptRecordSucceeded,
 		arg.DeliveryIds,
@@ -226,7 +228,12 @@ func (q *Queries) OutboxAttemptRecordSucceeded(ctx context.Context, arg OutboxAt
 	var items []OutboxAttemptRecordSucceededRow
 	for rows.Next() {
 		var i OutboxAttemptRecordSucceededRow
-		if err := rows.Scan(&i.DeliveryID, &i.Attempts, &i.CircuitClosed); err != nil {
+		if err := rows.Scan(
+			&i.DeliveryID,
+			&i.Attempts,
+			&i.CircuitClosed,
+			&i.EndpointVersion,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -285,6 +292,128 @@ type OutboxCircuitProbeReleaseParams struct {
 func (q *Queries) OutboxCircuitProbeRelease(ctx context.Context, arg OutboxCircuitProbeReleaseParams) error {
 	_, err := q.db.Exec(ctx, outboxCircuitProbeRelease, arg.EndpointID, arg.DeliveryID)
 	return err
+}
+
+const outboxDeliveriesStranded = `-- name: OutboxDeliveriesStranded :many
+WITH candidates AS MATERIALIZED (
+    SELECT d.id, d.endpoint_id, d.event_id, d.generation, d.attempts
+    FROM wharf_outbox_endpoints ep
+    JOIN wharf_outbox_deliveries d ON d.endpoint_id = ep.id
+    WHERE d.status IN ('pending', 'retrying')
+      AND d.updated_at < $2::timestamptz
+      AND (d.next_attempt_at IS NULL OR d.next_attempt_at < $2::timestamptz)
+),
+jobs AS MATERIALIZED (
+    SELECT h.id, h.kind, h.state::text AS state, h.attempt, h.args
+    FROM river_job h
+    WHERE h.kind IN ($3::text, $4::text)
+      -- No cast: River's indexes are on its state enum.
+      AND (h.state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
+           OR (h.state IN ('cancelled', 'discarded') AND h.finalized_at IS NOT NULL))
+      AND EXISTS (SELECT 1 FROM candidates)
+),
+held AS MATERIALIZED (
+    SELECT (j.args->>'delivery_id')::uuid AS delivery_id, COALESCE((j.args->>'generation')::int, 0) AS generation,
+           j.id, j.kind, j.state, j.attempt, j.args
+    FROM jobs j
+    WHERE j.kind = $3::text
+    UNION ALL
+    SELECT (r.ref->>'delivery_id')::uuid, COALESCE((r.ref->>'generation')::int, 0),
+           j.id, j.kind, j.state, j.attempt, j.args
+    FROM jobs j, jsonb_array_elements(j.args->'deliveries') AS r(ref)
+    WHERE j.kind = $4::text
+),
+ended AS (
+    SELECT DISTINCT ON (h.delivery_id, h.generation) h.delivery_id, h.generation, h.id, h.kind, h.state, h.attempt, h.args
+    FROM held h
+    WHERE h.state IN ('cancelled', 'discarded')
+    ORDER BY h.delivery_id, h.generation, h.id DESC
+)
+SELECT c.id, c.endpoint_id, c.event_id, c.generation, c.attempts,
+       COALESCE(e.id, 0)::bigint AS job_id,
+       COALESCE(e.kind, '')::text AS job_kind,
+       COALESCE(e.state, 'none')::text AS job_state,
+       COALESCE(e.attempt, 0)::int AS job_attempt,
+       COALESCE(e.args, '{}')::jsonb AS job_args
+FROM candidates c
+LEFT JOIN ended e ON e.delivery_id = c.id AND e.generation = c.generation
+WHERE NOT EXISTS (
+    SELECT 1 FROM held l
+    WHERE l.delivery_id = c.id AND l.generation = c.generation
+      AND l.state IN ('available', 'pending', 'retryable', 'running', 'scheduled'))
+LIMIT $1::int
+`
+
+type OutboxDeliveriesStrandedParams struct {
+	Max          int32
+	Before       time.Time
+	DeliveryKind string
+	BatchKind    string
+}
+
+type OutboxDeliveriesStrandedRow struct {
+	ID         uuid.UUID
+	EndpointID uuid.UUID
+	EventID    uuid.UUID
+	Generation int32
+	Attempts   int32
+	JobID      int64
+	JobKind    string
+	JobState   string
+	JobAttempt int32
+	JobArgs    json.RawMessage
+}
+
+// Up to max unfinished deliveries that no River job will attempt: left
+// unchanged since before, and not due after it (a retry's job waits for
+// its time), and held at their generation by no job that River may still
+// run. A job holds a delivery at a generation: a delivery job's args name
+// it (generation left out when 0), a batch job's list it among theirs.
+// Each comes with the cancelled or discarded job that held it (the latest;
+// its kind, state, runs and args), or none (job_id 0, state 'none': its
+// job was deleted, or completed without it). Candidates come from the
+// indexes of unfinished deliveries (never the succeeded ones); River's
+// jobs are read through its indexes by state, the live ones and the cancelled
+// and discarded ones (which River keeps a day or a week), and joined by
+// hash: a look-up per delivery in River's index of job args reads the
+// whole list of jobs with a delivery_id (tens of milliseconds each with
+// 200,000 jobs). Not locked: the caller settles each with a statement that
+// locks it and re-checks its generation and status, so that one given a
+// job since this statement's snapshot is left alone.
+func (q *Queries) OutboxDeliveriesStranded(ctx context.Context, arg OutboxDeliveriesStrandedParams) ([]OutboxDeliveriesStrandedRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveriesStranded,
+		arg.Max,
+		arg.Before,
+		arg.DeliveryKind,
+		arg.BatchKind,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxDeliveriesStrandedRow
+	for rows.Next() {
+		var i OutboxDeliveriesStrandedRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EndpointID,
+			&i.EventID,
+			&i.Generation,
+			&i.Attempts,
+			&i.JobID,
+			&i.JobKind,
+			&i.JobState,
+			&i.JobAttempt,
+			&i.JobArgs,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxDeliveryEarlierPending = `-- name: OutboxDeliveryEarlierPending :one
@@ -354,6 +483,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       ep.version AS endpoint_version,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context,
        now()::timestamptz AS db_now
@@ -388,6 +518,7 @@ type OutboxDeliveryGetForWorkRow struct {
 	CircuitState            string
 	CircuitOpenUntil        *time.Time
 	CircuitProbeExpiresAt   *time.Time
+	EndpointVersion         int64
 	Payload                 []byte
 	TraceContext            string
 	DbNow                   time.Time
@@ -425,6 +556,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (O
 		&i.CircuitState,
 		&i.CircuitOpenUntil,
 		&i.CircuitProbeExpiresAt,
+		&i.EndpointVersion,
 		&i.Payload,
 		&i.TraceContext,
 		&i.DbNow,
@@ -438,6 +570,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
        ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
        ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
+       ep.version AS endpoint_version,
        (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
        COALESCE(ev.trace_context, '')::text AS trace_context,
        now()::timestamptz AS db_now
@@ -472,6 +605,7 @@ type OutboxDeliveryGetForWorkManyRow struct {
 	CircuitState            string
 	CircuitOpenUntil        *time.Time
 	CircuitProbeExpiresAt   *time.Time
+	EndpointVersion         int64
 	Payload                 []byte
 	TraceContext            string
 	DbNow                   time.Time
@@ -513,6 +647,7 @@ func (q *Queries) OutboxDeliveryGetForWorkMany(ctx context.Context, ids []string
 			&i.CircuitState,
 			&i.CircuitOpenUntil,
 			&i.CircuitProbeExpiresAt,
+			&i.EndpointVersion,
 			&i.Payload,
 			&i.TraceContext,
 			&i.DbNow,
@@ -831,9 +966,10 @@ UPDATE wharf_outbox_endpoints
 SET disabled_reason = CASE WHEN enabled THEN $1::text ELSE disabled_reason END,
     disabled_at = CASE WHEN enabled THEN $2::timestamptz ELSE disabled_at END,
     enabled = false,
+    version = version + 1,
     updated_at = $2::timestamptz
 WHERE id = $3::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointDisableParams struct {
@@ -877,6 +1013,7 @@ func (q *Queries) OutboxEndpointDisable(ctx context.Context, arg OutboxEndpointD
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -894,9 +1031,10 @@ SET enabled = true,
     circuit_openings = 0,
     circuit_probe_delivery_id = NULL,
     circuit_probe_expires_at = NULL,
+    version = version + 1,
     updated_at = $1::timestamptz
 WHERE id = $2::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointEnableParams struct {
@@ -940,12 +1078,13 @@ func (q *Queries) OutboxEndpointEnable(ctx context.Context, arg OutboxEndpointEn
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const outboxEndpointGet = `-- name: OutboxEndpointGet :one
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints WHERE id = $1::uuid
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints WHERE id = $1::uuid
 `
 
 func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOutboxEndpoint, error) {
@@ -982,6 +1121,7 @@ func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOut
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -996,7 +1136,7 @@ INSERT INTO wharf_outbox_endpoints (
     $10::jsonb, $11::jsonb, $12::float8, $13::int,
     $14::timestamptz, $14::timestamptz
 )
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointInsertParams struct {
@@ -1065,12 +1205,13 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const outboxEndpointList = `-- name: OutboxEndpointList :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints
 WHERE ($1::text IS NULL OR tenant = $1::text)
   AND ($2::timestamptz IS NULL
        OR (created_at, id) > ($2::timestamptz, $3::uuid))
@@ -1132,6 +1273,7 @@ func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointList
 			&i.CircuitOpenings,
 			&i.CircuitProbeDeliveryID,
 			&i.CircuitProbeExpiresAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -1242,9 +1384,10 @@ UPDATE wharf_outbox_endpoints
 SET previous_secret = secret,
     previous_secret_expires_at = $1::timestamptz,
     secret = $2::text,
+    version = version + 1,
     updated_at = $3::timestamptz
 WHERE id = $4::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointRotateSecretParams struct {
@@ -1293,6 +1436,7 @@ func (q *Queries) OutboxEndpointRotateSecret(ctx context.Context, arg OutboxEndp
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
@@ -1314,9 +1458,10 @@ SET url = COALESCE($1::text, url),
     auth = COALESCE($8::jsonb, auth),
     rate_limit_per_second = COALESCE($9::float8, rate_limit_per_second),
     rate_limit_burst = COALESCE($10::int, rate_limit_burst),
+    version = version + 1,
     updated_at = $11::timestamptz
 WHERE id = $12::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
 type OutboxEndpointUpdateParams struct {
@@ -1334,7 +1479,9 @@ type OutboxEndpointUpdateParams struct {
 	ID                 uuid.UUID
 }
 
-// NULL parameters leave their column unchanged. A new rate limit empties
+// NULL parameters leave their column unchanged. Like every statement that
+// changes how the endpoint's deliveries are sent or admitted, it counts a
+// version, which a running batch job compares (see the migration). A new rate limit empties
 // the queue of deliveries waiting for its tokens (they keep their turns,
 // taken at the old rate; others need not queue behind them).
 func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUpdateParams) (WharfOutboxEndpoint, error) {
@@ -1384,12 +1531,13 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 		&i.CircuitOpenings,
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
+		&i.Version,
 	)
 	return i, err
 }
 
 const outboxEndpointsByURL = `-- name: OutboxEndpointsByURL :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints
 WHERE tenant = $1 AND url = $2
 ORDER BY created_at, id
 LIMIT 2
@@ -1442,6 +1590,7 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 			&i.CircuitOpenings,
 			&i.CircuitProbeDeliveryID,
 			&i.CircuitProbeExpiresAt,
+			&i.Version,
 		); err != nil {
 			return nil, err
 		}
@@ -1451,6 +1600,24 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 		return nil, err
 	}
 	return items, nil
+}
+
+const outboxEndpointsLockKeyShare = `-- name: OutboxEndpointsLockKeyShare :exec
+SELECT ep.id FROM wharf_outbox_endpoints ep
+WHERE ep.id = ANY(($1::text[])::uuid[])
+ORDER BY ep.id
+FOR KEY SHARE
+`
+
+// Locks endpoints in KEY SHARE mode (only their deletion waits), in id
+// order, before statements that lock deliveries of several of them: the
+// lock order endpoint, then delivery, that EndpointDelete takes (it
+// deletes the endpoint, and its cascade then the deliveries). Locking two
+// deliveries first, a statement could hold one while waiting for the
+// other, which a deletion holds while waiting for the first: a deadlock.
+func (q *Queries) OutboxEndpointsLockKeyShare(ctx context.Context, ids []string) error {
+	_, err := q.db.Exec(ctx, outboxEndpointsLockKeyShare, ids)
+	return err
 }
 
 const outboxGaugeByEndpoint = `-- name: OutboxGaugeByEndpoint :many
