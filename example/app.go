@@ -149,7 +149,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 		return err
 	}
 	rc := cfg.tuneRiver(riverConfig(workers, logger))
-	rc.PeriodicJobs = append(maintainer.PeriodicJobs(), ib.PeriodicJobs()...)
+	rc.PeriodicJobs = slices.Concat(maintainer.PeriodicJobs(), ib.PeriodicJobs(), ob.PeriodicJobs())
 	if pooled {
 		// Behind PgBouncer in transaction mode LISTEN does not work: poll,
 		// often enough that webhooks still go out within tens of

@@ -342,6 +342,9 @@ type Config struct {
 	Proxy *url.URL
 
 	// Logger receives the outbox's logs. Secrets and bodies are never logged.
+	// A failed attempt is one line (info while it will be retried, warn
+	// once dead); a delivered one is logged at debug only: give a logger
+	// enabled for slog.LevelDebug for a line per delivery.
 	//
 	// Defaults to slog.Default().
 	Logger *slog.Logger
@@ -372,7 +375,7 @@ type Config struct {
 	OnEndpointDisabled func(ctx context.Context, e DisabledEndpoint)
 
 	// MeterProvider receives the outbox's metrics (wharf_outbox_…, listed
-	// in the README's "Metrics and traces"); the database gauges query
+	// in docs/operations.md, "Metrics and traces"); the database gauges query
 	// Postgres only when collected.
 	//
 	// Defaults to the global MeterProvider (a no-op until the application

@@ -35,7 +35,7 @@ const (
 
 const gaugeTimeout = 5 * time.Second
 
-// metrics are the outbox's instruments (README, "Metrics and traces").
+// metrics are the outbox's instruments (docs/operations.md, "Metrics and traces").
 type metrics struct {
 	published metric.Int64Counter
 	attempts  metric.Int64Counter

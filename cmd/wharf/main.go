@@ -2,7 +2,7 @@
 //
 //	wharf migrate up|down|status   manage River's and Wharf's schema
 //	wharf inbox list|show|replay|forget|rescue   inspect, replay, erase and rescue inbox messages
-//	wharf outbox endpoints|deliveries|replay   operate the outbox
+//	wharf outbox endpoints|deliveries|replay|rescue   operate the outbox
 //	wharf partitions               list partitions, rows, sizes, oldest unfinished row
 //	wharf prune [-dry-run]         run retention now, by the application's recorded settings
 //	wharf send -url URL BODY       sign a webhook (Standard Webhooks, Stripe, GitHub) and POST it
@@ -44,7 +44,7 @@ type command struct {
 var commands = map[string]command{
 	"migrate":    {"migrate up|down|status: manage River's and Wharf's schema", runMigrate, false, true},
 	"inbox":      {"inbox list|show|replay|forget|rescue: inspect, replay, erase and rescue inbox messages", runInbox, true, true},
-	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret|reencrypt, deliveries list|show, replay: operate the outbox", runOutbox, true, true},
+	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret|reencrypt, deliveries list|show, replay, rescue: operate the outbox", runOutbox, true, true},
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row, by the application's retention", runPartitions, true, false},
 	"prune":      {"prune [-dry-run] [-force]: drop expired partitions and prune keys by the application's retention, as the periodic job does", runPrune, true, false},
 	"stats":      {"stats [-days N] [-top N] [-json]: per source and day received, duplicates blocked, success; per endpoint attempts", runStats, true, false},

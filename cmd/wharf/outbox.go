@@ -18,7 +18,7 @@ import (
 
 func runOutbox(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError{"want endpoints, deliveries or replay"}
+		return usageError{"want endpoints, deliveries, replay or rescue"}
 	}
 	switch args[0] {
 	case "endpoints":
@@ -27,8 +27,42 @@ func runOutbox(ctx context.Context, e *env, args []string) error {
 		return runOutboxDeliveries(ctx, e, args[1:])
 	case "replay":
 		return runOutboxReplay(ctx, e, args[1:])
+	case "rescue":
+		return runOutboxRescue(ctx, e, args[1:])
 	}
-	return usageError{fmt.Sprintf("unknown outbox command %q: want endpoints, deliveries or replay", args[0])}
+	return usageError{fmt.Sprintf("unknown outbox command %q: want endpoints, deliveries, replay or rescue", args[0])}
+}
+
+// runOutboxRescue runs Outbox.Rescue once, as the outbox's periodic job
+// does.
+func runOutboxRescue(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "outbox rescue", "[-queue Q]")
+	queue := fs.String("queue", outbox.DefaultQueue, "the River queue for the new jobs: the outbox's (outbox.Config.Queue)")
+	args, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(args) != 0 {
+		return usageError{"outbox rescue takes no arguments"}
+	}
+	keys, err := secretKeys()
+	if err != nil {
+		return err
+	}
+	pool, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	ob, err := outbox.New(pool, &outbox.Config{Queue: *queue, SecretKeys: keys, Logger: e.libraryLogger()})
+	if err != nil {
+		return err
+	}
+	n, err := ob.Rescue(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.out, "settled %d delivery(ies) that no job would attempt: new jobs in queue %q, or dead-lettered\n", n, *queue)
+	return nil
 }
 
 func (e *env) outbox(ctx context.Context, allowPrivate bool) (*outbox.Outbox, error) {

@@ -224,3 +224,39 @@ func TestOutboxEndpointsCircuitAndRate(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.NotContains(t, out, "open until")
 }
+
+// TestOutboxRescue: `wharf outbox rescue` runs the outbox's Rescue, as
+// `wharf inbox rescue` runs the inbox's: a delivery whose job was deleted
+// gets a new one in the queue given.
+func TestOutboxRescue(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	defer pool.Close()
+	ob, err := outbox.New(pool, nil)
+	require.NoError(t, err)
+	_, err = ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: "https://a.example.com/h"})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "order.created", Data: map[string]int{"n": 1}})
+		return err
+	}))
+	// Its job deleted behind Wharf's back, a while ago.
+	_, err = pool.Exec(ctx, `DELETE FROM river_job`)
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `UPDATE wharf_outbox_deliveries SET updated_at = now() - interval '10 minutes', next_attempt_at = now() - interval '10 minutes'`)
+	require.NoError(t, err)
+
+	code, out, errOut := cli(t, "-database-url", url, "outbox", "rescue", "-queue", "app_outbox")
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, `settled 1 delivery(ies)`)
+	var queue string
+	require.NoError(t, pool.QueryRow(ctx, `SELECT queue FROM river_job WHERE kind = $1`, outbox.DeliveryKind).Scan(&queue))
+	require.Equal(t, "app_outbox", queue)
+
+	code, _, errOut = cli(t, "-database-url", url, "outbox", "rescue", "extra")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "outbox rescue takes no arguments")
+}

@@ -124,3 +124,11 @@ func endpointLimits(ctx context.Context, pool *pgxpool.Pool) error {
 	// readme:end
 	return err
 }
+
+// outboxRescueWiring is docs/outbox-recovery.md's wiring without
+// wharfriver.Configure.
+func outboxRescueWiring(cfg *river.Config, ob *outbox.Outbox) {
+	// readme:begin outbox-rescue-wiring
+	cfg.PeriodicJobs = append(cfg.PeriodicJobs, ob.PeriodicJobs()...)
+	// readme:end
+}
