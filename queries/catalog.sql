@@ -70,3 +70,9 @@ FROM (SELECT set_config('wharf.plan_cache_mode', current_setting('plan_cache_mod
 SELECT set_config('plan_cache_mode', current_setting('wharf.plan_cache_mode'), true),
        set_config('enable_seqscan', current_setting('wharf.enable_seqscan'), true),
        set_config('jit', current_setting('wharf.jit'), true);
+
+-- name: SchemaVersion :one
+-- The version of Wharf's schema golang-migrate recorded, and whether a
+-- migration failed half-way. A plain read, without golang-migrate's
+-- session lock: it works through PgBouncer.
+SELECT version, dirty FROM wharf_schema_migrations LIMIT 1;

@@ -220,6 +220,51 @@ func Status(ctx context.Context, pool *pgxpool.Pool) (*MigrationStatus, error) {
 	return status, nil
 }
 
+// ErrNotMigrated is returned by Check for a database whose schema is not
+// the one this build of Wharf works with: Wharf's or River's tables are
+// missing, older, or newer.
+var ErrNotMigrated = errors.New("wharf: the database's schema is not this build's")
+
+// Check returns nil when pool's database has River's tables and Wharf's
+// schema at the newest version this build knows, and otherwise an error
+// that says what to do, where errors.Is(err, ErrNotMigrated) (or ErrDirty,
+// after a failed migration) is true. Unlike Status it only reads, with
+// plain statements, so it works through PgBouncer; it cannot tell River's
+// version, only that River's tables are there.
+func Check(ctx context.Context, pool *pgxpool.Pool) error {
+	const how = "run `wharf migrate up` (Migrate; on a direct connection, not through PgBouncer)"
+	q := dbsqlc.New(pool)
+	for _, table := range []string{MigrationsTable, "river_job"} {
+		ok, err := q.CatalogRelationExists(ctx, pgx.Identifier{table}.Sanitize())
+		if err != nil {
+			return fmt.Errorf("wharf: check the schema: %w", err)
+		}
+		if !ok {
+			return fmt.Errorf("%w: it has no %s table: %s", ErrNotMigrated, table, how)
+		}
+	}
+	latest, err := latestWharfVersion()
+	if err != nil {
+		return err
+	}
+	row, err := q.SchemaVersion(ctx)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: it has no Wharf tables: %s", ErrNotMigrated, how)
+	case err != nil:
+		return fmt.Errorf("wharf: check the schema: %w", err)
+	case row.Dirty:
+		return fmt.Errorf("%w (version %d): fix what failed, set the version by hand, then migrate again", ErrDirty, row.Version)
+	case row.Version == 0:
+		return fmt.Errorf("%w: it has no Wharf tables: %s", ErrNotMigrated, how)
+	case uint(row.Version) < latest:
+		return fmt.Errorf("%w: its Wharf schema is older (version %d of %d): %s", ErrNotMigrated, row.Version, latest, how)
+	case uint(row.Version) > latest:
+		return fmt.Errorf("%w: its Wharf schema is newer (version %d; this build knows %d): upgrade this program", ErrNotMigrated, row.Version, latest)
+	}
+	return nil
+}
+
 func migrateRiverUp(ctx context.Context, pool *pgxpool.Pool) error {
 	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
 	if err != nil {

@@ -27,6 +27,8 @@ import (
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/wharfhq/wharf/wharfmigrate"
 )
 
 // command is one `wharf <name>` subcommand.
@@ -34,7 +36,7 @@ type command struct {
 	summary string
 	run     func(ctx context.Context, env *env, args []string) error
 	// schema is true when the command needs Wharf's tables: it refuses to
-	// run on a database without them (checkSchema).
+	// run on a database without them (wharfmigrate.Check).
 	schema bool
 	// subcommands is true when the command's first argument names one
 	// (wharf inbox list): each subcommand has its own flags.
@@ -79,7 +81,7 @@ func (e *env) connect(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	if e.schema {
-		if err := checkSchema(ctx, pool); err != nil {
+		if err := wharfmigrate.Check(ctx, pool); err != nil {
 			pool.Close()
 			return nil, err
 		}

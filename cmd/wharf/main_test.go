@@ -52,7 +52,8 @@ func TestMigrateCommands(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	code, _, errOut = cli(t, "-database-url", url, "inbox", "list")
 	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "the database's schema is older than this wharf's (no table wharf_retention_settings): run `wharf migrate up`")
+	require.Contains(t, errOut, "its Wharf schema is older (version")
+	require.Contains(t, errOut, "run `wharf migrate up`")
 
 	code, out, _ = cli(t, "-database-url", url, "migrate", "up")
 	require.Equal(t, 0, code)

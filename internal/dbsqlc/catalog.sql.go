@@ -168,6 +168,20 @@ func (q *Queries) PlanCacheModeRestore(ctx context.Context) error {
 	return err
 }
 
+const schemaVersion = `-- name: SchemaVersion :one
+SELECT version, dirty FROM wharf_schema_migrations LIMIT 1
+`
+
+// The version of Wharf's schema golang-migrate recorded, and whether a
+// migration failed half-way. A plain read, without golang-migrate's
+// session lock: it works through PgBouncer.
+func (q *Queries) SchemaVersion(ctx context.Context) (WharfSchemaMigration, error) {
+	row := q.db.QueryRow(ctx, schemaVersion)
+	var i WharfSchemaMigration
+	err := row.Scan(&i.Version, &i.Dirty)
+	return i, err
+}
+
 const setLocalLockTimeout = `-- name: SetLocalLockTimeout :exec
 SELECT set_config('lock_timeout', $1::text, true)
 `

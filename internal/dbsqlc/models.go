@@ -202,3 +202,8 @@ type WharfRollup struct {
 	Name  string
 	Until time.Time
 }
+
+type WharfSchemaMigration struct {
+	Version int64
+	Dirty   bool
+}
