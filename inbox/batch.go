@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
 // receiveBatcher gathers concurrent HTTP deliveries into one receive
@@ -133,8 +133,8 @@ func (b *receiveBatcher) lead(ctx context.Context, batch *receiveBatch) {
 		}
 	}()
 	// Pipelined: BEGIN goes with the key claim and the message insert with
-	// COMMIT, three round trips in all (see dbsqlc.PipelinedTx).
-	batch.err = dbsqlc.RunPipelined(ctx, b.ib.pool, func(tx pgx.Tx) error {
+	// COMMIT, three round trips in all (see pgxtx.PipelinedTx).
+	batch.err = pgxtx.RunPipelined(ctx, b.ib.pool, func(tx pgx.Tx) error {
 		var err error
 		batch.results, err = b.ib.ReceiveManyTx(ctx, tx, batch.msgs)
 		return err

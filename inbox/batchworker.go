@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
 // processBatchArgs are the River job args of the messages of one receive
@@ -75,7 +76,7 @@ func (ib *Inbox) insertJobs(ctx context.Context, tx pgx.Tx, inserts []river.Inse
 	}
 	q := dbsqlc.New(tx)
 	for at, ids := range byReceivedAt {
-		set := dbsqlc.InboxMessagesSetJobParams{Now: ib.clock(), ReceivedAt: at, Ids: dbsqlc.UUIDTexts(ids), JobIds: make([]int64, len(ids))}
+		set := dbsqlc.InboxMessagesSetJobParams{Now: ib.clock(), ReceivedAt: at, Ids: pgxtx.UUIDTexts(ids), JobIds: make([]int64, len(ids))}
 		for i, id := range ids {
 			set.JobIds[i] = jobs[id]
 		}
@@ -122,12 +123,12 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		var waiting []heldMessage
 		// Generic plans: a custom plan of these statements on the
 		// day-partitioned messages took as long as running them (see
-		// dbsqlc.GenericPlans).
-		q := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx})
+		// pgxtx.GenericPlans).
+		q := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx})
 		// Locked here, in id order, so that no other run of this job, nor a
 		// split, nor Forget, changes them while their handlers run.
 		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
-			ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(job.Args.MessageIDs),
+			ReceivedAt: job.Args.ReceivedAt, Ids: pgxtx.UUIDTexts(job.Args.MessageIDs),
 		})
 		if err != nil {
 			return fmt.Errorf("inbox: load messages: %w", err)
@@ -148,8 +149,10 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				waiting = append(waiting, heldMessage{msg: msg, outside: outside})
 				return nil
 			}
-			sp.start(dbsqlc.InboxMessageMarkProcessedArgs(dbsqlc.InboxMessageMarkProcessedParams{
-				Now: now, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
+			sp.start(pgxtx.Capture(func(db pgxtx.DBTX) error {
+				return dbsqlc.New(db).InboxMessageMarkProcessed(ctx, dbsqlc.InboxMessageMarkProcessedParams{
+					Now: now, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
+				})
 			}))
 			started := time.Now()
 			spanCtx, span := ib.startProcess(ctx, msg)
@@ -243,7 +246,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 		}
 		if len(unmarked) > 0 {
 			if err := q.InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
-				Now: now, ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(unmarked),
+				Now: now, ReceivedAt: job.Args.ReceivedAt, Ids: pgxtx.UUIDTexts(unmarked),
 			}); err != nil {
 				return fmt.Errorf("inbox: mark processed: %w", err)
 			}
@@ -432,8 +435,10 @@ func (w *processBatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx 
 		c := *m
 		msgs[i] = &c
 	}
-	sp.startGroup(dbsqlc.InboxMessagesMarkProcessedArgs(dbsqlc.InboxMessagesMarkProcessedParams{
-		Now: now, ReceivedAt: group[0].ReceivedAt, Ids: dbsqlc.UUIDTexts(ids),
+	sp.start(pgxtx.Capture(func(db pgxtx.DBTX) error {
+		return dbsqlc.New(db).InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
+			Now: now, ReceivedAt: group[0].ReceivedAt, Ids: pgxtx.UUIDTexts(ids),
+		})
 	}))
 	started := time.Now()
 	// One span for the call, linked to each message's receipt, with a span
@@ -549,9 +554,9 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 	ib := w.ib
 	var moved int
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
-		q := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx})
+		q := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx})
 		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
-			ReceivedAt: job.Args.ReceivedAt, Ids: dbsqlc.UUIDTexts(job.Args.MessageIDs),
+			ReceivedAt: job.Args.ReceivedAt, Ids: pgxtx.UUIDTexts(job.Args.MessageIDs),
 		})
 		if err != nil {
 			return fmt.Errorf("inbox: load messages: %w", err)

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
 // ErrHandlerEndedTx is returned by the Commit and Rollback of the
@@ -104,8 +104,7 @@ func (t handlerTx) Conn() *pgx.Conn {
 // both back; the next handler's savepoint releases it.
 type savepoints struct {
 	ctx     context.Context // the batch's
-	markSQL string          // the current handler's processed mark: one message's, or a group's
-	mark    []any           // its arguments
+	mark    pgxtx.Statement // the current handler's processed mark: one message's, or a group's
 	pending bool            // the current handler's savepoint is not taken yet
 	taken   bool            // the current handler's savepoint is taken
 	held    bool            // a savepoint (the current handler's or an earlier one's) is open
@@ -118,17 +117,12 @@ const (
 	undoSavepointSQL    = "ROLLBACK TO SAVEPOINT wharf_handler"
 )
 
-// start readies the savepoint of the next handler, whose message's
-// processed mark (InboxMessageMarkProcessed) takes mark as arguments.
-func (s *savepoints) start(mark []any) {
-	s.markSQL, s.mark, s.pending, s.taken = dbsqlc.InboxMessageMarkProcessedSQL, mark, true, false
-}
-
-// startGroup readies the savepoint of the next BatchHandler call, whose
-// messages' processed mark (InboxMessagesMarkProcessed) takes mark as
-// arguments.
-func (s *savepoints) startGroup(mark []any) {
-	s.markSQL, s.mark, s.pending, s.taken = dbsqlc.InboxMessagesMarkProcessedSQL, mark, true, false
+// start readies the savepoint of the next handler (or BatchHandler call),
+// with mark, its messages' processed mark (InboxMessageMarkProcessed or
+// InboxMessagesMarkProcessed, captured: it goes in the savepoint's round
+// trip).
+func (s *savepoints) start(mark pgxtx.Statement) {
+	s.mark, s.pending, s.taken = mark, true, false
 }
 
 func (s *savepoints) context() context.Context {
@@ -151,8 +145,8 @@ func (s *savepoints) take(ctx context.Context, tx pgx.Tx) error {
 		b.Queue(releaseSavepointSQL)
 	}
 	b.Queue(savepointSQL)
-	// The mark has a generic plan (see dbsqlc.GenericPlans).
-	dbsqlc.QueueGeneric(b, tx, s.markSQL, s.mark...)
+	// The mark has a generic plan (see pgxtx.GenericPlans).
+	pgxtx.QueueGeneric(b, tx, s.mark.SQL, s.mark.Args...)
 	err := tx.SendBatch(ctx, b).Close()
 	if err == nil {
 		s.pending, s.taken, s.held = false, true, true

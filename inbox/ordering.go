@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
 // MaxOrderingKeyLength is the longest ordering key accepted, in characters.
@@ -133,7 +134,7 @@ func (ib *Inbox) wakeNext(ctx context.Context, tx pgx.Tx, msg *Message) error {
 	// that say almost no message is unfinished (taken while all were
 	// processed), sorted every later unfinished message of the key (the
 	// empty later partitions' scans cost nothing) to find the first.
-	next, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessageNextWaiting(ctx, dbsqlc.InboxMessageNextWaitingParams{
+	next, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx}).InboxMessageNextWaiting(ctx, dbsqlc.InboxMessageNextWaitingParams{
 		Source: msg.Source, OrderingKey: msg.OrderingKey, ReceivedAt: msg.ReceivedAt, ID: msg.ID,
 	})
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && next.JobID != nil) {
@@ -184,7 +185,7 @@ func (ib *Inbox) wake(ctx context.Context, tx pgx.Tx, heads []parkedHead) error 
 			params.OrderingKeys = append(params.OrderingKeys, h.orderingKey)
 		}
 		if len(params.Ids) > 0 {
-			rows, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessagesParkedRuns(ctx, params)
+			rows, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx}).InboxMessagesParkedRuns(ctx, params)
 			if err != nil {
 				return fmt.Errorf("inbox: ordering: messages to wake: %w", err)
 			}
@@ -356,7 +357,7 @@ func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[pr
 		return o, nil
 	}
 	params.ReceivedAt = job.Args.ReceivedAt
-	q := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx})
+	q := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx})
 	held, err := q.InboxMessagesHeldOutsideBatch(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: ordering check: %w", err)
@@ -556,7 +557,7 @@ func (ib *Inbox) wakeNextOf(ctx context.Context, tx pgx.Tx, receivedAt time.Time
 	if len(params.Ids) == 0 {
 		return nil
 	}
-	parked, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessagesNextParked(ctx, params)
+	parked, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx}).InboxMessagesNextParked(ctx, params)
 	if err != nil || len(parked) == 0 {
 		return err
 	}

@@ -98,7 +98,7 @@ func preparedPlans(t *testing.T, pool *pgxpool.Pool) map[string]planCounts {
 			var p planCounts
 			require.NoError(t, rows.Scan(&stmt, &p.generic, &p.custom))
 			// Statements sent with a generic plan are prepared apart,
-			// their text prefixed (see dbsqlc.GenericPlans); River's own
+			// their text prefixed (see pgxtx.GenericPlans); River's own
 			// are not counted.
 			name, ok := strings.CutPrefix(stmt, "/* wharf: generic plan */ -- name: ")
 			if !ok {

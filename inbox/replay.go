@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/shared"
 )
@@ -152,7 +153,7 @@ func (ib *Inbox) deleteJobTx(ctx context.Context, tx pgx.Tx, job *rivertype.JobR
 		// replays of one batch. Messages only ever leave a batch job, so a
 		// stale read at worst keeps a job that has nothing left to do.
 		rows, err := dbsqlc.New(tx).InboxMessagesGet(ctx, dbsqlc.InboxMessagesGetParams{
-			ReceivedAt: args.ReceivedAt, Ids: dbsqlc.UUIDTexts(args.MessageIDs),
+			ReceivedAt: args.ReceivedAt, Ids: pgxtx.UUIDTexts(args.MessageIDs),
 		})
 		if err != nil {
 			return fmt.Errorf("inbox: messages of job %d: %w", job.ID, err)

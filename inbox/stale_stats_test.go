@@ -12,6 +12,7 @@ import (
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -118,7 +119,7 @@ func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 				}},
 				{"InboxMessagesNextParked", 10, func(t *testing.T, tx pgx.Tx) {
 					// As a batch's finish runs it.
-					next, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessagesNextParked(ctx, dbsqlc.InboxMessagesNextParkedParams{ReceivedAt: at, Sources: sources, Ids: ids, OrderingKeys: keys})
+					next, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx}).InboxMessagesNextParked(ctx, dbsqlc.InboxMessagesNextParkedParams{ReceivedAt: at, Sources: sources, Ids: ids, OrderingKeys: keys})
 					require.NoError(t, err)
 					require.Empty(t, next, "none is parked")
 				}},

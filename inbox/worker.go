@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -240,7 +241,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 	var parked bool // waiting for an earlier message of its ordering key
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		parked = false
-		row, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessageGetForUpdate(ctx, dbsqlc.InboxMessageGetForUpdateParams{
+		row, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx}).InboxMessageGetForUpdate(ctx, dbsqlc.InboxMessageGetForUpdateParams{
 			ReceivedAt: job.Args.ReceivedAt,
 			ID:         job.Args.MessageID,
 		})
@@ -283,7 +284,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 		// the handler does to the transaction (a COMMIT through Conn, say),
 		// its writes cannot commit without the mark; a failure rolls both
 		// back.
-		if err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: tx}).InboxMessageMarkProcessed(ctx, dbsqlc.InboxMessageMarkProcessedParams{
+		if err := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx}).InboxMessageMarkProcessed(ctx, dbsqlc.InboxMessageMarkProcessedParams{
 			Now:        ib.clock(),
 			ReceivedAt: job.Args.ReceivedAt,
 			ID:         job.Args.MessageID,
@@ -526,9 +527,9 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 }
 
 // completeJob completes job in tx (River's JobCompleteTx), with a generic
-// plan for River's statement (see dbsqlc.GenericTx): it commits with the
+// plan for River's statement (see pgxtx.GenericTx): it commits with the
 // work's marks, or not at all.
 func completeJob[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T]) error {
-	_, err := river.JobCompleteTx[*riverpgxv5.Driver, pgx.Tx](ctx, dbsqlc.GenericTx{Tx: tx}, job)
+	_, err := river.JobCompleteTx[*riverpgxv5.Driver, pgx.Tx](ctx, pgxtx.GenericTx{Tx: tx}, job)
 	return err
 }

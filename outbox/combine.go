@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -61,7 +62,7 @@ func (o *Outbox) loadDelivery(ctx context.Context, id uuid.UUID) (*dbsqlc.Outbox
 // every call (the events are day-partitioned), cost twice the lookup's run
 // to plan.
 func (o *Outbox) loadMany(ctx context.Context, ids []uuid.UUID) ([]*dbsqlc.OutboxDeliveryGetForWorkRow, []error) {
-	rows, err := dbsqlc.New(dbsqlc.GenericPlans{DBTX: o.pool}).OutboxDeliveryGetForWorkMany(ctx, dbsqlc.UUIDTexts(ids))
+	rows, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: o.pool}).OutboxDeliveryGetForWorkMany(ctx, pgxtx.UUIDTexts(ids))
 	if err != nil {
 		return make([]*dbsqlc.OutboxDeliveryGetForWorkRow, len(ids)), shared.Fail(len(ids), err)
 	}

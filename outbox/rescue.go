@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
 // RescueInterval is how often the outbox's periodic job (see PeriodicJobs)
@@ -193,7 +194,7 @@ func lockEndpointsOf(ctx context.Context, q *dbsqlc.Queries, rows []dbsqlc.Outbo
 			ids = append(ids, row.EndpointID)
 		}
 	}
-	return q.OutboxEndpointsLockKeyShare(ctx, dbsqlc.UUIDTexts(ids))
+	return q.OutboxEndpointsLockKeyShare(ctx, pgxtx.UUIDTexts(ids))
 }
 
 // rescueDecision says what Rescue does with a stranded delivery (see

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
 // TestRecordSucceededMatchesPerAttempt records the same successes once with
@@ -74,7 +75,7 @@ func TestRecordSucceededMatchesPerAttempt(t *testing.T) {
 						require.NoError(t, err)
 					}
 				}
-				_, err := pool.Exec(ctx, sc.setup, eps[0], t0, dbsqlc.UUIDTexts(ids))
+				_, err := pool.Exec(ctx, sc.setup, eps[0], t0, pgxtx.UUIDTexts(ids))
 				require.NoError(t, err)
 				params := make([]*dbsqlc.OutboxAttemptRecordParams, len(rows))
 				for i, r := range rows {
@@ -124,7 +125,7 @@ func TestRecordSucceededMatchesPerAttempt(t *testing.T) {
 				}
 				dump := func(q string) {
 					var s string
-					require.NoError(t, pool.QueryRow(ctx, q, eps[0], dbsqlc.UUIDTexts(ids), t0).Scan(&s))
+					require.NoError(t, pool.QueryRow(ctx, q, eps[0], pgxtx.UUIDTexts(ids), t0).Scan(&s))
 					state += s + "\n"
 				}
 				// timestamps as offsets from t0; ids as indexes

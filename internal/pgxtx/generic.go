@@ -1,4 +1,4 @@
-package dbsqlc
+package pgxtx
 
 import (
 	"cmp"
@@ -9,8 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// This file is not generated.
 
 // GenericPlans is a DBTX whose Query and Exec run their statement with a
 // generic plan, in the same round trip: they send, as one pipeline,
@@ -95,9 +93,9 @@ const genericPrefix = "/* wharf: generic plan */ "
 // queueGeneric queues sql on b between the plan-mode switch and its
 // restore.
 func queueGeneric(b *pgx.Batch, sql string, args ...any) {
-	b.Queue(PlanCacheModeGenericSQL)
+	b.Queue(planCacheModeGeneric)
 	b.Queue(genericPrefix+sql, args...)
-	b.Queue(PlanCacheModeRestoreSQL)
+	b.Queue(planCacheModeRestore)
 }
 
 // closed is err, and then the batch's closing error when it is another:

@@ -1,4 +1,4 @@
-package dbsqlc
+package pgxtx
 
 import (
 	"context"
@@ -10,8 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// This file is not generated.
 
 // PipelinedTx is a transaction that saves round trips: its BEGIN and its
 // Execs are held, and sent in one pipeline with the next statement whose
@@ -49,7 +47,7 @@ type heldExec struct {
 }
 
 // errSavepoints is Begin's error.
-var errSavepoints = errors.New("dbsqlc: a pipelined transaction takes no savepoints")
+var errSavepoints = errors.New("pgxtx: a pipelined transaction takes no savepoints")
 
 // RunPipelined runs fn in a PipelinedTx on a connection of pool and commits
 // it when fn returns nil; otherwise it rolls back and returns fn's error.
@@ -87,7 +85,7 @@ func (t *PipelinedTx) usable() error {
 		return pgx.ErrTxClosed
 	}
 	if t.broken != nil {
-		return fmt.Errorf("dbsqlc: an earlier statement of the transaction failed: %w", t.broken)
+		return fmt.Errorf("pgxtx: an earlier statement of the transaction failed: %w", t.broken)
 	}
 	return nil
 }

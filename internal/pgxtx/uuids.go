@@ -1,6 +1,4 @@
-package dbsqlc
-
-// This file is not generated.
+package pgxtx
 
 import "github.com/google/uuid"
 

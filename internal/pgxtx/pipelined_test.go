@@ -1,4 +1,4 @@
-package dbsqlc_test
+package pgxtx_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -42,7 +42,7 @@ func TestPipelinedTxRoundTrips(t *testing.T) {
 	run := func(first int) (int, int64) {
 		before := writes.Count()
 		var seen int
-		require.NoError(t, dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+		require.NoError(t, pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 			tag, err := tx.Exec(ctx, "INSERT INTO t VALUES ($1)", first)
 			require.NoError(t, err)
 			require.Empty(t, tag.String(), "a held statement has no tag yet")
@@ -62,7 +62,7 @@ func TestPipelinedTxRoundTrips(t *testing.T) {
 
 	// Only held statements: one round trip, with COMMIT.
 	before := writes.Count()
-	require.NoError(t, dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+	require.NoError(t, pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "INSERT INTO t VALUES ($1)", 20)
 		return err
 	}))
@@ -71,7 +71,7 @@ func TestPipelinedTxRoundTrips(t *testing.T) {
 
 	// Nothing at all: no round trip.
 	before = writes.Count()
-	require.NoError(t, dbsqlc.RunPipelined(ctx, pool, func(pgx.Tx) error { return nil }))
+	require.NoError(t, pgxtx.RunPipelined(ctx, pool, func(pgx.Tx) error { return nil }))
 	require.EqualValues(t, 0, writes.Count()-before)
 }
 
@@ -85,7 +85,7 @@ func TestPipelinedTxFailures(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("AtCommit", func(t *testing.T) {
-		err := dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+		err := pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 			var n int
 			require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (2) RETURNING n").Scan(&n))
 			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (1)") // a duplicate
@@ -96,7 +96,7 @@ func TestPipelinedTxFailures(t *testing.T) {
 	})
 	t.Run("AtTheNextQuery", func(t *testing.T) {
 		var queryErr error
-		err := dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+		err := pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (3)")
 			require.NoError(t, err)
 			_, err = tx.Exec(ctx, "INSERT INTO t VALUES (1)")
@@ -114,7 +114,7 @@ func TestPipelinedTxFailures(t *testing.T) {
 	})
 	t.Run("FnError", func(t *testing.T) {
 		stop := errors.New("stop")
-		err := dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+		err := pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 			var n int
 			require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (4) RETURNING n").Scan(&n))
 			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (5)")
@@ -126,7 +126,7 @@ func TestPipelinedTxFailures(t *testing.T) {
 	})
 	t.Run("Panic", func(t *testing.T) {
 		require.PanicsWithValue(t, "boom", func() {
-			_ = dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			_ = pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 				var n int
 				require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (6) RETURNING n").Scan(&n))
 				panic("boom")
@@ -139,13 +139,13 @@ func TestPipelinedTxFailures(t *testing.T) {
 		// same after a failed fn and after a panic.
 		before := backendPID(t, pool)
 		stop := errors.New("stop")
-		require.ErrorIs(t, dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+		require.ErrorIs(t, pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 			var n int
 			require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (10) RETURNING n").Scan(&n))
 			return stop
 		}), stop)
 		require.Panics(t, func() {
-			_ = dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			_ = pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 				var n int
 				require.NoError(t, tx.QueryRow(ctx, "INSERT INTO t VALUES (11) RETURNING n").Scan(&n))
 				panic("boom")
@@ -155,7 +155,7 @@ func TestPipelinedTxFailures(t *testing.T) {
 		require.Equal(t, []int{1}, tableOf(t, pool))
 	})
 	t.Run("IgnoredErrorNeverCommits", func(t *testing.T) {
-		err := dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+		err := pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO t VALUES (1)") // a duplicate
 			require.NoError(t, err)
 			var n int
@@ -169,7 +169,7 @@ func TestPipelinedTxFailures(t *testing.T) {
 	})
 	t.Run("CancelledBeforeCommit", func(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
-		err := dbsqlc.RunPipelined(cctx, pool, func(tx pgx.Tx) error {
+		err := pgxtx.RunPipelined(cctx, pool, func(tx pgx.Tx) error {
 			var n int
 			require.NoError(t, tx.QueryRow(cctx, "INSERT INTO t VALUES (7) RETURNING n").Scan(&n))
 			_, err := tx.Exec(cctx, "INSERT INTO t VALUES (8)")
@@ -181,7 +181,7 @@ func TestPipelinedTxFailures(t *testing.T) {
 	})
 	t.Run("EndedTransaction", func(t *testing.T) {
 		var kept pgx.Tx
-		require.NoError(t, dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+		require.NoError(t, pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 			kept = tx
 			_, err := tx.Begin(ctx)
 			require.Error(t, err, "savepoints are not supported")
@@ -224,7 +224,7 @@ func TestPipelinedTxUnsentBeginNeverCommits(t *testing.T) {
 			_, err = pool.Exec(ctx, "CREATE TABLE t (n int PRIMARY KEY)")
 			require.NoError(t, err)
 
-			err = dbsqlc.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
+			err = pgxtx.RunPipelined(ctx, pool, func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, "INSERT INTO t VALUES ($1)", make(chan int)) // pgx cannot encode it
 				require.NoError(t, err)
 				var n int

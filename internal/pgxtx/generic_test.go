@@ -1,4 +1,4 @@
-package dbsqlc_test
+package pgxtx_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -28,13 +28,13 @@ func TestGenericPlans(t *testing.T) {
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_custom_plan")
 		require.NoError(t, err)
-		rows, err := dbsqlc.GenericPlans{DBTX: tx}.Query(ctx, "SELECT current_setting('plan_cache_mode') UNION ALL SELECT $1::text", "second")
+		rows, err := pgxtx.GenericPlans{DBTX: tx}.Query(ctx, "SELECT current_setting('plan_cache_mode') UNION ALL SELECT $1::text", "second")
 		require.NoError(t, err)
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
 		require.Equal(t, []string{"force_generic_plan", "second"}, got, "the query ran with a generic plan")
 		require.Equal(t, "force_custom_plan", mode(tx), "the mode was not restored")
-		tag, err := dbsqlc.GenericPlans{DBTX: tx}.Exec(ctx, "CREATE TEMP TABLE seen AS SELECT current_setting('plan_cache_mode') AS mode")
+		tag, err := pgxtx.GenericPlans{DBTX: tx}.Exec(ctx, "CREATE TEMP TABLE seen AS SELECT current_setting('plan_cache_mode') AS mode")
 		require.NoError(t, err)
 		require.Equal(t, "SELECT 1", tag.String())
 		var seen string
@@ -47,7 +47,7 @@ func TestGenericPlans(t *testing.T) {
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	rows, err := dbsqlc.GenericPlans{DBTX: tx}.Query(ctx, "SELECT 1/0")
+	rows, err := pgxtx.GenericPlans{DBTX: tx}.Query(ctx, "SELECT 1/0")
 	if err == nil {
 		_, err = pgx.CollectRows(rows, pgx.RowTo[int])
 	}
@@ -62,7 +62,7 @@ func TestGenericPlansOutsideATransaction(t *testing.T) {
 	ctx := context.Background()
 	pool := testdb.NewWithMaxConns(t, 1)
 	for range 2 {
-		rows, err := dbsqlc.GenericPlans{DBTX: pool}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+		rows, err := pgxtx.GenericPlans{DBTX: pool}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
 		require.NoError(t, err)
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		require.NoError(t, err)
@@ -71,7 +71,7 @@ func TestGenericPlansOutsideATransaction(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT current_setting('plan_cache_mode')").Scan(&mode))
 		require.Equal(t, "auto", mode, "the connection kept the generic mode")
 	}
-	rows, err := dbsqlc.GenericPlans{DBTX: pool}.Query(ctx, "SELECT 1/0")
+	rows, err := pgxtx.GenericPlans{DBTX: pool}.Query(ctx, "SELECT 1/0")
 	if err == nil {
 		_, err = pgx.CollectRows(rows, pgx.RowTo[int])
 	}
@@ -90,7 +90,7 @@ func TestGenericTx(t *testing.T) {
 	ctx := context.Background()
 	pool := testdb.New(t)
 	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		gtx := dbsqlc.GenericTx{Tx: tx}
+		gtx := pgxtx.GenericTx{Tx: tx}
 		rows, err := gtx.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
 		require.NoError(t, err)
 		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
@@ -117,7 +117,7 @@ func TestGenericTx(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	var n int
-	require.ErrorContains(t, dbsqlc.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT 1/0").Scan(&n), "division by zero")
+	require.ErrorContains(t, pgxtx.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT 1/0").Scan(&n), "division by zero")
 }
 
 // Only a prepared, cached statement keeps a generic plan: on connections
@@ -146,22 +146,22 @@ func TestGenericPlansOnlyWhereStatementsAreCached(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(pool.Close)
 			want := map[bool]string{true: "force_generic_plan", false: "auto"}[generic]
-			require.Equal(t, generic, dbsqlc.CachesPlans(pool))
+			require.Equal(t, generic, pgxtx.CachesPlans(pool))
 
-			rows, err := dbsqlc.GenericPlans{DBTX: pool}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+			rows, err := pgxtx.GenericPlans{DBTX: pool}.Query(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
 			require.NoError(t, err)
 			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			require.NoError(t, err)
 			require.Equal(t, []string{want}, got)
 
 			require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-				require.Equal(t, generic, dbsqlc.CachesPlans(tx))
-				require.Equal(t, generic, dbsqlc.CachesPlans(tx.Conn()))
+				require.Equal(t, generic, pgxtx.CachesPlans(tx))
+				require.Equal(t, generic, pgxtx.CachesPlans(tx.Conn()))
 				var m string
-				require.NoError(t, dbsqlc.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1).Scan(&m))
+				require.NoError(t, pgxtx.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1).Scan(&m))
 				require.Equal(t, want, m)
 				b := &pgx.Batch{}
-				dbsqlc.QueueGeneric(b, tx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
+				pgxtx.QueueGeneric(b, tx, "SELECT current_setting('plan_cache_mode') WHERE $1::int > 0", 1)
 				require.NoError(t, tx.SendBatch(ctx, b).Close())
 				require.Equal(t, generic, b.Len() == 3, "%d statements queued", b.Len())
 				return nil
@@ -171,13 +171,13 @@ func TestGenericPlansOnlyWhereStatementsAreCached(t *testing.T) {
 			require.NoError(t, err)
 			defer func() { _ = tx.Rollback(ctx) }()
 			var n int
-			err = dbsqlc.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT 1/$1::int", 0).Scan(&n)
+			err = pgxtx.GenericTx{Tx: tx}.QueryRow(ctx, "SELECT 1/$1::int", 0).Scan(&n)
 			require.ErrorContains(t, err, "division by zero")
 			require.Equal(t, 1, strings.Count(err.Error(), "division by zero"), "%v", err)
 		})
 	}
-	require.False(t, dbsqlc.CachesPlans(nil))
-	require.False(t, dbsqlc.CachesPlans(struct{}{}))
+	require.False(t, pgxtx.CachesPlans(nil))
+	require.False(t, pgxtx.CachesPlans(struct{}{}))
 }
 
 // A generic plan is made once and kept for the connection's life (until
@@ -207,7 +207,7 @@ func TestGenericPlansKeepIndexesAsTablesGrow(t *testing.T) {
 				FROM pg_stat_xact_user_tables WHERE relname = 'grows'`
 			var seq0, idx0 int64
 			require.NoError(t, tx.QueryRow(ctx, scans).Scan(&seq0, &idx0))
-			rows, err := dbsqlc.GenericPlans{DBTX: tx}.Query(ctx, lookup, []int64{1, 2})
+			rows, err := pgxtx.GenericPlans{DBTX: tx}.Query(ctx, lookup, []int64{1, 2})
 			require.NoError(t, err)
 			got, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			require.NoError(t, err)
