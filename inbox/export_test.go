@@ -9,14 +9,7 @@ import (
 
 // GatheringDeliveries is how many deliveries the HTTP handler's open batch
 // (the one taking members, not yet committing) holds.
-func GatheringDeliveries(ib *Inbox) int {
-	ib.batcher.mu.Lock()
-	defer ib.batcher.mu.Unlock()
-	if ib.batcher.open == nil {
-		return 0
-	}
-	return len(ib.batcher.open.msgs)
-}
+func GatheringDeliveries(ib *Inbox) int { return ib.receiving.Gathering() }
 
 // WakeNext gives the next unfinished message of msg's ordering key a job
 // when it is parked, as a message's finish does, in tx.

@@ -177,7 +177,7 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 		a.error(resultMalformed, http.StatusBadRequest, err.Error())
 		return
 	}
-	res, err := ib.batcher.receive(r.Context(), msg)
+	res, err := ib.receiving.Do(r.Context(), msg)
 	if err == nil {
 		err = res.Err
 	}

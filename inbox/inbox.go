@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wharfhq/wharf/internal/groupcommit"
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
@@ -136,7 +137,7 @@ type Inbox struct {
 	now            func() time.Time
 	sources        map[string]*Source
 	batchSize      int
-	batcher        *receiveBatcher
+	receiving      *groupcommit.Batcher[Incoming, Result] // the HTTP handler's group commit
 	metrics        *metrics
 	rejections     *rejectionLog
 	onDead         func(ctx context.Context, msg *Message, cause error)
@@ -229,7 +230,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if ib.batchSize <= 1 {
 		slots = int(pool.Config().MaxConns) // no batching: a connection each
 	}
-	ib.batcher = &receiveBatcher{ib: ib, maxSize: ib.batchSize, maxWait: batchWait, slots: make(chan struct{}, slots)}
+	ib.receiving = ib.newReceiver(batchWait, slots)
 	for i := range cfg.Sources {
 		src := cfg.Sources[i] // a copy: later edits of cfg change nothing
 		ib.sources[src.Name] = &src

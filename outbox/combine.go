@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/groupcommit"
 	"github.com/wharfhq/wharf/internal/pgxtx"
-	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // The delivery worker's three statements (load the delivery, take a
@@ -31,21 +31,21 @@ const (
 
 // combiners are an Outbox's combined statements.
 type combiners struct {
-	load  *shared.Combiner[uuid.UUID, *dbsqlc.OutboxDeliveryGetForWorkRow]
-	lease *shared.Combiner[leaseAsk, int32]
+	load  *groupcommit.Batcher[uuid.UUID, *dbsqlc.OutboxDeliveryGetForWorkRow]
+	lease *groupcommit.Batcher[leaseAsk, int32]
 	// record batches the attempts of one endpoint only: a batch locks one
 	// endpoint row, in the order every statement takes it (endpoint, then
 	// delivery, then lease), and an endpoint whose row is held elsewhere
 	// (an application's EndpointUpdateTx, a deletion) delays its own
 	// attempts' records only.
-	record *shared.KeyedCombiner[uuid.UUID, *dbsqlc.OutboxAttemptRecordParams, *dbsqlc.OutboxAttemptRecordRow]
+	record *groupcommit.Keyed[uuid.UUID, *dbsqlc.OutboxAttemptRecordParams, *dbsqlc.OutboxAttemptRecordRow]
 }
 
 func (o *Outbox) newCombiners() *combiners {
 	return &combiners{
-		load:  shared.NewCombiner(combineMax, combineSlots, recordTimeout, o.loadMany),
-		lease: shared.NewCombiner(combineMax, combineSlots, recordTimeout, o.leaseMany),
-		record: shared.NewKeyedCombiner(combineMax, combineSlots, recordTimeout,
+		load:  groupcommit.New(groupcommit.Config[uuid.UUID]{MaxSize: combineMax, Slots: combineSlots, Timeout: recordTimeout}, o.loadMany),
+		lease: groupcommit.New(groupcommit.Config[leaseAsk]{MaxSize: combineMax, Slots: combineSlots, Timeout: recordTimeout}, o.leaseMany),
+		record: groupcommit.NewKeyed(groupcommit.Config[*dbsqlc.OutboxAttemptRecordParams]{MaxSize: combineMax, Slots: combineSlots, Timeout: recordTimeout},
 			func(ctx context.Context, _ uuid.UUID, params []*dbsqlc.OutboxAttemptRecordParams) ([]*dbsqlc.OutboxAttemptRecordRow, []error) {
 				return o.recordMany(ctx, params)
 			}),
@@ -64,7 +64,7 @@ func (o *Outbox) loadDelivery(ctx context.Context, id uuid.UUID) (*dbsqlc.Outbox
 func (o *Outbox) loadMany(ctx context.Context, ids []uuid.UUID) ([]*dbsqlc.OutboxDeliveryGetForWorkRow, []error) {
 	rows, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: o.pool}).OutboxDeliveryGetForWorkMany(ctx, pgxtx.UUIDTexts(ids))
 	if err != nil {
-		return make([]*dbsqlc.OutboxDeliveryGetForWorkRow, len(ids)), shared.Fail(len(ids), err)
+		return make([]*dbsqlc.OutboxDeliveryGetForWorkRow, len(ids)), groupcommit.Fail(len(ids), err)
 	}
 	byID := make(map[uuid.UUID]*dbsqlc.OutboxDeliveryGetForWorkRow, len(rows))
 	for i := range rows {

@@ -1,4 +1,4 @@
-package shared
+package groupcommit
 
 import (
 	"context"
@@ -11,15 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestCombinerBatchesWhileBusy holds the first batch in run until every
+// TestBatcherBatchesWhileBusy holds the first batch in run until every
 // other caller has joined the next one: the others then run together, in
 // one call, and each gets its own result or error.
-func TestCombinerBatchesWhileBusy(t *testing.T) {
+func TestBatcherBatchesWhileBusy(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	var mu sync.Mutex
 	var batches [][]int
-	c := NewCombiner(100, 1, time.Minute, func(_ context.Context, ins []int) ([]string, []error) {
+	c := New(Config[int]{MaxSize: 100, Slots: 1, Timeout: time.Minute}, func(_ context.Context, ins []int) ([]string, []error) {
 		mu.Lock()
 		batches = append(batches, append([]int(nil), ins...))
 		first := len(batches) == 1
@@ -87,16 +87,16 @@ func TestCombinerBatchesWhileBusy(t *testing.T) {
 	require.Len(t, batches[1], n)
 }
 
-// TestCombinerLimits: a batch closes at its maximum size; a lone call runs
+// TestBatcherLimits: a batch closes at its maximum size; a lone call runs
 // at once; a panic or a wrong number of results fails the whole batch with
 // an error, and the combiner goes on.
-func TestCombinerLimits(t *testing.T) {
+func TestBatcherLimits(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var sizes []int
 	var mu sync.Mutex
 	release := make(chan struct{})
-	c := NewCombiner(3, 1, time.Minute, func(_ context.Context, ins []int) ([]int, []error) {
+	c := New(Config[int]{MaxSize: 3, Slots: 1, Timeout: time.Minute}, func(_ context.Context, ins []int) ([]int, []error) {
 		mu.Lock()
 		sizes = append(sizes, len(ins))
 		mu.Unlock()
@@ -125,7 +125,7 @@ func TestCombinerLimits(t *testing.T) {
 			require.Equal(t, i, got)
 		})
 	}
-	open := func(check func(*combined[int, int]) bool) func() bool {
+	open := func(check func(*batch[int, int]) bool) func() bool {
 		return func() bool {
 			c.mu.Lock()
 			defer c.mu.Unlock()
@@ -137,12 +137,12 @@ func TestCombinerLimits(t *testing.T) {
 	// alone, one after the other.
 	do(1)
 	do(2)
-	require.Eventually(t, open(func(b *combined[int, int]) bool { return b != nil && len(b.ins) == 2 }), 10*time.Second, time.Millisecond)
+	require.Eventually(t, open(func(b *batch[int, int]) bool { return b != nil && len(b.ins) == 2 }), 10*time.Second, time.Millisecond)
 	do(3)
-	require.Eventually(t, open(func(b *combined[int, int]) bool { return b == nil }), 10*time.Second, time.Millisecond, "the first batch filled")
+	require.Eventually(t, open(func(b *batch[int, int]) bool { return b == nil }), 10*time.Second, time.Millisecond, "the first batch filled")
 	do(4)
 	do(5)
-	require.Eventually(t, open(func(b *combined[int, int]) bool { return b != nil && len(b.ins) == 2 }), 10*time.Second, time.Millisecond)
+	require.Eventually(t, open(func(b *batch[int, int]) bool { return b != nil && len(b.ins) == 2 }), 10*time.Second, time.Millisecond)
 	close(release)
 	wg.Wait()
 	require.Equal(t, []int{1, 1}, sizes[:2])
@@ -157,13 +157,13 @@ func TestCombinerLimits(t *testing.T) {
 	require.Equal(t, 8, out)
 }
 
-// TestCombinerOutlivesCallers: a caller whose context ends still gets its
+// TestBatcherOutlivesCallers: a caller whose context ends still gets its
 // batch's result (its statement may have committed), and the batch runs on
 // a context that the leader's cancellation does not end, bounded by the
 // combiner's timeout.
-func TestCombinerOutlivesCallers(t *testing.T) {
+func TestBatcherOutlivesCallers(t *testing.T) {
 	t.Parallel()
-	c := NewCombiner(10, 1, 50*time.Millisecond, func(ctx context.Context, ins []int) ([]int, []error) {
+	c := New(Config[int]{MaxSize: 10, Slots: 1, Timeout: 50 * time.Millisecond}, func(ctx context.Context, ins []int) ([]int, []error) {
 		<-ctx.Done()
 		return ins, Fail(len(ins), context.Cause(ctx))
 	})
@@ -173,13 +173,13 @@ func TestCombinerOutlivesCallers(t *testing.T) {
 	require.True(t, errors.Is(err, context.DeadlineExceeded), "the batch ran until the combiner's timeout, not the caller's cancellation: %v", err)
 }
 
-// TestKeyedCombiner: calls of one key share batches, calls of another key
+// TestKeyed: calls of one key share batches, calls of another key
 // never wait for them, and a key's combiner is gone once its calls are.
-func TestKeyedCombiner(t *testing.T) {
+func TestKeyed(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
-	c := NewKeyedCombiner(10, 1, time.Minute, func(_ context.Context, key string, ins []int) ([]string, []error) {
+	c := NewKeyed(Config[int]{MaxSize: 10, Slots: 1, Timeout: time.Minute}, func(_ context.Context, key string, ins []int) ([]string, []error) {
 		if key == "slow" {
 			started <- struct{}{}
 			<-release
@@ -206,4 +206,90 @@ func TestKeyedCombiner(t *testing.T) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	require.Empty(t, c.byKey)
+}
+
+// TestBatcherWaitsWhileOthersRun: with MaxWait, a batch whose leader
+// arrives while another batch runs waits for more calls to join it until
+// that batch ends (here, well before MaxWait); an idle Batcher runs a call
+// at once.
+func TestBatcherWaitsWhileOthersRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sizes []int
+	c := New(Config[int]{MaxSize: 100, Slots: 2, Timeout: time.Minute, MaxWait: time.Minute},
+		func(_ context.Context, ins []int) ([]int, []error) {
+			mu.Lock()
+			sizes = append(sizes, len(ins))
+			first := len(sizes) == 1
+			mu.Unlock()
+			if first {
+				<-release
+			}
+			return ins, nil
+		})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, err := c.Do(ctx, 0) // idle: runs at once, and holds
+		require.NoError(t, err)
+	}()
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sizes) == 1 }, 10*time.Second, time.Millisecond)
+	var wg sync.WaitGroup
+	for i := 1; i <= 5; i++ {
+		wg.Go(func() {
+			_, err := c.Do(ctx, i)
+			require.NoError(t, err)
+		})
+	}
+	// A slot is free, but the leader waits for the running batch to end.
+	require.Eventually(t, func() bool { return c.Gathering() == 5 }, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{1, 5}, sizes)
+}
+
+// TestBatcherWeight: a call that would take the open batch's weight past
+// MaxWeight starts the next batch.
+func TestBatcherWeight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var batches [][]int
+	c := New(Config[int]{MaxSize: 100, Slots: 1, Timeout: time.Minute, Weight: func(in int) int { return in }, MaxWeight: 10},
+		func(_ context.Context, ins []int) ([]int, []error) {
+			mu.Lock()
+			batches = append(batches, append([]int(nil), ins...))
+			first := len(batches) == 1
+			mu.Unlock()
+			if first {
+				<-release
+			}
+			return ins, nil
+		})
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = c.Do(ctx, 1) })
+	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(batches) == 1 }, 10*time.Second, time.Millisecond)
+	for _, w := range []int{4, 6} { // 10: one batch
+		wg.Go(func() { _, _ = c.Do(ctx, w) })
+		require.Eventually(t, func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.open != nil && c.open.weight >= w
+		}, 10*time.Second, time.Millisecond)
+	}
+	wg.Go(func() { _, _ = c.Do(ctx, 3) }) // past 10: the next batch
+	require.Eventually(t, func() bool { return c.Gathering() == 1 }, 10*time.Second, time.Millisecond)
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, batches, 3)
+	require.ElementsMatch(t, []int{4, 6}, batches[1])
+	require.Equal(t, []int{3}, batches[2])
 }
