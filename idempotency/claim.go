@@ -15,11 +15,8 @@ import (
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
 
-// Key statuses, as stored.
-const (
-	statusInProgress = "in_progress"
-	statusCompleted  = "completed"
-)
+// statusCompleted is a key's stored status once its response is saved.
+const statusCompleted = "completed"
 
 // keyedRequest is a request carrying an idempotency key, with its scope and
 // fingerprint, and the id of the claim it makes.

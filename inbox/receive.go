@@ -101,21 +101,6 @@ type processArgs struct {
 // Kind is the River job kind of inbox processing.
 func (processArgs) Kind() string { return "wharf_inbox_process" }
 
-// Receive is ReceiveTx.
-//
-// Deprecated: use ReceiveTx; Wharf names every method that works in the
-// caller's transaction …Tx, as River does.
-func (ib *Inbox) Receive(ctx context.Context, tx pgx.Tx, msg Incoming) (*Result, error) {
-	return ib.ReceiveTx(ctx, tx, msg)
-}
-
-// ReceiveMany is ReceiveManyTx.
-//
-// Deprecated: use ReceiveManyTx.
-func (ib *Inbox) ReceiveMany(ctx context.Context, tx pgx.Tx, msgs []Incoming) ([]Result, error) {
-	return ib.ReceiveManyTx(ctx, tx, msgs)
-}
-
 // ReceiveTx claims msg's dedupe key, stores the message and inserts its River
 // job, all in tx: the caller's commit makes the receipt durable and its
 // rollback leaves no trace. When the key was already claimed no message or

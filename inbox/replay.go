@@ -14,8 +14,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
-	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 )
 
@@ -56,32 +55,6 @@ func (m *Maintainer) AddWorkers(workers *river.Workers) error {
 		river.AddWorkerSafely(workers, &pruneWorker{m: m}),
 		river.AddWorkerSafely(workers, &rollupWorker{m: m}),
 	)
-}
-
-// PeriodicJobs is NewMaintainer(…, cfg) then its PeriodicJobs; an invalid
-// cfg (which NewMaintainer would refuse) still gets the defaults' schedule.
-//
-// Deprecated: use NewMaintainer and its PeriodicJobs and AddWorkers methods,
-// which take the Config once.
-func PeriodicJobs(cfg *Config) []*river.PeriodicJob {
-	return (&Maintainer{cfg: cfg.withDefaults()}).PeriodicJobs()
-}
-
-// QueueOf returns the River queue the periodic jobs of cfg go to.
-//
-// Deprecated: use NewMaintainer and its Queue method.
-func QueueOf(cfg *Config) string { return cfg.withDefaults().Queue }
-
-// AddWorkers is NewMaintainer(pool, cfg) then its AddWorkers.
-//
-// Deprecated: use NewMaintainer and its AddWorkers and PeriodicJobs
-// methods, which take the Config once.
-func AddWorkers(workers *river.Workers, pool *pgxpool.Pool, cfg *Config) error {
-	m, err := NewMaintainer(pool, cfg)
-	if err != nil {
-		return err
-	}
-	return m.AddWorkers(workers)
 }
 
 // Job timeouts of the periodic jobs, whatever the client's JobTimeout (an

@@ -42,11 +42,8 @@ const (
 	StatusDead DeliveryStatus = "dead"
 )
 
-// Attempt statuses.
-const (
-	attemptSucceeded = "succeeded"
-	attemptFailed    = "failed"
-)
+// attemptSucceeded is a succeeded attempt's stored status.
+const attemptSucceeded = "succeeded"
 
 // recordTimeout bounds recording an attempt, which runs even when the job's
 // context has ended so that a sent request is not forgotten.

@@ -73,21 +73,6 @@ type envelope struct {
 	Data      json.RawMessage `json:"data"`
 }
 
-// Publish is PublishTx.
-//
-// Deprecated: use PublishTx; Wharf names every method that works in the
-// caller's transaction …Tx, as River does.
-func (o *Outbox) Publish(ctx context.Context, tx pgx.Tx, event *Event) (*PublishResult, error) {
-	return o.PublishTx(ctx, tx, event)
-}
-
-// PublishMany is PublishManyTx.
-//
-// Deprecated: use PublishManyTx.
-func (o *Outbox) PublishMany(ctx context.Context, tx pgx.Tx, events []*Event) ([]*PublishResult, error) {
-	return o.PublishManyTx(ctx, tx, events)
-}
-
 // PublishTx stores event and, in the same transaction, one delivery job per
 // enabled endpoint subscribed to its type. Nothing is sent unless tx
 // commits; once it commits, delivery is attempted until it succeeds or the

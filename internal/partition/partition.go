@@ -2,7 +2,6 @@ package partition
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 )
@@ -145,14 +143,6 @@ func EnsureAll(ctx context.Context, pool *pgxpool.Pool, first, last time.Time) (
 	return created, nil
 }
 
-// IsMissing reports whether err is Postgres refusing a row because no
-// partition covers it.
-func IsMissing(err error) bool {
-	var pgErr *pgconn.PgError
-	// 23514 check_violation, raised as "no partition of relation … found for row".
-	return errors.As(err, &pgErr) && pgErr.Code == "23514" && strings.HasPrefix(pgErr.Message, "no partition of relation")
-}
-
 // Cache remembers which partitions are known to exist so that the insert
 // path checks the catalog only on the first row of each day: a message must
 // never fail to insert for want of a partition, whether the clock just
@@ -210,12 +200,6 @@ func (c *Cache) Ensure(ctx context.Context, db Querier, parent string, t time.Ti
 	}
 	c.known.Store(name, struct{}{})
 	return nil
-}
-
-// Forget drops what the cache knows about parent's partition for day, for
-// callers that have just detached or dropped it.
-func (c *Cache) Forget(parent string, day time.Time) {
-	c.known.Delete(Name(parent, day))
 }
 
 // RetentionLockKey is the advisory-lock key that guards parent's partitions
