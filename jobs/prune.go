@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/wharfhq/wharf/idempotency"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
@@ -93,7 +94,7 @@ func (m *Maintainer) Prune(ctx context.Context, opts *PruneOpts) (*PruneResult, 
 			m.cfg.Logger.InfoContext(ctx, "wharf: prune skipped: another prune is running")
 			return res, nil
 		}
-		defer r.releaseLease(ctx)
+		defer r.releaseLease(ctx, conn)
 	}
 	r.now = m.cfg.Now()
 	for _, policy := range tablePolicies {
@@ -122,14 +123,22 @@ func (r *pruneRun) renewLease(ctx context.Context) (bool, error) {
 }
 
 // releaseLease frees the prune lease, even when ctx has ended; if that
-// fails, the lease expires by itself. It goes through the pool, not the
-// run's connection: a statement interrupted by ctx's end (a DETACH …
-// CONCURRENTLY waiting for long transactions) closes that connection, and
-// a lease left behind would make every prune skip until it expires.
-func (r *pruneRun) releaseLease(ctx context.Context) {
+// fails, the lease expires by itself. It goes through the run's connection
+// while that is usable: the run never waits for a second pooled
+// connection, which a small pool (or one the workers hold) may not give.
+// A statement interrupted by ctx's end (a DETACH … CONCURRENTLY waiting for
+// long transactions) closes that connection: then the run gives it back
+// first and releases the lease through the pool, since a lease left behind
+// would make every prune skip until it expires.
+func (r *pruneRun) releaseLease(ctx context.Context, conn *pgxpool.Conn) {
 	releaseCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := dbsqlc.New(r.m.pool).LeaseRelease(releaseCtx, dbsqlc.LeaseReleaseParams{Name: pruneLease, Holder: r.holder}); err != nil {
+	db := dbsqlc.DBTX(conn)
+	if conn.Conn().IsClosed() {
+		conn.Release()
+		db = r.m.pool
+	}
+	if err := dbsqlc.New(db).LeaseRelease(releaseCtx, dbsqlc.LeaseReleaseParams{Name: pruneLease, Holder: r.holder}); err != nil {
 		r.m.cfg.Logger.WarnContext(ctx, "wharf: releasing the prune lease failed; it expires by itself", "error", err)
 	}
 }
