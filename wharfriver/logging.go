@@ -3,19 +3,19 @@ package wharfriver
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 )
 
-// wharfKindPrefix starts the kind of every River job of Wharf's.
-const wharfKindPrefix = "wharf_"
-
 // quietWharfJobErrors returns l without River's own info line for an error
-// returned by one of Wharf's workers ("Job errored; retrying", "Job
-// errored"): Wharf's workers log each failure themselves, once, with what
-// River cannot know (the message or delivery, its source or endpoint, the
-// handler's error or the endpoint's answer, when it is tried again), and
-// River's line would repeat it without those. Every other record, River's
-// lines about the application's own jobs among them, passes as it was.
+// returned by one of Wharf's processing or delivery workers ("Job errored;
+// retrying", "Job errored"): those log each failure themselves, once, with
+// what River cannot know (the message or delivery, its source or endpoint,
+// the handler's error or the endpoint's answer, when it is tried again),
+// and River's line would repeat it without those. Every other record
+// passes as it was: River's lines about the application's own jobs, and
+// about Wharf's periodic jobs (rescue, upkeep, prune, rollup), which leave
+// their failures to River to log.
 func quietWharfJobErrors(l *slog.Logger) *slog.Logger {
 	return slog.New(&quietHandler{inner: l.Handler()})
 }
@@ -48,12 +48,13 @@ func riverJobErrored(msg string) bool {
 	return strings.HasSuffix(msg, ": Job errored; retrying") || strings.HasSuffix(msg, ": Job errored")
 }
 
-// wharfJob reports whether r is about a job of one of Wharf's kinds.
+// wharfJob reports whether r is about a job of Wharf's processing or
+// delivery workers (wharfKinds).
 func wharfJob(r slog.Record) bool {
 	wharf := false
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "job_kind" {
-			wharf = strings.HasPrefix(a.Value.String(), wharfKindPrefix)
+			wharf = slices.Contains(wharfKinds, a.Value.String())
 			return false
 		}
 		return true

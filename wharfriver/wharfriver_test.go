@@ -276,3 +276,37 @@ func TestOneLogLinePerFailure(t *testing.T) {
 	require.Equal(t, 1, strings.Count(out, "Job errored"), "River's line for the app's job only:\n%s", out)
 	require.Contains(t, out, "job_kind=app_failing")
 }
+
+// TestPeriodicJobFailureIsLogged: a failing periodic job of Wharf's (here
+// the inbox's rescue), which leaves its failure to River to log, still
+// shows in the logs at info: the quiet logger drops River's line only for
+// the workers that log their failures themselves.
+func TestPeriodicJobFailureIsLogged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ib, err := inbox.New(pool, &inbox.Config{Logger: logger})
+	require.NoError(t, err)
+	// Breaks the rescue's query only.
+	_, err = pool.Exec(ctx, "ALTER TABLE wharf_inbox_messages RENAME COLUMN updated_at TO updated_at_broken")
+	require.NoError(t, err)
+	cfg := &river.Config{Logger: logger, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Inbox: ib}))
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+
+	// River logs a failure before it records it on the job.
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job
+			WHERE kind = 'wharf_inbox_rescue' AND array_length(errors, 1) > 0`).Scan(&n)
+		return err == nil && n > 0
+	}, 60*time.Second, 50*time.Millisecond, "the rescue job never failed")
+	out := logs.String()
+	require.Contains(t, out, "job_kind=wharf_inbox_rescue", "the rescue's failure appears nowhere in the logs:\n%s", out)
+	require.Contains(t, out, "updated_at")
+}
