@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,81 +10,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
-
-// processBatchArgs are the River job args of the messages of one receive
-// batch: row ids only. The messages share ReceivedAt.
-type processBatchArgs struct {
-	ReceivedAt time.Time   `json:"received_at"`
-	MessageIDs []uuid.UUID `json:"message_ids"`
-	// Waits counts how many times these messages, waiting for earlier ones
-	// of their ordering keys that were being processed, were handed on to a
-	// new batch job (see handOn).
-	Waits int `json:"waits,omitempty"`
-}
-
-// Kind is the River job kind of batched inbox processing.
-func (processBatchArgs) Kind() string { return "wharf_inbox_process_batch" }
-
-// jobOfMessage maps each message of inserted processing jobs (processArgs
-// or processBatchArgs) to its job's id, read from each job's args: River
-// does not promise that InsertManyTx returns its results in the order of
-// its params. It also returns the messages by their receipt time.
-func jobOfMessage(inserted []*rivertype.JobInsertResult) (map[uuid.UUID]int64, map[time.Time][]uuid.UUID, error) {
-	jobs := make(map[uuid.UUID]int64, len(inserted))
-	byReceivedAt := map[time.Time][]uuid.UUID{}
-	for _, res := range inserted {
-		var args processBatchArgs
-		switch res.Job.Kind {
-		case processArgs{}.Kind():
-			var one processArgs
-			if err := json.Unmarshal(res.Job.EncodedArgs, &one); err != nil {
-				return nil, nil, fmt.Errorf("inbox: args of job %d: %w", res.Job.ID, err)
-			}
-			args = processBatchArgs{ReceivedAt: one.ReceivedAt, MessageIDs: []uuid.UUID{one.MessageID}}
-		case processBatchArgs{}.Kind():
-			if err := json.Unmarshal(res.Job.EncodedArgs, &args); err != nil {
-				return nil, nil, fmt.Errorf("inbox: args of job %d: %w", res.Job.ID, err)
-			}
-		default:
-			return nil, nil, fmt.Errorf("inbox: job %d has kind %q, not an inbox job", res.Job.ID, res.Job.Kind)
-		}
-		for _, id := range args.MessageIDs {
-			jobs[id] = res.Job.ID
-		}
-		byReceivedAt[args.ReceivedAt] = append(byReceivedAt[args.ReceivedAt], args.MessageIDs...)
-	}
-	return jobs, byReceivedAt, nil
-}
-
-// insertJobs inserts processing jobs for stored messages and hands each of
-// those messages to its job, in tx; it returns each message's job.
-func (ib *Inbox) insertJobs(ctx context.Context, tx pgx.Tx, inserts []river.InsertManyParams) (map[uuid.UUID]int64, error) {
-	inserted, err := ib.river.InsertManyTx(ctx, tx, inserts)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: insert jobs: %w", err)
-	}
-	jobs, byReceivedAt, err := jobOfMessage(inserted)
-	if err != nil {
-		return nil, err
-	}
-	q := dbsqlc.New(tx)
-	for at, ids := range byReceivedAt {
-		set := dbsqlc.InboxMessagesSetJobParams{Now: ib.clock(), ReceivedAt: at, Ids: pgxtx.UUIDTexts(ids), JobIds: make([]int64, len(ids))}
-		for i, id := range ids {
-			set.JobIds[i] = jobs[id]
-		}
-		if err := q.InboxMessagesSetJob(ctx, set); err != nil {
-			return nil, fmt.Errorf("inbox: hand messages to their jobs: %w", err)
-		}
-	}
-	return jobs, nil
-}
 
 // processBatchWorker processes a batch of messages in one transaction: each
 // handler runs in a savepoint, so its effect commits with its own processed
@@ -94,7 +24,7 @@ func (ib *Inbox) insertJobs(ctx context.Context, tx pgx.Tx, inserts []river.Inse
 // it alone with backoff. A message that must wait for an earlier one of its
 // ordering key is parked (see parkHeld). One commit covers the batch.
 type processBatchWorker struct {
-	river.WorkerDefaults[processBatchArgs]
+	river.WorkerDefaults[inboxjob.BatchArgs]
 	ib *Inbox
 }
 
@@ -104,7 +34,7 @@ type batchFailure struct {
 	cause error
 }
 
-func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBatchArgs]) error {
+func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.BatchArgs]) error {
 	ib := w.ib
 	log := ib.logger.With("job_id", job.ID, "attempt", job.Attempt)
 	if job.Attempt > 1 {
@@ -194,14 +124,14 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[processBat
 				late = append(late, m.ID)
 			}
 			for j := from; j < len(rows); j++ {
-				if ownedBy(&rows[j], job.ID) {
+				if inboxjob.OwnedBy(&rows[j], job.ID) {
 					late = append(late, rows[j].ID)
 				}
 			}
 		}
 	rows:
 		for i := 0; i < len(rows); i++ {
-			if !ownedBy(&rows[i], job.ID) {
+			if !inboxjob.OwnedBy(&rows[i], job.ID) {
 				continue
 			}
 			if ran && pastHalf() {
@@ -339,13 +269,6 @@ func halfway(ctx context.Context) func() bool {
 	return func() bool { return !time.Now().Before(half) }
 }
 
-// ownedBy reports whether row still waits for job: not processed, erased or
-// moved to another job (a replay, a split) since the batch was enqueued.
-func ownedBy(row *dbsqlc.WharfInboxMessage, jobID int64) bool {
-	return row.JobID != nil && *row.JobID == jobID && row.ScrubbedAt == nil &&
-		(Status(row.Status) == StatusReceived || Status(row.Status) == StatusFailed)
-}
-
 // batchFatalError is a failure that lost the batch's transaction, not just
 // one handler's savepoint.
 type batchFatalError struct{ err error }
@@ -391,7 +314,7 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 // HandleBatch one, stopping at the first that waits for an earlier one of
 // its ordering key (it is handled alone, and parks). next is the index of
 // the first row after the group. Fewer than two messages mean no group.
-func (w *processBatchWorker) group(job *river.Job[processBatchArgs], rows []dbsqlc.WharfInboxMessage, i int, msg *Message, order *batchOrder) (reg *registration, group []*Message, next int) {
+func (w *processBatchWorker) group(job *river.Job[inboxjob.BatchArgs], rows []dbsqlc.WharfInboxMessage, i int, msg *Message, order *batchOrder) (reg *registration, group []*Message, next int) {
 	reg = w.ib.registered(msg.Source, msg.EventType)
 	if reg == nil || reg.many == nil {
 		return nil, nil, i + 1
@@ -402,7 +325,7 @@ func (w *processBatchWorker) group(job *river.Job[processBatchArgs], rows []dbsq
 	group = []*Message{msg}
 	next = i + 1
 	for ; next < len(rows); next++ {
-		if !ownedBy(&rows[next], job.ID) {
+		if !inboxjob.OwnedBy(&rows[next], job.ID) {
 			continue
 		}
 		m := messageFromRow(&rows[next])
@@ -496,8 +419,8 @@ func usesNoAttempt(cause error) bool {
 // (The handler's savepoint was rolled back, its message's mark with it.)
 func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause error) error {
 	q := dbsqlc.New(tx)
-	opts := ib.insertOpts()
-	args := processArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}
+	opts := ib.jobs.Opts()
+	args := inboxjob.ProcessArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}
 	var snooze *river.JobSnoozeError
 	var waiting *orderingWaitError
 	switch {
@@ -516,7 +439,7 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		status := failureStatus(cause, 1, ib.maxAttempts)
 		recorded, err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
 			Status:     string(status),
-			LastError:  truncateError(cause.Error()),
+			LastError:  inboxjob.LastError(cause.Error()),
 			Now:        ib.clock(),
 			ReceivedAt: msg.ReceivedAt,
 			ID:         msg.ID,
@@ -537,11 +460,11 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 		}
 		// This attempt counted: the retry job's first run stands for it
 		// and hands it to River, which schedules the retry by the client's
-		// RetryPolicy (see processArgs.FailedInBatch); its other attempts
+		// RetryPolicy (see inboxjob.ProcessArgs.FailedInBatch); its other attempts
 		// are the rest.
 		args.FailedInBatch = true
 	}
-	if _, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}}); err != nil {
+	if _, err := ib.jobs.Assign(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}}); err != nil {
 		return fmt.Errorf("inbox: retry job: %w", err)
 	}
 	return nil
@@ -550,7 +473,7 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 // split gives every message still waiting for job a job of its own, with a
 // full set of attempts (the batch's failed transaction recorded none), and
 // completes job, in one transaction.
-func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBatchArgs], log *slog.Logger) error {
+func (w *processBatchWorker) split(ctx context.Context, job *river.Job[inboxjob.BatchArgs], log *slog.Logger) error {
 	ib := w.ib
 	var moved int
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
@@ -563,19 +486,19 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[processBa
 		}
 		var params []river.InsertManyParams
 		for i := range rows {
-			if !ownedBy(&rows[i], job.ID) {
+			if !inboxjob.OwnedBy(&rows[i], job.ID) {
 				continue
 			}
 			// Stay on the queue the batch was on.
-			opts := ib.insertOpts()
+			opts := ib.jobs.Opts()
 			opts.Queue = job.Queue
 			params = append(params, river.InsertManyParams{
-				Args:       processArgs{MessageID: rows[i].ID, ReceivedAt: rows[i].ReceivedAt},
+				Args:       inboxjob.ProcessArgs{MessageID: rows[i].ID, ReceivedAt: rows[i].ReceivedAt},
 				InsertOpts: opts,
 			})
 		}
 		if len(params) > 0 {
-			if _, err := ib.insertJobs(ctx, tx, params); err != nil {
+			if _, err := ib.jobs.Assign(ctx, tx, params); err != nil {
 				return err
 			}
 		}

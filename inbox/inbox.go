@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/groupcommit"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
@@ -36,12 +37,6 @@ const (
 	// DefaultBatchSize is how many messages share a receive transaction and
 	// a processing job unless Config.BatchSize says otherwise.
 	DefaultBatchSize = 50
-	// maxJobMessages caps the messages of one processing job whatever
-	// BatchSize: each handler that writes takes a subtransaction (two if it
-	// opens a savepoint of its own), and more than 64 in one transaction
-	// overflow Postgres's per-backend cache of them, which slows every other
-	// session's snapshots.
-	maxJobMessages = 30
 	// insertNotifyInterval is how often at most the inbox's inserts of jobs
 	// tell the workers (LISTEN/NOTIFY) that jobs are waiting. Each notifying
 	// commit takes Postgres's notification queue lock, so not every insert
@@ -50,8 +45,6 @@ const (
 	// DefaultBatchWait is how long a delivery waits for others to share its
 	// transaction unless Config.BatchWait says otherwise.
 	DefaultBatchWait = time.Millisecond
-
-	messagesTable = "wharf_inbox_messages"
 )
 
 // Config configures an Inbox. A nil *Config means every default.
@@ -129,6 +122,7 @@ type Config struct {
 type Inbox struct {
 	pool           *pgxpool.Pool
 	river          *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
+	jobs           *inboxjob.Jobs
 	partitions     *partition.Cache
 	queue          string
 	maxAttempts    int
@@ -213,6 +207,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
 	}
 	ib.metrics = m
+	ib.jobs, err = inboxjob.New(&inboxjob.Config{River: insertClient, Queue: ib.queue, MaxAttempts: ib.maxAttempts, Now: ib.clock})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
 	ib.onDead = cfg.OnDead
 	ib.tracer = telemetry.Tracer(cfg.TracerProvider, "inbox")
 	ib.rejections = newRejectionLog(ib.logger, cmp.Or(cfg.RejectionLogInterval, defaultRejectionLogInterval))

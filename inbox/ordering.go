@@ -21,6 +21,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
@@ -164,10 +165,10 @@ type parkedHead struct {
 // the next waiting for River's next fetch, drained a hot key's backlog at
 // some 40 messages a second. A head that has failed before keeps its
 // attempts on a job of its own, and wakes no run; the runs of one receipt
-// time share batch jobs of up to BatchSize (and maxJobMessages) messages,
+// time share batch jobs of up to BatchSize (and inboxjob.MaxMessages) messages,
 // a run never split, processed in one transaction in receipt order.
 func (ib *Inbox) wake(ctx context.Context, tx pgx.Tx, heads []parkedHead) error {
-	limit := min(ib.batchSize, maxJobMessages)
+	limit := min(ib.batchSize, inboxjob.MaxMessages)
 	runs := make([][]uuid.UUID, len(heads))
 	for i, h := range heads {
 		runs[i] = []uuid.UUID{h.id}
@@ -227,7 +228,7 @@ func (ib *Inbox) wake(ctx context.Context, tx pgx.Tx, heads []parkedHead) error 
 	var inserts []river.InsertManyParams
 	single := func(id uuid.UUID, at time.Time) {
 		inserts = append(inserts, river.InsertManyParams{
-			Args: processArgs{MessageID: id, ReceivedAt: at}, InsertOpts: ib.insertOpts(),
+			Args: inboxjob.ProcessArgs{MessageID: id, ReceivedAt: at}, InsertOpts: ib.jobs.Opts(),
 		})
 	}
 	groups := map[time.Time][][]uuid.UUID{}
@@ -254,7 +255,7 @@ func (ib *Inbox) wake(ctx context.Context, tx pgx.Tx, heads []parkedHead) error 
 			default:
 				slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 				inserts = append(inserts, river.InsertManyParams{
-					Args: processBatchArgs{ReceivedAt: at, MessageIDs: ids}, InsertOpts: ib.batchInsertOpts(),
+					Args: inboxjob.BatchArgs{ReceivedAt: at, MessageIDs: ids}, InsertOpts: ib.jobs.BatchOpts(),
 				})
 			}
 			ids = nil
@@ -270,7 +271,7 @@ func (ib *Inbox) wake(ctx context.Context, tx pgx.Tx, heads []parkedHead) error 
 	if len(inserts) == 0 {
 		return nil
 	}
-	if _, err := ib.insertJobs(ctx, tx, inserts); err != nil {
+	if _, err := ib.jobs.Assign(ctx, tx, inserts); err != nil {
 		return fmt.Errorf("inbox: ordering: wake messages: %w", err)
 	}
 	return nil
@@ -298,7 +299,7 @@ func (ib *Inbox) SkipTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason str
 	if err != nil {
 		return translate(err)
 	}
-	text := truncateError("skipped by an operator: " + reason)
+	text := inboxjob.LastError("skipped by an operator: " + reason)
 	skipped, err := q.InboxMessageSkip(ctx, dbsqlc.InboxMessageSkipParams{
 		Reason: text, Now: ib.clock(), ReceivedAt: row.ReceivedAt, ID: row.ID,
 	})
@@ -318,7 +319,7 @@ func (ib *Inbox) SkipTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason str
 		case err != nil:
 			return fmt.Errorf("inbox: skip message %s: look up job: %w", id, err)
 		default:
-			if err := ib.deleteJobTx(ctx, tx, job); err != nil {
+			if err := ib.jobs.Delete(ctx, tx, job); err != nil {
 				return err
 			}
 		}
@@ -343,11 +344,11 @@ type msgRef struct {
 	id         uuid.UUID
 }
 
-func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[processBatchArgs], rows []dbsqlc.WharfInboxMessage) (*batchOrder, error) {
+func (ib *Inbox) newBatchOrder(ctx context.Context, tx pgx.Tx, job *river.Job[inboxjob.BatchArgs], rows []dbsqlc.WharfInboxMessage) (*batchOrder, error) {
 	o := &batchOrder{}
 	var params dbsqlc.InboxMessagesHeldOutsideBatchParams
 	for i := range rows {
-		if rows[i].OrderingKey != "" && ownedBy(&rows[i], job.ID) {
+		if rows[i].OrderingKey != "" && inboxjob.OwnedBy(&rows[i], job.ID) {
 			params.Ids = append(params.Ids, rows[i].ID.String())
 			params.Sources = append(params.Sources, rows[i].Source)
 			params.OrderingKeys = append(params.OrderingKeys, rows[i].OrderingKey)
@@ -519,7 +520,7 @@ const orderingHandOns = 3
 // that runs at once: by the time it runs, the earlier ones have most likely
 // finished and the messages are processed together. Its Waits counts the
 // hand-ons.
-func (ib *Inbox) handOn(ctx context.Context, tx pgx.Tx, job *river.Job[processBatchArgs], msgs []*Message) error {
+func (ib *Inbox) handOn(ctx context.Context, tx pgx.Tx, job *river.Job[inboxjob.BatchArgs], msgs []*Message) error {
 	ids := make([]uuid.UUID, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.ID
@@ -532,11 +533,11 @@ func (ib *Inbox) handOn(ctx context.Context, tx pgx.Tx, job *river.Job[processBa
 
 // continueBatch gives ids, messages of batch job, a new batch job on its
 // queue that runs at once, with waits as its Waits.
-func (ib *Inbox) continueBatch(ctx context.Context, tx pgx.Tx, job *river.Job[processBatchArgs], ids []uuid.UUID, waits int) error {
-	args := processBatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
-	opts := ib.batchInsertOpts()
+func (ib *Inbox) continueBatch(ctx context.Context, tx pgx.Tx, job *river.Job[inboxjob.BatchArgs], ids []uuid.UUID, waits int) error {
+	args := inboxjob.BatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
+	opts := ib.jobs.BatchOpts()
 	opts.Queue = job.Queue
-	_, err := ib.insertJobs(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}})
+	_, err := ib.jobs.Assign(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}})
 	return err
 }
 

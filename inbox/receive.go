@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
@@ -78,29 +79,6 @@ type Result struct {
 	Err error
 }
 
-// processArgs are the River job args of a message: row ids only, never the
-// payload. ReceivedAt is part of the message's key (the partition key).
-type processArgs struct {
-	MessageID  uuid.UUID `json:"message_id"`
-	ReceivedAt time.Time `json:"received_at"`
-	// NotBefore, when set, is when the message is to run: the job snoozes
-	// until then. A handler's snooze in a batch is handed over to a job
-	// inserted available with its time here, rather than scheduled for it:
-	// River makes a scheduled job available only at its scheduler's next
-	// run (every 5 s), where a snooze or a worker's retry due sooner stays
-	// available.
-	NotBefore *time.Time `json:"not_before,omitempty"`
-	// FailedInBatch marks the retry of a message whose handler failed in a
-	// batch, whose transaction recorded that attempt. The job's first run
-	// runs no handler: it returns that failure to River, which schedules
-	// the retry by the client's RetryPolicy (and its first attempt stands
-	// for the batch's, so that MaxAttempts counts handler runs).
-	FailedInBatch bool `json:"failed_in_batch,omitempty"`
-}
-
-// Kind is the River job kind of inbox processing.
-func (processArgs) Kind() string { return "wharf_inbox_process" }
-
 // ReceiveTx claims msg's dedupe key, stores the message and inserts its River
 // job, all in tx: the caller's commit makes the receipt durable and its
 // rollback leaves no trace. When the key was already claimed no message or
@@ -156,7 +134,7 @@ func (ib *Inbox) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Incoming) 
 		return results, nil
 	}
 	now := ib.clock()
-	if err := ib.partitions.Ensure(ctx, tx, messagesTable, now); err != nil {
+	if err := ib.partitions.Ensure(ctx, tx, inboxjob.MessagesTable, now); err != nil {
 		return nil, err
 	}
 	won, err := ib.claimKeys(ctx, tx, msgs, claims, now, results)
@@ -270,22 +248,18 @@ func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, 
 	var jobs []river.InsertManyParams
 	if len(won) == 1 || ib.batchSize <= 1 {
 		for _, c := range won {
-			jobs = append(jobs, river.InsertManyParams{Args: processArgs{MessageID: c.proposed, ReceivedAt: now}, InsertOpts: ib.insertOpts()})
+			jobs = append(jobs, river.InsertManyParams{Args: inboxjob.ProcessArgs{MessageID: c.proposed, ReceivedAt: now}, InsertOpts: ib.jobs.Opts()})
 		}
 	} else {
-		for chunk := range slices.Chunk(won, min(ib.batchSize, maxJobMessages)) {
-			args := processBatchArgs{ReceivedAt: now, MessageIDs: make([]uuid.UUID, len(chunk))}
+		for chunk := range slices.Chunk(won, min(ib.batchSize, inboxjob.MaxMessages)) {
+			args := inboxjob.BatchArgs{ReceivedAt: now, MessageIDs: make([]uuid.UUID, len(chunk))}
 			for i, c := range chunk {
 				args.MessageIDs[i] = c.proposed
 			}
-			jobs = append(jobs, river.InsertManyParams{Args: args, InsertOpts: ib.batchInsertOpts()})
+			jobs = append(jobs, river.InsertManyParams{Args: args, InsertOpts: ib.jobs.BatchOpts()})
 		}
 	}
-	inserted, err := ib.river.InsertManyTx(ctx, tx, jobs)
-	if err != nil {
-		return fmt.Errorf("inbox: insert jobs: %w", err)
-	}
-	jobOf, _, err := jobOfMessage(inserted)
+	jobOf, err := ib.jobs.Insert(ctx, tx, jobs)
 	if err != nil {
 		return err
 	}
@@ -322,20 +296,6 @@ func bodyBytes(b []byte) []byte {
 		return []byte{}
 	}
 	return b
-}
-
-func (ib *Inbox) insertOpts() *river.InsertOpts {
-	return &river.InsertOpts{Queue: ib.queue, MaxAttempts: ib.maxAttempts}
-}
-
-// batchJobMaxAttempts is a batch job's attempts, whatever MaxAttempts: they
-// are not handler attempts (the first runs the batch, the others only hand
-// its messages to jobs of their own, until the database lets them), so a
-// small MaxAttempts must not discard a batch with its messages unprocessed.
-const batchJobMaxAttempts = 25
-
-func (ib *Inbox) batchInsertOpts() *river.InsertOpts {
-	return &river.InsertOpts{Queue: ib.queue, MaxAttempts: batchJobMaxAttempts}
 }
 
 func (m *Incoming) validate() error {

@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -14,8 +13,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/partition"
-	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -68,7 +67,7 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	// this transaction ends.
 	if err := q.AdvisoryXactLockShared(ctx, dbsqlc.AdvisoryXactLockSharedParams{
 		Class: partition.LockClass(),
-		Key:   partition.RetentionLockKey(messagesTable),
+		Key:   partition.RetentionLockKey(inboxjob.MessagesTable),
 	}); err != nil {
 		return err
 	}
@@ -82,7 +81,7 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	// Retention marks a day before it detaches its partition, under the
 	// lock held shared above, and holds no lock while it detaches.
 	dropping, err := q.PartitionDropMarked(ctx, dbsqlc.PartitionDropMarkedParams{
-		Parent: messagesTable, Day: partition.Day(row.ReceivedAt),
+		Parent: inboxjob.MessagesTable, Day: partition.Day(row.ReceivedAt),
 	})
 	if err != nil {
 		return err
@@ -100,26 +99,26 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	switch Status(row.Status) {
 	case StatusFailed, StatusDead:
 	case StatusReceived:
-		if oldJob != nil && !finalized(oldJob.State) {
+		if oldJob != nil && !inboxjob.Finalized(oldJob.State) {
 			return fmt.Errorf("%w (message %s is received and its job %d is %s)", ErrNotReplayable, id, oldJob.ID, oldJob.State)
 		}
 	default:
 		return fmt.Errorf("%w (message %s is %s)", ErrNotReplayable, id, row.Status)
 	}
-	opts := ib.insertOpts()
+	opts := ib.jobs.Opts()
 	if oldJob != nil {
 		// The old job may wait for a retry; the new one replaces it. A
 		// running job cannot be deleted and needs not be: it finds the
 		// message on another job and leaves it, nor does its failure
 		// record apply (see ownedBy, InboxMessageMarkFailed).
-		if err := ib.deleteJobTx(ctx, tx, oldJob); err != nil {
+		if err := ib.jobs.Delete(ctx, tx, oldJob); err != nil {
 			return err
 		}
 		// Stay on the queue the application works, whatever this Inbox
 		// (the CLI's, say) was configured with.
 		opts.Queue = oldJob.Queue
 	}
-	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: id, ReceivedAt: row.ReceivedAt}, opts)
+	job, err := ib.river.InsertTx(ctx, tx, inboxjob.ProcessArgs{MessageID: id, ReceivedAt: row.ReceivedAt}, opts)
 	if err != nil {
 		return fmt.Errorf("inbox: insert job: %w", err)
 	}
@@ -134,46 +133,6 @@ func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	ib.logger.InfoContext(ctx, "inbox: message replayed", "message_id", id, "source", row.Source, "event_id", row.EventID,
 		"job_id", job.Job.ID, "queue", opts.Queue)
 	return nil
-}
-
-// deleteJobTx deletes a message's job that will not be needed, unless it is
-// running (it finds the message no longer its own and leaves it) or is a
-// batch's that another message still waits for (its worker skips a message
-// that moved on).
-func (ib *Inbox) deleteJobTx(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow) error {
-	if job.Kind == (processBatchArgs{}).Kind() {
-		if finalized(job.State) {
-			return nil // it will not run again; keep its record
-		}
-		var args processBatchArgs
-		if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
-			return fmt.Errorf("inbox: job %d: decode args: %w", job.ID, err)
-		}
-		// Not locked: locking the neighbours' rows too would deadlock two
-		// replays of one batch. Messages only ever leave a batch job, so a
-		// stale read at worst keeps a job that has nothing left to do.
-		rows, err := dbsqlc.New(tx).InboxMessagesGet(ctx, dbsqlc.InboxMessagesGetParams{
-			ReceivedAt: args.ReceivedAt, Ids: pgxtx.UUIDTexts(args.MessageIDs),
-		})
-		if err != nil {
-			return fmt.Errorf("inbox: messages of job %d: %w", job.ID, err)
-		}
-		for i := range rows {
-			if ownedBy(&rows[i], job.ID) {
-				return nil
-			}
-		}
-	}
-	if _, err := ib.river.JobDeleteTx(ctx, tx, job.ID); err != nil &&
-		!errors.Is(err, rivertype.ErrNotFound) && !errors.Is(err, rivertype.ErrJobRunning) {
-		return fmt.Errorf("inbox: delete job %d: %w", job.ID, err)
-	}
-	return nil
-}
-
-// finalized reports whether a job in state s will never run again.
-func finalized(s rivertype.JobState) bool {
-	return s == rivertype.JobStateCompleted || s == rivertype.JobStateCancelled || s == rivertype.JobStateDiscarded
 }
 
 // Forget erases the body, headers and last error of every stored delivery
@@ -233,7 +192,7 @@ func (ib *Inbox) ForgetTx(ctx context.Context, tx pgx.Tx, source, eventID string
 		if err != nil {
 			return 0, fmt.Errorf("inbox: look up job: %w", err)
 		}
-		if err := ib.deleteJobTx(ctx, tx, job); err != nil {
+		if err := ib.jobs.Delete(ctx, tx, job); err != nil {
 			return 0, err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 )
 
 // RescueInterval is how often the inbox's periodic job (see PeriodicJobs)
@@ -26,22 +27,16 @@ const RescueAfter = time.Minute
 // takes the rest.
 const maxRescue = 1000
 
-// rescueArgs are the args of the inbox's periodic rescue job.
-type rescueArgs struct{}
-
-// Kind is the River job kind of the inbox's periodic rescue.
-func (rescueArgs) Kind() string { return "wharf_inbox_rescue" }
-
 type rescueWorker struct {
-	river.WorkerDefaults[rescueArgs]
+	river.WorkerDefaults[inboxjob.RescueArgs]
 	ib *Inbox
 }
 
 // Timeout lets a rescue over a large backlog finish: it runs once per
 // RescueInterval.
-func (w *rescueWorker) Timeout(*river.Job[rescueArgs]) time.Duration { return RescueInterval }
+func (w *rescueWorker) Timeout(*river.Job[inboxjob.RescueArgs]) time.Duration { return RescueInterval }
 
-func (w *rescueWorker) Work(ctx context.Context, _ *river.Job[rescueArgs]) error {
+func (w *rescueWorker) Work(ctx context.Context, _ *river.Job[inboxjob.RescueArgs]) error {
 	_, err := w.ib.Rescue(ctx)
 	return err
 }
@@ -54,9 +49,9 @@ func (ib *Inbox) PeriodicJobs() []*river.PeriodicJob {
 	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(RescueInterval),
 		func() (river.JobArgs, *river.InsertOpts) {
 			// One per interval, even while an earlier one retries.
-			return rescueArgs{}, &river.InsertOpts{Queue: ib.queue, UniqueOpts: river.UniqueOpts{ByPeriod: RescueInterval}}
+			return inboxjob.RescueArgs{}, &river.InsertOpts{Queue: ib.queue, UniqueOpts: river.UniqueOpts{ByPeriod: RescueInterval}}
 		},
-		&river.PeriodicJobOpts{ID: rescueArgs{}.Kind(), RunOnStart: true})}
+		&river.PeriodicJobOpts{ID: inboxjob.RescueArgs{}.Kind(), RunOnStart: true})}
 }
 
 // Rescue finds the unfinished messages that nothing would run (RescueAfter
@@ -140,7 +135,7 @@ func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 		switch s.jobState {
 		case "", "completed":
 			inserts = append(inserts, river.InsertManyParams{
-				Args: processArgs{MessageID: s.msg.ID, ReceivedAt: s.msg.ReceivedAt}, InsertOpts: ib.insertOpts(),
+				Args: inboxjob.ProcessArgs{MessageID: s.msg.ID, ReceivedAt: s.msg.ReceivedAt}, InsertOpts: ib.jobs.Opts(),
 			})
 			continue
 		case "gone":
@@ -162,7 +157,7 @@ func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 	if len(inserts) == 0 {
 		return settled, nil
 	}
-	jobs, err := ib.insertJobs(ctx, tx, inserts)
+	jobs, err := ib.jobs.Assign(ctx, tx, inserts)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: rescue: %w", err)
 	}

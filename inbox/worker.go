@@ -19,8 +19,8 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/pgxtx"
-	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Status is where a message is in its life.
@@ -213,13 +213,13 @@ func (ib *Inbox) handlerFor(source, eventType string) Handler {
 }
 
 type processWorker struct {
-	river.WorkerDefaults[processArgs]
+	river.WorkerDefaults[inboxjob.ProcessArgs]
 	ib *Inbox
 }
 
 // Work runs the message's handler in one transaction with the message's
 // status change and the job's completion.
-func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) error {
+func (w *processWorker) Work(ctx context.Context, job *river.Job[inboxjob.ProcessArgs]) error {
 	if job.Args.NotBefore != nil {
 		if wait := time.Until(*job.Args.NotBefore); wait > 0 {
 			// A snooze handed over from a batch (or, from an older
@@ -255,7 +255,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[processArgs]) e
 			// A replayed or duplicated job: the effect already committed.
 			return completeJob(ctx, tx, job)
 		}
-		if !ownedBy(&row, job.ID) {
+		if !inboxjob.OwnedBy(&row, job.ID) {
 			// Skipped, erased, replayed onto a new job or rescued while
 			// this job was running or waiting for a retry (neither can
 			// delete a running job): not this job's to run, nor to fail.
@@ -381,7 +381,7 @@ func snoozes(job *rivertype.JobRow) int {
 // InboxMessageMarkFailed): otherwise an operator got in after the rollback,
 // and the job ends (cancelled) with nothing counted, logged dead, woken or
 // reported to OnDead.
-func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[processArgs], msg *Message, cause error, took time.Duration, log *slog.Logger) error {
+func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[inboxjob.ProcessArgs], msg *Message, cause error, took time.Duration, log *slog.Logger) error {
 	status := failureStatus(cause, job.Attempt, job.MaxAttempts)
 	// Record even when the job's context is done (a timeout is a failure
 	// worth recording), but not forever.
@@ -392,7 +392,7 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[proces
 	}
 	mark := dbsqlc.InboxMessageMarkFailedParams{
 		Status:     string(status),
-		LastError:  truncateError(cause.Error()),
+		LastError:  inboxjob.LastError(cause.Error()),
 		Now:        w.ib.clock(),
 		ReceivedAt: job.Args.ReceivedAt,
 		ID:         job.Args.MessageID,
@@ -492,14 +492,6 @@ func recovered(fn func() error) (err error) {
 	}()
 	return fn()
 }
-
-// maxErrorLength bounds the last_error stored on a message.
-const maxErrorLength = 4096
-
-// truncateError makes a handler's error storable as last_error: a text
-// column cannot hold NUL or invalid UTF-8, and an error that cannot be
-// stored would leave its message unrecorded, neither failed nor dead.
-func truncateError(s string) string { return shared.Text(s, maxErrorLength) }
 
 func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 	m := &Message{
