@@ -14,6 +14,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/inboxjob"
+	"github.com/wharfhq/wharf/internal/ordering"
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
@@ -30,7 +31,7 @@ type processBatchWorker struct {
 
 // batchFailure is a message whose handler failed within a batch.
 type batchFailure struct {
-	msg   *Message
+	msg   *dbsqlc.WharfInboxMessage
 	cause error
 }
 
@@ -42,7 +43,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		// connection): let each message go its own way.
 		return w.split(ctx, job, log)
 	}
-	var processed []*Message
+	var processed []*dbsqlc.WharfInboxMessage
 	var failures []batchFailure
 	var late []uuid.UUID                  // messages left for a new batch job (see pastHalf)
 	took := map[uuid.UUID]time.Duration{} // handler run times
@@ -50,7 +51,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
 		processed, failures, late = nil, nil, nil
 		clear(took)
-		var waiting []heldMessage
+		var waiting []ordering.Held
 		// Generic plans: a custom plan of these statements on the
 		// day-partitioned messages took as long as running them (see
 		// pgxtx.GenericPlans).
@@ -64,7 +65,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 			return fmt.Errorf("inbox: load messages: %w", err)
 		}
 		now := ib.clock()
-		order, err := ib.newBatchOrder(ctx, tx, job, rows)
+		order, err := ordering.NewBatchOrder(ctx, tx, job.ID, job.Args.ReceivedAt, rows)
 		if err != nil {
 			return err
 		}
@@ -72,11 +73,11 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		var unmarked []uuid.UUID // processed by handlers that never touched the database
 		// alone runs msg's handler in a savepoint of its own; an error is
 		// one that lost the transaction.
-		alone := func(msg *Message) error {
-			if held, outside := order.held(msg); held {
+		alone := func(msg *dbsqlc.WharfInboxMessage) error {
+			if held, ok := order.Holds(msg); ok {
 				// An earlier message of its ordering key is unfinished: it
 				// waits, parked, without using an attempt.
-				waiting = append(waiting, heldMessage{msg: msg, outside: outside})
+				waiting = append(waiting, held)
 				return nil
 			}
 			sp.start(pgxtx.Capture(func(db pgxtx.DBTX) error {
@@ -105,7 +106,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 					// dead now is finished and holds none: each of them
 					// waits, if at all, for an earlier one outside the
 					// batch, which may lie between the two.
-					order.hold(msg)
+					order.Hold(msg)
 				}
 				return nil
 			}
@@ -119,7 +120,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		// to a new batch job, rather than risk the whole batch's work on
 		// the time left; at least one runs, so that every job gets on.
 		ran := false // a handler of the batch, or a park
-		leaveFrom := func(rest []*Message, from int) {
+		leaveFrom := func(rest []*dbsqlc.WharfInboxMessage, from int) {
 			for _, m := range rest {
 				late = append(late, m.ID)
 			}
@@ -139,8 +140,8 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 				break
 			}
 			ran = true
-			msg := messageFromRow(&rows[i])
-			reg, group, next := w.group(job, rows, i, msg, order)
+			msg := &rows[i]
+			reg, group, next := w.group(job, rows, i, order)
 			if len(group) < 2 {
 				if err := alone(msg); err != nil {
 					return err
@@ -183,7 +184,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		}
 		// Parked before any wake of this transaction (retryAlone wakes the
 		// next message of one that is dead), so that the wakes see them.
-		rest, err := ib.parkHeld(ctx, tx, job.Args.ReceivedAt, waiting)
+		rest, err := ib.ordering.ParkHeld(ctx, tx, job.Args.ReceivedAt, waiting)
 		if err != nil {
 			return err
 		}
@@ -206,7 +207,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 				return fmt.Errorf("inbox: hand the rest of a batch on: %w", err)
 			}
 		}
-		if err := ib.wakeNextOf(ctx, tx, job.Args.ReceivedAt, processed); err != nil {
+		if err := ib.ordering.WakeNextOf(ctx, tx, job.Args.ReceivedAt, processed); err != nil {
 			return err
 		}
 		for _, f := range failures {
@@ -234,7 +235,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 			"messages", len(late))
 	}
 	for _, msg := range processed {
-		ib.metrics.handled(ctx, msg, StatusProcessed, took[msg.ID])
+		ib.metrics.handled(ctx, msg, inboxjob.StatusProcessed, took[msg.ID])
 		log.DebugContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 	}
 	for _, f := range failures {
@@ -248,7 +249,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		status := failureStatus(f.cause, 1, ib.maxAttempts)
 		ib.metrics.handled(ctx, f.msg, status, took[f.msg.ID])
 		logFailure(ctx, log.With("message_id", f.msg.ID), f.msg, status, f.cause)
-		if status == StatusDead {
+		if status == inboxjob.StatusDead {
 			ib.dead(ctx, f.msg, f.cause)
 		}
 	}
@@ -314,25 +315,26 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 // HandleBatch one, stopping at the first that waits for an earlier one of
 // its ordering key (it is handled alone, and parks). next is the index of
 // the first row after the group. Fewer than two messages mean no group.
-func (w *processBatchWorker) group(job *river.Job[inboxjob.BatchArgs], rows []dbsqlc.WharfInboxMessage, i int, msg *Message, order *batchOrder) (reg *registration, group []*Message, next int) {
+func (w *processBatchWorker) group(job *river.Job[inboxjob.BatchArgs], rows []dbsqlc.WharfInboxMessage, i int, order *ordering.BatchOrder) (reg *registration, group []*dbsqlc.WharfInboxMessage, next int) {
+	msg := &rows[i]
 	reg = w.ib.registered(msg.Source, msg.EventType)
 	if reg == nil || reg.many == nil {
 		return nil, nil, i + 1
 	}
-	if held, _ := order.held(msg); held {
+	if _, held := order.Holds(msg); held {
 		return nil, nil, i + 1
 	}
-	group = []*Message{msg}
+	group = []*dbsqlc.WharfInboxMessage{msg}
 	next = i + 1
 	for ; next < len(rows); next++ {
 		if !inboxjob.OwnedBy(&rows[next], job.ID) {
 			continue
 		}
-		m := messageFromRow(&rows[next])
+		m := &rows[next]
 		if w.ib.registered(m.Source, m.EventType) != reg {
 			break
 		}
-		if held, _ := order.held(m); held {
+		if _, held := order.Holds(m); held {
 			break
 		}
 		group = append(group, m)
@@ -348,15 +350,14 @@ func (w *processBatchWorker) group(job *river.Job[inboxjob.BatchArgs], rows []db
 // (sorting, filtering, clearing a body once decoded) changes nothing the
 // worker goes on with.
 func (w *processBatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx pgx.Tx, sp *savepoints, reg *registration,
-	group []*Message, now time.Time, took map[uuid.UUID]time.Duration,
+	group []*dbsqlc.WharfInboxMessage, now time.Time, took map[uuid.UUID]time.Duration,
 ) (ok bool, err error) {
 	ib := w.ib
 	ids := make([]uuid.UUID, len(group))
 	msgs := make([]*Message, len(group))
 	for i, m := range group {
 		ids[i] = m.ID
-		c := *m
-		msgs[i] = &c
+		msgs[i] = messageFromRow(m)
 	}
 	sp.start(pgxtx.Capture(func(db pgxtx.DBTX) error {
 		return dbsqlc.New(db).InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
@@ -400,7 +401,7 @@ func (w *processBatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx 
 // diesInBatch reports whether cause, a handler's failure in a batch, makes
 // its message dead in the batch's transaction (see retryAlone).
 func (ib *Inbox) diesInBatch(cause error) bool {
-	return !usesNoAttempt(cause) && failureStatus(cause, 1, ib.maxAttempts) == StatusDead
+	return !usesNoAttempt(cause) && failureStatus(cause, 1, ib.maxAttempts) == inboxjob.StatusDead
 }
 
 // usesNoAttempt reports whether cause, a handler's failure in a batch (or
@@ -417,7 +418,7 @@ func usesNoAttempt(cause error) bool {
 // snooze uses no attempt and runs again after its duration; a lost
 // conflict (see lostConflict) uses none either and runs again at once.
 // (The handler's savepoint was rolled back, its message's mark with it.)
-func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause error) error {
+func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *dbsqlc.WharfInboxMessage, cause error) error {
 	q := dbsqlc.New(tx)
 	opts := ib.jobs.Opts()
 	args := inboxjob.ProcessArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}
@@ -438,13 +439,13 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 	default:
 		status := failureStatus(cause, 1, ib.maxAttempts)
 		recorded, err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
-			Status:     string(status),
+			Status:     status,
 			LastError:  inboxjob.LastError(cause.Error()),
 			Now:        ib.clock(),
 			ReceivedAt: msg.ReceivedAt,
 			ID:         msg.ID,
-			JobID:      msg.JobID,
-			Attempts:   int32(msg.Attempts),
+			JobID:      inboxjob.JobID(msg),
+			Attempts:   msg.Attempts,
 		})
 		if err != nil {
 			return fmt.Errorf("inbox: record failure: %w", err)
@@ -455,8 +456,8 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *Message, cause 
 			// commits, and its messages go on alone (see split).
 			return fmt.Errorf("inbox: message %s changed under the batch's lock", msg.ID)
 		}
-		if status == StatusDead {
-			return ib.wakeNext(ctx, tx, msg)
+		if status == inboxjob.StatusDead {
+			return ib.ordering.WakeNext(ctx, tx, msg)
 		}
 		// This attempt counted: the retry job's first run stands for it
 		// and hands it to River, which schedules the retry by the client's

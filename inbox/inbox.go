@@ -16,8 +16,10 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/groupcommit"
 	"github.com/wharfhq/wharf/internal/inboxjob"
+	"github.com/wharfhq/wharf/internal/ordering"
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
@@ -123,6 +125,7 @@ type Inbox struct {
 	pool           *pgxpool.Pool
 	river          *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
 	jobs           *inboxjob.Jobs
+	ordering       *ordering.Ordering
 	partitions     *partition.Cache
 	queue          string
 	maxAttempts    int
@@ -215,6 +218,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	ib.tracer = telemetry.Tracer(cfg.TracerProvider, "inbox")
 	ib.rejections = newRejectionLog(ib.logger, cmp.Or(cfg.RejectionLogInterval, defaultRejectionLogInterval))
 	ib.batchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
+	ib.ordering, err = ordering.New(&ordering.Config{Jobs: ib.jobs, BatchSize: ib.batchSize, Now: ib.clock})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
 	batchWait := cmp.Or(cfg.BatchWait, DefaultBatchWait)
 	if batchWait < 0 {
 		batchWait = 0
@@ -299,7 +306,7 @@ func (ib *Inbox) txFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 }
 
 // dead calls Config.OnDead for msg, recovering a panic.
-func (ib *Inbox) dead(ctx context.Context, msg *Message, cause error) {
+func (ib *Inbox) dead(ctx context.Context, msg *dbsqlc.WharfInboxMessage, cause error) {
 	if ib.onDead == nil {
 		return
 	}
@@ -308,5 +315,5 @@ func (ib *Inbox) dead(ctx context.Context, msg *Message, cause error) {
 			ib.logger.ErrorContext(ctx, "inbox: OnDead panicked", "message_id", msg.ID, "panic", fmt.Sprint(r))
 		}
 	}()
-	ib.onDead(ctx, msg, cause)
+	ib.onDead(ctx, messageFromRow(msg), cause)
 }

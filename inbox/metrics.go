@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
@@ -129,20 +130,20 @@ func (m *metrics) request(ctx context.Context, source, result string, took time.
 }
 
 // handled records a handler's outcome.
-func (m *metrics) handled(ctx context.Context, msg *Message, status Status, took time.Duration) {
-	m.outcomes.Add(ctx, 1, m.bySourceStatus.Of(msg.Source, string(status)))
+func (m *metrics) handled(ctx context.Context, msg *dbsqlc.WharfInboxMessage, status string, took time.Duration) {
+	m.outcomes.Add(ctx, 1, m.bySourceStatus.Of(msg.Source, status))
 	m.handlerDuration.Record(ctx, took.Seconds(), m.bySource.Of(msg.Source))
-	if status == StatusProcessed {
+	if status == inboxjob.StatusProcessed {
 		m.lag.Record(ctx, time.Since(msg.ReceivedAt).Seconds(), m.bySource.Of(msg.Source))
 	}
 }
 
 // startProcess starts the span of one handler run, linked to the span that
 // received the message.
-func (ib *Inbox) startProcess(ctx context.Context, msg *Message) (context.Context, trace.Span) {
+func (ib *Inbox) startProcess(ctx context.Context, msg *dbsqlc.WharfInboxMessage) (context.Context, trace.Span) {
 	return ib.tracer.Start(ctx, "wharf.inbox.process",
 		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithLinks(telemetry.Link(msg.trace)...),
+		trace.WithLinks(telemetry.Link(msg.TraceContext)...),
 		trace.WithAttributes(
 			attribute.String("wharf.source", msg.Source),
 			attribute.String("wharf.event_type", msg.EventType),
@@ -152,10 +153,10 @@ func (ib *Inbox) startProcess(ctx context.Context, msg *Message) (context.Contex
 
 // startProcessGroup starts the span of a BatchHandler call on msgs,
 // linked to each message's receipt.
-func (ib *Inbox) startProcessGroup(ctx context.Context, msgs []*Message) (context.Context, trace.Span) {
+func (ib *Inbox) startProcessGroup(ctx context.Context, msgs []*dbsqlc.WharfInboxMessage) (context.Context, trace.Span) {
 	var links []trace.Link
 	for _, m := range msgs {
-		links = append(links, telemetry.Link(m.trace)...)
+		links = append(links, telemetry.Link(m.TraceContext)...)
 	}
 	return ib.tracer.Start(ctx, "wharf.inbox.process_batch",
 		trace.WithSpanKind(trace.SpanKindConsumer),

@@ -178,7 +178,7 @@ func (ib *Inbox) ForgetTx(ctx context.Context, tx pgx.Tx, source, eventID string
 	}
 	for _, row := range rows {
 		// A later message of its ordering key parked behind it goes on.
-		if err := ib.wakeNext(ctx, tx, &Message{ID: row.ID, Source: source, ReceivedAt: row.ReceivedAt, OrderingKey: row.OrderingKey}); err != nil {
+		if err := ib.ordering.WakeNext(ctx, tx, &dbsqlc.WharfInboxMessage{ID: row.ID, Source: source, ReceivedAt: row.ReceivedAt, OrderingKey: row.OrderingKey}); err != nil {
 			return 0, err
 		}
 		if row.JobID == nil {

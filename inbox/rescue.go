@@ -101,7 +101,7 @@ func (ib *Inbox) RescueTx(ctx context.Context, tx pgx.Tx) (int, error) {
 // stranded is a message Rescue settled: given a new job (jobID), or made
 // dead (cause).
 type stranded struct {
-	msg      *Message
+	msg      *dbsqlc.WharfInboxMessage
 	jobState string
 	jobID    int64
 	cause    error
@@ -131,7 +131,7 @@ func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 	var inserts []river.InsertManyParams
 	for i := range rows {
 		s := &settled[i]
-		s.msg, s.jobState = messageFromRow(&rows[i].WharfInboxMessage), rows[i].JobState
+		s.msg, s.jobState = &rows[i].WharfInboxMessage, rows[i].JobState
 		switch s.jobState {
 		case "", "completed":
 			inserts = append(inserts, river.InsertManyParams{
@@ -139,9 +139,9 @@ func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 			})
 			continue
 		case "gone":
-			s.cause = fmt.Errorf("dead: its River job %d is gone (deleted outside Wharf?) and it was never processed; replay it to run it", s.msg.JobID)
+			s.cause = fmt.Errorf("dead: its River job %d is gone (deleted outside Wharf?) and it was never processed; replay it to run it", inboxjob.JobID(s.msg))
 		default:
-			s.cause = fmt.Errorf("dead: its River job %d was %s without a recorded result (the process died in its handler?); replay it to run it", s.msg.JobID, s.jobState)
+			s.cause = fmt.Errorf("dead: its River job %d was %s without a recorded result (the process died in its handler?); replay it to run it", inboxjob.JobID(s.msg), s.jobState)
 		}
 		dead, err := q.InboxMessageSkip(ctx, dbsqlc.InboxMessageSkipParams{
 			Reason: s.cause.Error(), Now: ib.clock(), ReceivedAt: s.msg.ReceivedAt, ID: s.msg.ID,
@@ -149,8 +149,8 @@ func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 		if err != nil {
 			return nil, fmt.Errorf("inbox: rescue: mark message %s dead: %w", s.msg.ID, err)
 		}
-		s.msg = messageFromRow(&dead)
-		if err := ib.wakeNext(ctx, tx, s.msg); err != nil {
+		s.msg = &dead
+		if err := ib.ordering.WakeNext(ctx, tx, s.msg); err != nil {
 			return nil, err
 		}
 	}

@@ -16,11 +16,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/inboxjob"
+	"github.com/wharfhq/wharf/internal/ordering"
 	"github.com/wharfhq/wharf/internal/pgxtx"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Status is where a message is in its life.
@@ -71,8 +72,6 @@ type Message struct {
 	// JobID is the River job that processes the message (the latest, after
 	// a replay); 0 when it has none.
 	JobID int64
-
-	trace string // the receiving span's stored trace context
 }
 
 // Handler applies a message's effect. It runs inside tx, the transaction
@@ -236,7 +235,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[inboxjob.Proces
 	ib := w.ib
 	log := ib.logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)
 
-	var msg *Message
+	var msg *dbsqlc.WharfInboxMessage // the job's message, once it is its own to run
 	var handlerTook time.Duration
 	var parked bool // waiting for an earlier message of its ordering key
 	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
@@ -251,7 +250,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[inboxjob.Proces
 		if err != nil {
 			return fmt.Errorf("inbox: load message: %w", err)
 		}
-		if Status(row.Status) == StatusProcessed {
+		if row.Status == inboxjob.StatusProcessed {
 			// A replayed or duplicated job: the effect already committed.
 			return completeJob(ctx, tx, job)
 		}
@@ -261,16 +260,16 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[inboxjob.Proces
 			// delete a running job): not this job's to run, nor to fail.
 			return river.JobCancel(&notOwnedError{messageID: row.ID, jobID: job.ID})
 		}
-		msg = messageFromRow(&row)
-		if blocked, err := blockedTx(ctx, tx, msg); errors.Is(err, errOrderingBusy) {
-			return river.JobSnooze(orderingBusyWait)
+		msg = &row
+		if blocked, err := ordering.Blocked(ctx, tx, msg); errors.Is(err, ordering.ErrBusy) {
+			return river.JobSnooze(ordering.BusyWait)
 		} else if err != nil {
 			return err
 		} else if blocked {
 			// An earlier message of its ordering key is unfinished: park
-			// this one until that one finishes (see blockedTx), using no
-			// attempt.
-			if err := ib.park(ctx, tx, msg); err != nil {
+			// this one until that one finishes (see ordering.Blocked),
+			// using no attempt.
+			if err := ib.ordering.Park(ctx, tx, msg); err != nil {
 				return err
 			}
 			parked = true
@@ -299,7 +298,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[inboxjob.Proces
 		if err != nil {
 			return err
 		}
-		if err := ib.wakeNext(ctx, tx, msg); err != nil {
+		if err := ib.ordering.WakeNext(ctx, tx, msg); err != nil {
 			return err
 		}
 		return completeJob(ctx, tx, job)
@@ -307,8 +306,8 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[inboxjob.Proces
 	if err == nil {
 		if parked {
 			log.DebugContext(ctx, "inbox: message parked until the earlier message of its ordering key finishes", "ordering_key", msg.OrderingKey)
-		} else if msg != nil && msg.Status != StatusProcessed {
-			ib.metrics.handled(ctx, msg, StatusProcessed, handlerTook)
+		} else if msg != nil {
+			ib.metrics.handled(ctx, msg, inboxjob.StatusProcessed, handlerTook)
 			log.DebugContext(ctx, "inbox: message processed", "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 		}
 		return nil
@@ -318,7 +317,7 @@ func (w *processWorker) Work(ctx context.Context, job *river.Job[inboxjob.Proces
 		log.InfoContext(ctx, "inbox: the message is no longer this job's; the job ends without running it", "reason", err)
 		return err
 	}
-	if lostConflict(err) && snoozes(job.JobRow) < maxConflictRetries {
+	if lostConflict(err) && shared.SnoozeCount(job.Metadata) < maxConflictRetries {
 		// Rolled back: the handler's writes and the job's mark alike.
 		log.InfoContext(ctx, "inbox: the handler's transaction lost a deadlock or serialization conflict; it runs again at once, using no attempt")
 		return river.JobSnooze(0)
@@ -366,38 +365,29 @@ func lostConflict(err error) bool {
 		(pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure)
 }
 
-// snoozes returns how many times River snoozed job (its metadata's count).
-func snoozes(job *rivertype.JobRow) int {
-	var meta struct {
-		Snoozes int `json:"snoozes"`
-	}
-	_ = json.Unmarshal(job.Metadata, &meta) // River's own JSON; without a count, 0
-	return meta.Snoozes
-}
-
 // recordFailure stores a failed attempt on the message (its transaction has
 // rolled back) and returns what River should do with the job. The record
 // applies only while the message is as the job read it (see
 // InboxMessageMarkFailed): otherwise an operator got in after the rollback,
 // and the job ends (cancelled) with nothing counted, logged dead, woken or
 // reported to OnDead.
-func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[inboxjob.ProcessArgs], msg *Message, cause error, took time.Duration, log *slog.Logger) error {
+func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[inboxjob.ProcessArgs], msg *dbsqlc.WharfInboxMessage, cause error, took time.Duration, log *slog.Logger) error {
 	status := failureStatus(cause, job.Attempt, job.MaxAttempts)
 	// Record even when the job's context is done (a timeout is a failure
 	// worth recording), but not forever.
 	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if w.ib.hooks.beforeFailureRecord != nil {
-		w.ib.hooks.beforeFailureRecord(recordCtx, msg)
+		w.ib.hooks.beforeFailureRecord(recordCtx, messageFromRow(msg))
 	}
 	mark := dbsqlc.InboxMessageMarkFailedParams{
-		Status:     string(status),
+		Status:     status,
 		LastError:  inboxjob.LastError(cause.Error()),
 		Now:        w.ib.clock(),
 		ReceivedAt: job.Args.ReceivedAt,
 		ID:         job.Args.MessageID,
 		JobID:      job.ID,
-		Attempts:   int32(msg.Attempts),
+		Attempts:   msg.Attempts,
 	}
 	// A dead message releases the next one of its ordering key in the same
 	// transaction: a crash between the two would leave that one parked.
@@ -405,12 +395,12 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[inboxj
 	err := w.ib.txFunc(recordCtx, func(tx pgx.Tx) error {
 		var err error
 		recorded, err = dbsqlc.New(tx).InboxMessageMarkFailed(recordCtx, mark)
-		if err != nil || recorded == 0 || status != StatusDead {
+		if err != nil || recorded == 0 || status != inboxjob.StatusDead {
 			return err
 		}
-		return w.ib.wakeNext(recordCtx, tx, msg)
+		return w.ib.ordering.WakeNext(recordCtx, tx, msg)
 	})
-	if err != nil && status == StatusDead {
+	if err != nil && status == inboxjob.StatusDead {
 		// The wake failed, or the mark: record the death alone, so that the
 		// message is not left unfinished on a finished job; Rescue gives the
 		// next message of its key a job if it was parked.
@@ -426,7 +416,7 @@ func (w *processWorker) recordFailure(ctx context.Context, job *river.Job[inboxj
 	}
 	w.ib.metrics.handled(ctx, msg, status, took)
 	logFailure(ctx, log, msg, status, cause)
-	if status == StatusDead {
+	if status == inboxjob.StatusDead {
 		w.ib.dead(recordCtx, msg, cause)
 	}
 	failed := &handlerFailed{messageID: msg.ID}
@@ -456,31 +446,31 @@ func isPermanent(err error) bool {
 
 // failureStatus is a message's status after its handler failed with cause
 // on attempt of maxAttempts.
-func failureStatus(cause error, attempt, maxAttempts int) Status {
+func failureStatus(cause error, attempt, maxAttempts int) string {
 	if isPermanent(cause) || attempt >= maxAttempts {
-		return StatusDead
+		return inboxjob.StatusDead
 	}
-	return StatusFailed
+	return inboxjob.StatusFailed
 }
 
-func logFailure(ctx context.Context, log *slog.Logger, msg *Message, status Status, cause error) {
+func logFailure(ctx context.Context, log *slog.Logger, msg *dbsqlc.WharfInboxMessage, status string, cause error) {
 	attrs := []any{"source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType, "status", status, "error", cause}
-	if status == StatusDead {
+	if status == inboxjob.StatusDead {
 		log.ErrorContext(ctx, "inbox: message dead", attrs...)
 	} else {
 		log.WarnContext(ctx, "inbox: message failed, will retry", attrs...)
 	}
 }
 
-// runHandler calls h in tx, turning a panic into an error so that the
-// attempt is recorded like any other failure.
-func runHandler(ctx context.Context, h Handler, tx pgx.Tx, msg *Message) (err error) {
+// runHandler calls h in tx with msg's Message, turning a panic into an
+// error so that the attempt is recorded like any other failure.
+func runHandler(ctx context.Context, h Handler, tx pgx.Tx, msg *dbsqlc.WharfInboxMessage) (err error) {
 	return runHandlerIn(ctx, h, handlerTx{Tx: tx}, msg)
 }
 
 // runHandlerIn is runHandler with the handler's transaction given.
-func runHandlerIn(ctx context.Context, h Handler, tx handlerTx, msg *Message) error {
-	return recovered(func() error { return h(ctx, tx, msg) })
+func runHandlerIn(ctx context.Context, h Handler, tx handlerTx, msg *dbsqlc.WharfInboxMessage) error {
+	return recovered(func() error { return h(ctx, tx, messageFromRow(msg)) })
 }
 
 // recovered runs fn, turning a panic into an error.
@@ -506,10 +496,7 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 		ProcessedAt: row.ProcessedAt,
 		ScrubbedAt:  row.ScrubbedAt,
 		OrderingKey: row.OrderingKey,
-		trace:       row.TraceContext,
-	}
-	if row.JobID != nil {
-		m.JobID = *row.JobID
+		JobID:       inboxjob.JobID(row),
 	}
 	if row.LastError != nil {
 		m.LastError = *row.LastError

@@ -38,3 +38,11 @@ const maxErrorLength = 4096
 // and an error that cannot be stored would leave its message unrecorded,
 // neither failed nor dead.
 func LastError(s string) string { return shared.Text(s, maxErrorLength) }
+
+// JobID returns the id of row's job; 0 when it has none.
+func JobID(row *dbsqlc.WharfInboxMessage) int64 {
+	if row.JobID == nil {
+		return 0
+	}
+	return *row.JobID
+}
