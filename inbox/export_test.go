@@ -38,5 +38,7 @@ func orderingRow(msg *Message) *dbsqlc.WharfInboxMessage {
 // has rolled back on its handler's failure, before the failure is recorded
 // (in the job's goroutine). Set it before the workers start.
 func SetBeforeFailureRecord(ib *Inbox, fn func(ctx context.Context, msg *Message)) {
-	ib.hooks.beforeFailureRecord = fn
+	ib.processor.TestHooks.BeforeFailureRecord = func(ctx context.Context, msg *dbsqlc.WharfInboxMessage) {
+		fn(ctx, messageFromRow(msg))
+	}
 }

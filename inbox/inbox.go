@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,6 +20,7 @@ import (
 	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/ordering"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/process"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
@@ -139,18 +139,8 @@ type Inbox struct {
 	rejections     *rejectionLog
 	onDead         func(ctx context.Context, msg *Message, cause error)
 	tracer         trace.Tracer
-	hooks          hooks // zero but in tests
-
-	mu       sync.RWMutex
-	handlers map[handlerKey]*registration
-}
-
-// hooks are seams where a test puts something between two steps of the
-// inbox's work, so that a race it means to show happens in that order.
-type hooks struct {
-	// beforeFailureRecord runs after a processing job's transaction has
-	// rolled back on its handler's failure, before the failure is recorded.
-	beforeFailureRecord func(ctx context.Context, msg *Message)
+	processor      *process.Processor
+	handlers       *registry
 }
 
 // New returns an Inbox storing messages through pool.
@@ -184,7 +174,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		logger:         cfg.Logger,
 		now:            cfg.Now,
 		sources:        make(map[string]*Source, len(cfg.Sources)),
-		handlers:       make(map[handlerKey]*registration),
+		handlers:       &registry{regs: make(map[handlerKey]*registration)},
 	}
 	if ib.queue == "" {
 		ib.queue = DefaultQueue
@@ -236,6 +226,19 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		slots = int(pool.Config().MaxConns) // no batching: a connection each
 	}
 	ib.receiving = ib.newReceiver(batchWait, slots)
+	var onDead process.OnDead
+	if cfg.OnDead != nil {
+		onDead = func(ctx context.Context, msg *dbsqlc.WharfInboxMessage, cause error) {
+			cfg.OnDead(ctx, messageFromRow(msg), cause)
+		}
+	}
+	ib.processor, err = process.New(&process.Config{
+		Pool: pool, Jobs: ib.jobs, Ordering: ib.ordering, Registry: ib.handlers, Metrics: ib.metrics,
+		Logger: ib.logger, Tracer: ib.tracer, Now: ib.clock, OnDead: onDead,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
 	for i := range cfg.Sources {
 		src := cfg.Sources[i] // a copy: later edits of cfg change nothing
 		ib.sources[src.Name] = &src
@@ -288,8 +291,8 @@ func (ib *Inbox) Queue() string { return ib.queue }
 // rescue of PeriodicJobs.
 func (ib *Inbox) AddWorkers(workers *river.Workers) error {
 	return errors.Join(
-		river.AddWorkerSafely(workers, &processWorker{ib: ib}),
-		river.AddWorkerSafely(workers, &processBatchWorker{ib: ib}),
+		river.AddWorkerSafely(workers, ib.processor.Worker()),
+		river.AddWorkerSafely(workers, ib.processor.BatchWorker()),
 		river.AddWorkerSafely(workers, &rescueWorker{ib: ib}),
 	)
 }

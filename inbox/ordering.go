@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
@@ -20,14 +19,6 @@ import (
 
 // MaxOrderingKeyLength is the longest ordering key accepted, in characters.
 const MaxOrderingKeyLength = 512
-
-// orderingWaitError is a batch's message that must wait for an earlier one
-// of its ordering key: it goes to a job of its own, which parks it.
-type orderingWaitError struct{}
-
-func (e *orderingWaitError) Error() string {
-	return "inbox: an earlier message of its ordering key is unfinished"
-}
 
 // orderingKey returns the ordering key of a request to s: its
 // OrderingHeader, else the first of its OrderingFields present in the body
@@ -105,35 +96,4 @@ func (ib *Inbox) SkipTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason str
 		}
 	}
 	return nil
-}
-
-// orderingHandOns bounds how many times a batch's held messages whose
-// earlier messages are being processed go on together to a new batch job;
-// past it they go to jobs of their own, which park them.
-const orderingHandOns = 3
-
-// handOn gives msgs, messages of batch job that wait for earlier ones
-// another transaction holds (being processed, most likely), a new batch job
-// that runs at once: by the time it runs, the earlier ones have most likely
-// finished and the messages are processed together. Its Waits counts the
-// hand-ons.
-func (ib *Inbox) handOn(ctx context.Context, tx pgx.Tx, job *river.Job[inboxjob.BatchArgs], msgs []*dbsqlc.WharfInboxMessage) error {
-	ids := make([]uuid.UUID, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	if err := ib.continueBatch(ctx, tx, job, ids, job.Args.Waits+1); err != nil {
-		return fmt.Errorf("inbox: ordering: hand messages on: %w", err)
-	}
-	return nil
-}
-
-// continueBatch gives ids, messages of batch job, a new batch job on its
-// queue that runs at once, with waits as its Waits.
-func (ib *Inbox) continueBatch(ctx context.Context, tx pgx.Tx, job *river.Job[inboxjob.BatchArgs], ids []uuid.UUID, waits int) error {
-	args := inboxjob.BatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
-	opts := ib.jobs.BatchOpts()
-	opts.Queue = job.Queue
-	_, err := ib.jobs.Assign(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}})
-	return err
 }

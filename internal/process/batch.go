@@ -1,4 +1,4 @@
-package inbox
+package process
 
 import (
 	"context"
@@ -18,15 +18,15 @@ import (
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
-// processBatchWorker processes a batch of messages in one transaction: each
+// BatchWorker processes a batch of messages in one transaction: each
 // handler runs in a savepoint, so its effect commits with its own processed
 // mark and one failure rolls back only itself. A failed message is handed,
 // in the same transaction, to a job of its own (processWorker) that retries
 // it alone with backoff. A message that must wait for an earlier one of its
 // ordering key is parked (see parkHeld). One commit covers the batch.
-type processBatchWorker struct {
+type BatchWorker struct {
 	river.WorkerDefaults[inboxjob.BatchArgs]
-	ib *Inbox
+	p *Processor
 }
 
 // batchFailure is a message whose handler failed within a batch.
@@ -35,9 +35,9 @@ type batchFailure struct {
 	cause error
 }
 
-func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.BatchArgs]) error {
-	ib := w.ib
-	log := ib.logger.With("job_id", job.ID, "attempt", job.Attempt)
+func (w *BatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.BatchArgs]) error {
+	p := w.p
+	log := p.config.Logger.With("job_id", job.ID, "attempt", job.Attempt)
 	if job.Attempt > 1 {
 		// The batch's transaction failed before (a crash, a timeout, a lost
 		// connection): let each message go its own way.
@@ -48,7 +48,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 	var late []uuid.UUID                  // messages left for a new batch job (see pastHalf)
 	took := map[uuid.UUID]time.Duration{} // handler run times
 	pastHalf := halfway(ctx)
-	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, p.config.Pool, func(tx pgx.Tx) error {
 		processed, failures, late = nil, nil, nil
 		clear(took)
 		var waiting []ordering.Held
@@ -64,7 +64,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		if err != nil {
 			return fmt.Errorf("inbox: load messages: %w", err)
 		}
-		now := ib.clock()
+		now := p.config.Now()
 		order, err := ordering.NewBatchOrder(ctx, tx, job.ID, job.Args.ReceivedAt, rows)
 		if err != nil {
 			return err
@@ -86,12 +86,13 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 				})
 			}))
 			started := time.Now()
-			spanCtx, span := ib.startProcess(ctx, msg)
+			spanCtx, span := p.startProcess(ctx, msg)
 			err := w.runInSavepoint(spanCtx, tx, sp, "message "+msg.ID.String(), func(ctx context.Context, htx handlerTx) error {
-				if h := ib.handlerFor(msg.Source, msg.EventType); h != nil {
-					return runHandlerIn(ctx, h, htx, msg)
+				reg, err := p.lookup(msg)
+				if err != nil {
+					return err
 				}
-				return fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
+				return recovered(func() error { return reg.Run(ctx, htx, msg) })
 			})
 			endProcess(span, err)
 			took[msg.ID] = time.Since(started)
@@ -101,7 +102,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 					return fatal.err
 				}
 				failures = append(failures, batchFailure{msg, err})
-				if !ib.diesInBatch(err) {
+				if !p.diesInBatch(err) {
 					// Its later messages in this batch wait too. A message
 					// dead now is finished and holds none: each of them
 					// waits, if at all, for an earlier one outside the
@@ -184,7 +185,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		}
 		// Parked before any wake of this transaction (retryAlone wakes the
 		// next message of one that is dead), so that the wakes see them.
-		rest, err := ib.ordering.ParkHeld(ctx, tx, job.Args.ReceivedAt, waiting)
+		rest, err := p.config.Ordering.ParkHeld(ctx, tx, job.Args.ReceivedAt, waiting)
 		if err != nil {
 			return err
 		}
@@ -193,7 +194,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		case job.Args.Waits < orderingHandOns:
 			// Another transaction holds the messages they wait for (or
 			// has just finished them): a new batch job looks again.
-			if err := ib.handOn(ctx, tx, job, rest); err != nil {
+			if err := p.handOn(ctx, tx, job, rest); err != nil {
 				return err
 			}
 		default:
@@ -203,15 +204,15 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 			}
 		}
 		if len(late) > 0 {
-			if err := ib.continueBatch(ctx, tx, job, late, job.Args.Waits); err != nil {
+			if err := p.continueBatch(ctx, tx, job, late, job.Args.Waits); err != nil {
 				return fmt.Errorf("inbox: hand the rest of a batch on: %w", err)
 			}
 		}
-		if err := ib.ordering.WakeNextOf(ctx, tx, job.Args.ReceivedAt, processed); err != nil {
+		if err := p.config.Ordering.WakeNextOf(ctx, tx, job.Args.ReceivedAt, processed); err != nil {
 			return err
 		}
 		for _, f := range failures {
-			if err := ib.retryAlone(ctx, tx, f.msg, f.cause); err != nil {
+			if err := p.retryAlone(ctx, tx, f.msg, f.cause); err != nil {
 				return err
 			}
 		}
@@ -235,7 +236,7 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 			"messages", len(late))
 	}
 	for _, msg := range processed {
-		ib.metrics.handled(ctx, msg, inboxjob.StatusProcessed, took[msg.ID])
+		p.config.Metrics.Handled(ctx, msg, inboxjob.StatusProcessed, took[msg.ID])
 		log.DebugContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 	}
 	for _, f := range failures {
@@ -246,11 +247,11 @@ func (w *processBatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.B
 		if usesNoAttempt(f.cause) {
 			continue // waiting for its turn (ordering), the handler's snooze, or a run of its own: not a failure
 		}
-		status := failureStatus(f.cause, 1, ib.maxAttempts)
-		ib.metrics.handled(ctx, f.msg, status, took[f.msg.ID])
+		status := failureStatus(f.cause, 1, p.config.Jobs.MaxAttempts())
+		p.config.Metrics.Handled(ctx, f.msg, status, took[f.msg.ID])
 		logFailure(ctx, log.With("message_id", f.msg.ID), f.msg, status, f.cause)
 		if status == inboxjob.StatusDead {
-			ib.dead(ctx, f.msg, f.cause)
+			p.config.OnDead.call(ctx, p.config.Logger, f.msg, f.cause)
 		}
 	}
 	return nil
@@ -270,18 +271,12 @@ func halfway(ctx context.Context) func() bool {
 	return func() bool { return !time.Now().Before(half) }
 }
 
-// batchFatalError is a failure that lost the batch's transaction, not just
-// one handler's savepoint.
-type batchFatalError struct{ err error }
-
-func (e *batchFatalError) Error() string { return e.err.Error() }
-
 // runInSavepoint runs a handler (run) in a savepoint of tx (see
 // handlerTx), which also holds its messages' processed marks; what names
 // them in errors. A handler error rolls back to the savepoint and is
 // returned; an error that leaves tx unusable, or a handler that ended tx
 // itself, is returned as a *batchFatalError.
-func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *savepoints, what string, run func(context.Context, handlerTx) error) error {
+func (w *BatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *savepoints, what string, run func(context.Context, handlerTx) error) error {
 	herr := run(ctx, handlerTx{Tx: tx, sp: sp})
 	if sp.broken != nil {
 		return &batchFatalError{fmt.Errorf("inbox: savepoint of %s: %w", what, sp.broken)}
@@ -315,10 +310,10 @@ func (w *processBatchWorker) runInSavepoint(ctx context.Context, tx pgx.Tx, sp *
 // HandleBatch one, stopping at the first that waits for an earlier one of
 // its ordering key (it is handled alone, and parks). next is the index of
 // the first row after the group. Fewer than two messages mean no group.
-func (w *processBatchWorker) group(job *river.Job[inboxjob.BatchArgs], rows []dbsqlc.WharfInboxMessage, i int, order *ordering.BatchOrder) (reg *registration, group []*dbsqlc.WharfInboxMessage, next int) {
+func (w *BatchWorker) group(job *river.Job[inboxjob.BatchArgs], rows []dbsqlc.WharfInboxMessage, i int, order *ordering.BatchOrder) (reg Registration, group []*dbsqlc.WharfInboxMessage, next int) {
 	msg := &rows[i]
-	reg = w.ib.registered(msg.Source, msg.EventType)
-	if reg == nil || reg.many == nil {
+	reg, ok := w.p.config.Registry.Lookup(msg.Source, msg.EventType)
+	if !ok || !reg.Batch() {
 		return nil, nil, i + 1
 	}
 	if _, held := order.Holds(msg); held {
@@ -331,7 +326,7 @@ func (w *processBatchWorker) group(job *river.Job[inboxjob.BatchArgs], rows []db
 			continue
 		}
 		m := &rows[next]
-		if w.ib.registered(m.Source, m.EventType) != reg {
+		if r, _ := w.p.config.Registry.Lookup(m.Source, m.EventType); r != reg {
 			break
 		}
 		if _, held := order.Holds(m); held {
@@ -349,15 +344,13 @@ func (w *processBatchWorker) group(job *river.Job[inboxjob.BatchArgs], rows []db
 // gets copies of the messages, in a slice of its own: what it does to them
 // (sorting, filtering, clearing a body once decoded) changes nothing the
 // worker goes on with.
-func (w *processBatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx pgx.Tx, sp *savepoints, reg *registration,
+func (w *BatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx pgx.Tx, sp *savepoints, reg Registration,
 	group []*dbsqlc.WharfInboxMessage, now time.Time, took map[uuid.UUID]time.Duration,
 ) (ok bool, err error) {
-	ib := w.ib
+	p := w.p
 	ids := make([]uuid.UUID, len(group))
-	msgs := make([]*Message, len(group))
 	for i, m := range group {
 		ids[i] = m.ID
-		msgs[i] = messageFromRow(m)
 	}
 	sp.start(pgxtx.Capture(func(db pgxtx.DBTX) error {
 		return dbsqlc.New(db).InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
@@ -368,13 +361,13 @@ func (w *processBatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx 
 	// One span for the call, linked to each message's receipt, with a span
 	// per message under it; the handler's context carries the call's, so
 	// that what it writes (an outbox event) continues its trace.
-	spanCtx, span := ib.startProcessGroup(ctx, group)
+	spanCtx, span := p.startProcessGroup(ctx, group)
 	spans := make([]trace.Span, len(group))
 	for i, m := range group {
-		_, spans[i] = ib.startProcess(spanCtx, m)
+		_, spans[i] = p.startProcess(spanCtx, m)
 	}
 	herr := w.runInSavepoint(spanCtx, tx, sp, fmt.Sprintf("%d messages from %s", len(group), group[0].ID), func(ctx context.Context, htx handlerTx) error {
-		return recovered(func() error { return reg.many(ctx, htx, msgs) })
+		return recovered(func() error { return reg.RunBatch(ctx, htx, group) })
 	})
 	// Each message's share of the call, for the handler-duration metric.
 	share := time.Since(started) / time.Duration(len(group))
@@ -400,17 +393,8 @@ func (w *processBatchWorker) runGroup(ctx context.Context, log *slog.Logger, tx 
 
 // diesInBatch reports whether cause, a handler's failure in a batch, makes
 // its message dead in the batch's transaction (see retryAlone).
-func (ib *Inbox) diesInBatch(cause error) bool {
-	return !usesNoAttempt(cause) && failureStatus(cause, 1, ib.maxAttempts) == inboxjob.StatusDead
-}
-
-// usesNoAttempt reports whether cause, a handler's failure in a batch (or
-// a message's wait for its ordering key), is no failed attempt: a snooze,
-// a wait, or a lost conflict (see lostConflict).
-func usesNoAttempt(cause error) bool {
-	var snooze *river.JobSnoozeError
-	var waiting *orderingWaitError
-	return errors.As(cause, &snooze) || errors.As(cause, &waiting) || lostConflict(cause)
+func (p *Processor) diesInBatch(cause error) bool {
+	return !usesNoAttempt(cause) && failureStatus(cause, 1, p.config.Jobs.MaxAttempts()) == inboxjob.StatusDead
 }
 
 // retryAlone records a batch handler's failure on msg in tx and, unless
@@ -418,9 +402,9 @@ func usesNoAttempt(cause error) bool {
 // snooze uses no attempt and runs again after its duration; a lost
 // conflict (see lostConflict) uses none either and runs again at once.
 // (The handler's savepoint was rolled back, its message's mark with it.)
-func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *dbsqlc.WharfInboxMessage, cause error) error {
+func (p *Processor) retryAlone(ctx context.Context, tx pgx.Tx, msg *dbsqlc.WharfInboxMessage, cause error) error {
 	q := dbsqlc.New(tx)
-	opts := ib.jobs.Opts()
+	opts := p.config.Jobs.Opts()
 	args := inboxjob.ProcessArgs{MessageID: msg.ID, ReceivedAt: msg.ReceivedAt}
 	var snooze *river.JobSnoozeError
 	var waiting *orderingWaitError
@@ -437,11 +421,11 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *dbsqlc.WharfInb
 		at := time.Now().Add(snooze.Duration)
 		args.NotBefore = &at
 	default:
-		status := failureStatus(cause, 1, ib.maxAttempts)
+		status := failureStatus(cause, 1, p.config.Jobs.MaxAttempts())
 		recorded, err := q.InboxMessageMarkFailed(ctx, dbsqlc.InboxMessageMarkFailedParams{
 			Status:     status,
 			LastError:  inboxjob.LastError(cause.Error()),
-			Now:        ib.clock(),
+			Now:        p.config.Now(),
 			ReceivedAt: msg.ReceivedAt,
 			ID:         msg.ID,
 			JobID:      inboxjob.JobID(msg),
@@ -457,7 +441,7 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *dbsqlc.WharfInb
 			return fmt.Errorf("inbox: message %s changed under the batch's lock", msg.ID)
 		}
 		if status == inboxjob.StatusDead {
-			return ib.ordering.WakeNext(ctx, tx, msg)
+			return p.config.Ordering.WakeNext(ctx, tx, msg)
 		}
 		// This attempt counted: the retry job's first run stands for it
 		// and hands it to River, which schedules the retry by the client's
@@ -465,7 +449,7 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *dbsqlc.WharfInb
 		// are the rest.
 		args.FailedInBatch = true
 	}
-	if _, err := ib.jobs.Assign(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}}); err != nil {
+	if _, err := p.config.Jobs.Assign(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}}); err != nil {
 		return fmt.Errorf("inbox: retry job: %w", err)
 	}
 	return nil
@@ -474,10 +458,10 @@ func (ib *Inbox) retryAlone(ctx context.Context, tx pgx.Tx, msg *dbsqlc.WharfInb
 // split gives every message still waiting for job a job of its own, with a
 // full set of attempts (the batch's failed transaction recorded none), and
 // completes job, in one transaction.
-func (w *processBatchWorker) split(ctx context.Context, job *river.Job[inboxjob.BatchArgs], log *slog.Logger) error {
-	ib := w.ib
+func (w *BatchWorker) split(ctx context.Context, job *river.Job[inboxjob.BatchArgs], log *slog.Logger) error {
+	p := w.p
 	var moved int
-	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, p.config.Pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx})
 		rows, err := q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
 			ReceivedAt: job.Args.ReceivedAt, Ids: pgxtx.UUIDTexts(job.Args.MessageIDs),
@@ -491,7 +475,7 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[inboxjob.
 				continue
 			}
 			// Stay on the queue the batch was on.
-			opts := ib.jobs.Opts()
+			opts := p.config.Jobs.Opts()
 			opts.Queue = job.Queue
 			params = append(params, river.InsertManyParams{
 				Args:       inboxjob.ProcessArgs{MessageID: rows[i].ID, ReceivedAt: rows[i].ReceivedAt},
@@ -499,7 +483,7 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[inboxjob.
 			})
 		}
 		if len(params) > 0 {
-			if _, err := ib.jobs.Assign(ctx, tx, params); err != nil {
+			if _, err := p.config.Jobs.Assign(ctx, tx, params); err != nil {
 				return err
 			}
 		}
@@ -511,4 +495,35 @@ func (w *processBatchWorker) split(ctx context.Context, job *river.Job[inboxjob.
 	}
 	log.DebugContext(ctx, "inbox: batch split into jobs of their own", "messages", moved)
 	return nil
+}
+
+// orderingHandOns bounds how many times a batch's held messages whose
+// earlier messages are being processed go on together to a new batch job;
+// past it they go to jobs of their own, which park them.
+const orderingHandOns = 3
+
+// handOn gives msgs, messages of batch job that wait for earlier ones
+// another transaction holds (being processed, most likely), a new batch job
+// that runs at once: by the time it runs, the earlier ones have most likely
+// finished and the messages are processed together. Its Waits counts the
+// hand-ons.
+func (p *Processor) handOn(ctx context.Context, tx pgx.Tx, job *river.Job[inboxjob.BatchArgs], msgs []*dbsqlc.WharfInboxMessage) error {
+	ids := make([]uuid.UUID, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+	}
+	if err := p.continueBatch(ctx, tx, job, ids, job.Args.Waits+1); err != nil {
+		return fmt.Errorf("inbox: ordering: hand messages on: %w", err)
+	}
+	return nil
+}
+
+// continueBatch gives ids, messages of batch job, a new batch job on its
+// queue that runs at once, with waits as its Waits.
+func (p *Processor) continueBatch(ctx context.Context, tx pgx.Tx, job *river.Job[inboxjob.BatchArgs], ids []uuid.UUID, waits int) error {
+	args := inboxjob.BatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
+	opts := p.config.Jobs.BatchOpts()
+	opts.Queue = job.Queue
+	_, err := p.config.Jobs.Assign(ctx, tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}})
+	return err
 }
