@@ -48,3 +48,22 @@ func endProcess(span trace.Span, err error) {
 	}
 	span.End()
 }
+
+// startGroupSpans starts the spans of a batch handler's call on msgs: one
+// for the call, linked to each message's receipt, with a span per message
+// under it; the context it returns carries the call's, so that what the
+// handler writes (an outbox event) continues its trace. end ends them all
+// with the call's outcome.
+func (p *Processor) startGroupSpans(ctx context.Context, msgs []*dbsqlc.WharfInboxMessage) (_ context.Context, end func(error)) {
+	ctx, span := p.startProcessGroup(ctx, msgs)
+	spans := make([]trace.Span, len(msgs))
+	for i, m := range msgs {
+		_, spans[i] = p.startProcess(ctx, m)
+	}
+	return ctx, func(err error) {
+		for _, s := range spans {
+			endProcess(s, err)
+		}
+		endProcess(span, err)
+	}
+}
