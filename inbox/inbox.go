@@ -137,9 +137,9 @@ type Inbox struct {
 	receiving      *groupcommit.Batcher[Incoming, Result] // the HTTP handler's group commit
 	metrics        *metrics
 	rejections     *rejectionLog
-	onDead         func(ctx context.Context, msg *Message, cause error)
 	tracer         trace.Tracer
 	processor      *process.Processor
+	rescuer        *process.Rescuer
 	handlers       *registry
 }
 
@@ -204,7 +204,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	ib.onDead = cfg.OnDead
 	ib.tracer = telemetry.Tracer(cfg.TracerProvider, "inbox")
 	ib.rejections = newRejectionLog(ib.logger, cmp.Or(cfg.RejectionLogInterval, defaultRejectionLogInterval))
 	ib.batchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
@@ -235,6 +234,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	ib.processor, err = process.New(&process.Config{
 		Pool: pool, Jobs: ib.jobs, Ordering: ib.ordering, Registry: ib.handlers, Metrics: ib.metrics,
 		Logger: ib.logger, Tracer: ib.tracer, Now: ib.clock, OnDead: onDead,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	ib.rescuer, err = process.NewRescuer(&process.RescuerConfig{
+		Pool: pool, Jobs: ib.jobs, Ordering: ib.ordering, Logger: ib.logger, Now: ib.clock, OnDead: onDead,
+		After: RescueAfter, Interval: RescueInterval,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
@@ -293,7 +299,7 @@ func (ib *Inbox) AddWorkers(workers *river.Workers) error {
 	return errors.Join(
 		river.AddWorkerSafely(workers, ib.processor.Worker()),
 		river.AddWorkerSafely(workers, ib.processor.BatchWorker()),
-		river.AddWorkerSafely(workers, &rescueWorker{ib: ib}),
+		river.AddWorkerSafely(workers, ib.rescuer.Worker()),
 	)
 }
 
@@ -306,17 +312,4 @@ func (ib *Inbox) clock() time.Time {
 // txFunc runs fn in a transaction on the inbox's pool.
 func (ib *Inbox) txFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, ib.pool, fn)
-}
-
-// dead calls Config.OnDead for msg, recovering a panic.
-func (ib *Inbox) dead(ctx context.Context, msg *dbsqlc.WharfInboxMessage, cause error) {
-	if ib.onDead == nil {
-		return
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			ib.logger.ErrorContext(ctx, "inbox: OnDead panicked", "message_id", msg.ID, "panic", fmt.Sprint(r))
-		}
-	}()
-	ib.onDead(ctx, messageFromRow(msg), cause)
 }
