@@ -11,7 +11,7 @@ import (
 
 // GatheringDeliveries is how many deliveries the HTTP handler's open batch
 // (the one taking members, not yet committing) holds.
-func GatheringDeliveries(ib *Inbox) int { return ib.receiving.Gathering() }
+func GatheringDeliveries(ib *Inbox) int { return ib.receiver.Gathering() }
 
 // WakeNext gives the next unfinished message of msg's ordering key a job
 // when it is parked, as a message's finish does, in tx.

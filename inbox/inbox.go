@@ -16,11 +16,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
-	"github.com/wharfhq/wharf/internal/groupcommit"
 	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/ordering"
-	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/process"
+	"github.com/wharfhq/wharf/internal/receive"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
@@ -126,7 +125,6 @@ type Inbox struct {
 	river          *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
 	jobs           *inboxjob.Jobs
 	ordering       *ordering.Ordering
-	partitions     *partition.Cache
 	queue          string
 	maxAttempts    int
 	receiveTimeout time.Duration
@@ -134,7 +132,7 @@ type Inbox struct {
 	now            func() time.Time
 	sources        map[string]*Source
 	batchSize      int
-	receiving      *groupcommit.Batcher[Incoming, Result] // the HTTP handler's group commit
+	receiver       *receive.Receiver
 	metrics        *metrics
 	rejections     *rejectionLog
 	tracer         trace.Tracer
@@ -167,7 +165,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	ib := &Inbox{
 		pool:           pool,
 		river:          insertClient,
-		partitions:     partition.NewCache(pool),
 		queue:          cfg.Queue,
 		maxAttempts:    cfg.MaxAttempts,
 		receiveTimeout: cfg.ReceiveTimeout,
@@ -215,16 +212,12 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if batchWait < 0 {
 		batchWait = 0
 	}
-	// Two receive batches commit at once at most: the rest of the pool
-	// serves the workers, and deliveries that wait for a slot join the
-	// waiting batch instead of taking a connection each (two slots gave
-	// larger batches and more throughput than four on the 2-core machine
-	// of docs/performance.md's figures).
-	slots := 2
-	if ib.batchSize <= 1 {
-		slots = int(pool.Config().MaxConns) // no batching: a connection each
+	ib.receiver, err = receive.New(&receive.Config{
+		Pool: pool, Jobs: ib.jobs, BatchSize: ib.batchSize, BatchWait: batchWait, Timeout: ib.receiveTimeout, Now: ib.clock,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	ib.receiving = ib.newReceiver(batchWait, slots)
 	var onDead process.OnDead
 	if cfg.OnDead != nil {
 		onDead = func(ctx context.Context, msg *dbsqlc.WharfInboxMessage, cause error) {
