@@ -118,7 +118,7 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 	}
 	log := ib.logger.With("source", src.Name)
 
-	limit := src.maxBodyBytes()
+	limit := src.MaxBodyBytes
 	if r.ContentLength > limit {
 		a.error(resultTooLarge, http.StatusRequestEntityTooLarge, "body exceeds the source's size limit")
 		return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -121,24 +122,27 @@ type Config struct {
 // its workers to the River client that will process its queue with
 // AddWorkers, and register handlers with Handle (or HandleBatch).
 type Inbox struct {
-	pool           *pgxpool.Pool
-	river          *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
-	jobs           *inboxjob.Jobs
-	ordering       *ordering.Ordering
-	queue          string
-	maxAttempts    int
-	receiveTimeout time.Duration
-	logger         *slog.Logger
-	now            func() time.Time
-	sources        map[string]*Source
-	batchSize      int
-	receiver       *receive.Receiver
-	metrics        *metrics
-	rejections     *rejectionLog
-	tracer         trace.Tracer
-	processor      *process.Processor
-	rescuer        *process.Rescuer
-	handlers       *registry
+	engines
+	pool       *pgxpool.Pool
+	river      *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
+	queue      string
+	logger     *slog.Logger
+	now        func() time.Time
+	sources    map[string]*Source
+	handlers   *registry
+	metrics    *metrics
+	rejections *rejectionLog
+	tracer     trace.Tracer
+}
+
+// engines are the Inbox's mechanisms, each a type of its own with its own
+// config, built by New (docs/design.md, "Packages", has the picture).
+type engines struct {
+	jobs      *inboxjob.Jobs
+	ordering  *ordering.Ordering
+	receiver  *receive.Receiver
+	processor *process.Processor
+	rescuer   *process.Rescuer
 }
 
 // New returns an Inbox storing messages through pool.
@@ -146,12 +150,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
 	}
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	c := cfg.withDefaults()
 	// A client without workers only inserts; it is never started. Its
 	// FetchCooldown is how often at most its inserts notify the workers
 	// (River's default, 100 ms, leaves a job inserted just after a
@@ -163,86 +165,87 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		return nil, fmt.Errorf("inbox: river client: %w", err)
 	}
 	ib := &Inbox{
-		pool:           pool,
-		river:          insertClient,
-		queue:          cfg.Queue,
-		maxAttempts:    cfg.MaxAttempts,
-		receiveTimeout: cfg.ReceiveTimeout,
-		logger:         cfg.Logger,
-		now:            cfg.Now,
-		sources:        make(map[string]*Source, len(cfg.Sources)),
-		handlers:       &registry{regs: make(map[handlerKey]*registration)},
+		pool:       pool,
+		river:      insertClient,
+		queue:      c.Queue,
+		logger:     c.Logger,
+		now:        c.Now,
+		sources:    make(map[string]*Source, len(c.Sources)),
+		handlers:   &registry{regs: make(map[handlerKey]*registration)},
+		rejections: newRejectionLog(c.Logger, c.RejectionLogInterval),
+		tracer:     telemetry.Tracer(c.TracerProvider, "inbox"),
 	}
-	if ib.queue == "" {
-		ib.queue = DefaultQueue
+	names := make([]string, len(c.Sources))
+	for i := range c.Sources {
+		names[i] = c.Sources[i].Name
+		ib.sources[c.Sources[i].Name] = &c.Sources[i]
 	}
-	if ib.maxAttempts == 0 {
-		ib.maxAttempts = DefaultMaxAttempts
-	}
-	if ib.receiveTimeout == 0 {
-		ib.receiveTimeout = DefaultReceiveTimeout
-	}
-	if ib.logger == nil {
-		ib.logger = slog.Default()
-	}
-	if ib.now == nil {
-		ib.now = time.Now
-	}
-	names := make([]string, len(cfg.Sources))
-	for i := range cfg.Sources {
-		names[i] = cfg.Sources[i].Name
-	}
-	m, err := newMetrics(cfg.MeterProvider, pool, names)
-	if err != nil {
+	if ib.metrics, err = newMetrics(c.MeterProvider, pool, names); err != nil {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
 	}
-	ib.metrics = m
-	ib.jobs, err = inboxjob.New(&inboxjob.Config{River: insertClient, Queue: ib.queue, MaxAttempts: ib.maxAttempts, Now: ib.clock})
-	if err != nil {
+	if ib.engines, err = newEngines(ib, &c); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
-	}
-	ib.tracer = telemetry.Tracer(cfg.TracerProvider, "inbox")
-	ib.rejections = newRejectionLog(ib.logger, cmp.Or(cfg.RejectionLogInterval, defaultRejectionLogInterval))
-	ib.batchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
-	ib.ordering, err = ordering.New(&ordering.Config{Jobs: ib.jobs, BatchSize: ib.batchSize, Now: ib.clock})
-	if err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
-	}
-	batchWait := cmp.Or(cfg.BatchWait, DefaultBatchWait)
-	if batchWait < 0 {
-		batchWait = 0
-	}
-	ib.receiver, err = receive.New(&receive.Config{
-		Pool: pool, Jobs: ib.jobs, BatchSize: ib.batchSize, BatchWait: batchWait, Timeout: ib.receiveTimeout, Now: ib.clock,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
-	}
-	var onDead process.OnDead
-	if cfg.OnDead != nil {
-		onDead = func(ctx context.Context, msg *dbsqlc.WharfInboxMessage, cause error) {
-			cfg.OnDead(ctx, messageFromRow(msg), cause)
-		}
-	}
-	ib.processor, err = process.New(&process.Config{
-		Pool: pool, Jobs: ib.jobs, Ordering: ib.ordering, Registry: ib.handlers, Metrics: ib.metrics,
-		Logger: ib.logger, Tracer: ib.tracer, Now: ib.clock, OnDead: onDead,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
-	}
-	ib.rescuer, err = process.NewRescuer(&process.RescuerConfig{
-		Pool: pool, Jobs: ib.jobs, Ordering: ib.ordering, Logger: ib.logger, Now: ib.clock, OnDead: onDead,
-		After: RescueAfter, Interval: RescueInterval,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("inbox: %w", err)
-	}
-	for i := range cfg.Sources {
-		src := cfg.Sources[i] // a copy: later edits of cfg change nothing
-		ib.sources[src.Name] = &src
 	}
 	return ib, nil
+}
+
+// newEngines builds ib's engines from c, a Config with its defaults.
+func newEngines(ib *Inbox, c *Config) (e engines, err error) {
+	var onDead process.OnDead
+	if c.OnDead != nil {
+		onDead = func(ctx context.Context, msg *dbsqlc.WharfInboxMessage, cause error) {
+			c.OnDead(ctx, messageFromRow(msg), cause)
+		}
+	}
+	if e.jobs, err = inboxjob.New(&inboxjob.Config{
+		River: ib.river, Queue: c.Queue, MaxAttempts: c.MaxAttempts, Now: ib.clock,
+	}); err != nil {
+		return e, err
+	}
+	if e.ordering, err = ordering.New(&ordering.Config{Jobs: e.jobs, BatchSize: c.BatchSize, Now: ib.clock}); err != nil {
+		return e, err
+	}
+	if e.receiver, err = receive.New(&receive.Config{
+		Pool: ib.pool, Jobs: e.jobs, BatchSize: c.BatchSize, BatchWait: c.BatchWait, Timeout: c.ReceiveTimeout, Now: ib.clock,
+	}); err != nil {
+		return e, err
+	}
+	if e.processor, err = process.New(&process.Config{
+		Pool: ib.pool, Jobs: e.jobs, Ordering: e.ordering, Registry: ib.handlers, Metrics: ib.metrics,
+		Logger: c.Logger, Tracer: ib.tracer, Now: ib.clock, OnDead: onDead,
+	}); err != nil {
+		return e, err
+	}
+	e.rescuer, err = process.NewRescuer(&process.RescuerConfig{
+		Pool: ib.pool, Jobs: e.jobs, Ordering: e.ordering, Logger: c.Logger, Now: ib.clock, OnDead: onDead,
+		After: RescueAfter, Interval: RescueInterval,
+	})
+	return e, err
+}
+
+// withDefaults returns a copy of c (nil: the zero Config) with each unset
+// field at its default: the one place the inbox applies its defaults. Its
+// Sources are copies, so later edits of c change nothing.
+func (c *Config) withDefaults() Config {
+	var d Config
+	if c != nil {
+		d = *c
+	}
+	d.Sources = slices.Clone(d.Sources)
+	for i := range d.Sources {
+		d.Sources[i].MaxBodyBytes = cmp.Or(d.Sources[i].MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	d.Queue = cmp.Or(d.Queue, DefaultQueue)
+	d.MaxAttempts = cmp.Or(d.MaxAttempts, DefaultMaxAttempts)
+	d.Logger = cmp.Or(d.Logger, slog.Default())
+	if d.Now == nil { // a func: cmp.Or cannot compare it
+		d.Now = time.Now
+	}
+	d.ReceiveTimeout = cmp.Or(d.ReceiveTimeout, DefaultReceiveTimeout)
+	d.BatchSize = cmp.Or(d.BatchSize, DefaultBatchSize)
+	d.BatchWait = max(cmp.Or(d.BatchWait, DefaultBatchWait), 0) // negative: never waits
+	d.RejectionLogInterval = cmp.Or(d.RejectionLogInterval, defaultRejectionLogInterval)
+	return d
 }
 
 // ErrInvalidConfig is returned by New for a Config it cannot use; the error
@@ -256,10 +259,6 @@ func (c *Config) Validate() error {
 	if c == nil {
 		return nil
 	}
-	return c.validate()
-}
-
-func (c *Config) validate() error {
 	p := shared.NewProblems(ErrInvalidConfig)
 	if c.MaxAttempts < 0 {
 		p.Addf("MaxAttempts %d is negative", c.MaxAttempts)

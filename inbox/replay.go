@@ -229,6 +229,10 @@ type ListParams struct {
 	After string
 }
 
+// defaultListLimit is ListParams.Limit's default: List's page size, and
+// ReplayMatching's.
+const defaultListLimit = 100
+
 // ErrInvalidCursor is returned by List for a ListParams.After that no
 // Cursor returned.
 var ErrInvalidCursor = errors.New("inbox: invalid list cursor")
@@ -257,7 +261,7 @@ func (ib *Inbox) list(ctx context.Context, db dbsqlc.DBTX, params *ListParams) (
 	limit := params.Limit
 	switch {
 	case limit <= 0:
-		limit = 100
+		limit = defaultListLimit
 	case limit > 10000:
 		return nil, fmt.Errorf("inbox: list limit %d is over 10000", limit)
 	}
@@ -347,7 +351,7 @@ func (ib *Inbox) ReplayMatching(ctx context.Context, params *ListParams, max int
 	page := *params
 	page.OmitBody = true
 	if page.Limit <= 0 {
-		page.Limit = 100
+		page.Limit = defaultListLimit
 	}
 	for {
 		if max > 0 {

@@ -12,7 +12,7 @@ type ProcessArgs struct {
 	MessageID  uuid.UUID `json:"message_id"`
 	ReceivedAt time.Time `json:"received_at"`
 	// NotBefore, when set, is when the message is to run: the job snoozes
-	// until then. A handler's snooze in a batch is handed over to a job
+	// until then. A handler's snooze in a batch is retried alone on a job
 	// inserted available with its time here, rather than scheduled for it:
 	// River makes a scheduled job available only at its scheduler's next
 	// run (every 5 s), where a snooze or a worker's retry due sooner stays

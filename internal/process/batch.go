@@ -68,7 +68,7 @@ type batch struct {
 	failures  []batchFailure
 	waiting   []ordering.Held // for an earlier message of their ordering key
 	unmarked  []uuid.UUID     // processed by handlers that never touched the database
-	late      []uuid.UUID     // left for a new batch job (see pastHalf)
+	late      []uuid.UUID     // to hand on to a new batch job (see pastHalf)
 }
 
 // batchFailure is a message whose handler failed within a batch.
@@ -98,6 +98,7 @@ func (b *batch) run(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	if len(b.late) > 0 {
+		// Not waits more: they were not waiting for their turn.
 		if err := b.handOn(ctx, b.late, b.job.Args.Waits); err != nil {
 			return fmt.Errorf("inbox: hand the rest of a batch on: %w", err)
 		}

@@ -28,8 +28,9 @@ type Worker struct {
 func (w *Worker) Work(ctx context.Context, job *river.Job[inboxjob.ProcessArgs]) error {
 	if job.Args.NotBefore != nil {
 		if wait := time.Until(*job.Args.NotBefore); wait > 0 {
-			// A snooze handed over from a batch (or, from an older
-			// version, a retry): not due yet. A snooze uses no attempt.
+			// A handler's snooze in a batch, retried alone (or, from an
+			// older version, a retry): not due yet. A snooze uses no
+			// attempt.
 			return river.JobSnooze(wait)
 		}
 	}
