@@ -18,6 +18,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/inboxjob"
+	"github.com/wharfhq/wharf/internal/operator"
 	"github.com/wharfhq/wharf/internal/ordering"
 	"github.com/wharfhq/wharf/internal/process"
 	"github.com/wharfhq/wharf/internal/receive"
@@ -124,7 +125,6 @@ type Config struct {
 type Inbox struct {
 	engines
 	pool       *pgxpool.Pool
-	river      *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
 	queue      string
 	logger     *slog.Logger
 	now        func() time.Time
@@ -143,6 +143,7 @@ type engines struct {
 	receiver  *receive.Receiver
 	processor *process.Processor
 	rescuer   *process.Rescuer
+	operator  *operator.Actions
 }
 
 // New returns an Inbox storing messages through pool.
@@ -166,7 +167,6 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	}
 	ib := &Inbox{
 		pool:       pool,
-		river:      insertClient,
 		queue:      c.Queue,
 		logger:     c.Logger,
 		now:        c.Now,
@@ -183,14 +183,16 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if ib.metrics, err = newMetrics(c.MeterProvider, pool, names); err != nil {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
 	}
-	if ib.engines, err = newEngines(ib, &c); err != nil {
+	if ib.engines, err = newEngines(ib, &c, insertClient); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	return ib, nil
 }
 
-// newEngines builds ib's engines from c, a Config with its defaults.
-func newEngines(ib *Inbox, c *Config) (e engines, err error) {
+// newEngines builds ib's engines from c, a Config with its defaults, and
+// the inbox's insert-only River client (the application's client works
+// the jobs).
+func newEngines(ib *Inbox, c *Config, insertClient *river.Client[pgx.Tx]) (e engines, err error) {
 	var onDead process.OnDead
 	if c.OnDead != nil {
 		onDead = func(ctx context.Context, msg *dbsqlc.WharfInboxMessage, cause error) {
@@ -198,7 +200,7 @@ func newEngines(ib *Inbox, c *Config) (e engines, err error) {
 		}
 	}
 	if e.jobs, err = inboxjob.New(&inboxjob.Config{
-		River: ib.river, Queue: c.Queue, MaxAttempts: c.MaxAttempts, Now: ib.clock,
+		River: insertClient, Queue: c.Queue, MaxAttempts: c.MaxAttempts, Now: ib.clock,
 	}); err != nil {
 		return e, err
 	}
@@ -216,9 +218,14 @@ func newEngines(ib *Inbox, c *Config) (e engines, err error) {
 	}); err != nil {
 		return e, err
 	}
-	e.rescuer, err = process.NewRescuer(&process.RescuerConfig{
+	if e.rescuer, err = process.NewRescuer(&process.RescuerConfig{
 		Pool: ib.pool, Jobs: e.jobs, Ordering: e.ordering, Logger: c.Logger, Now: ib.clock, OnDead: onDead,
 		After: RescueAfter, Interval: RescueInterval,
+	}); err != nil {
+		return e, err
+	}
+	e.operator, err = operator.New(&operator.Config{
+		River: insertClient, Jobs: e.jobs, Ordering: e.ordering, Logger: c.Logger, Now: ib.clock,
 	})
 	return e, err
 }

@@ -4,17 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/rivertype"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
-	"github.com/wharfhq/wharf/internal/inboxjob"
+	"github.com/wharfhq/wharf/internal/operator"
 )
 
 // MaxOrderingKeyLength is the longest ordering key accepted, in characters.
@@ -61,39 +57,9 @@ func (ib *Inbox) Skip(ctx context.Context, id uuid.UUID, reason string) error {
 
 // ErrNotSkippable is returned by Skip for a message that is processed or
 // already dead.
-var ErrNotSkippable = errors.New("inbox: message is finished; nothing to skip")
+var ErrNotSkippable = operator.ErrNotSkippable
 
 // SkipTx is Skip in tx.
 func (ib *Inbox) SkipTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason string) error {
-	q := dbsqlc.New(tx)
-	row, err := q.InboxMessageGetByIDForUpdate(ctx, id)
-	if err != nil {
-		return translate(err)
-	}
-	text := inboxjob.LastError("skipped by an operator: " + reason)
-	skipped, err := q.InboxMessageSkip(ctx, dbsqlc.InboxMessageSkipParams{
-		Reason: text, Now: ib.clock(), ReceivedAt: row.ReceivedAt, ID: row.ID,
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("inbox: skip message %s (%s): %w", id, row.Status, ErrNotSkippable)
-	}
-	if err != nil {
-		return fmt.Errorf("inbox: skip message %s: %w", id, err)
-	}
-	if err := ib.ordering.WakeNext(ctx, tx, &skipped); err != nil {
-		return err
-	}
-	if skipped.JobID != nil {
-		job, err := ib.river.JobGetTx(ctx, tx, *skipped.JobID)
-		switch {
-		case errors.Is(err, rivertype.ErrNotFound):
-		case err != nil:
-			return fmt.Errorf("inbox: skip message %s: look up job: %w", id, err)
-		default:
-			if err := ib.jobs.Delete(ctx, tx, job); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return ib.operator.SkipTx(ctx, tx, id, reason)
 }
