@@ -9,8 +9,8 @@ import (
 // ProcessArgs are the River job args of a message: row ids only, never the
 // payload. ReceivedAt is part of the message's key (the partition key).
 type ProcessArgs struct {
-	MessageID  uuid.UUID `json:"message_id"`
-	ReceivedAt time.Time `json:"received_at"`
+	MessageID  uuid.UUID `json:"message_id"`  // the message's id
+	ReceivedAt time.Time `json:"received_at"` // the message's partition key
 	// NotBefore, when set, is when the message is to run: the job snoozes
 	// until then. A handler's snooze in a batch is retried alone on a job
 	// inserted available with its time here, rather than scheduled for it:
@@ -32,8 +32,8 @@ func (ProcessArgs) Kind() string { return "wharf_inbox_process" }
 // BatchArgs are the River job args of the messages of one receive batch:
 // row ids only. The messages share ReceivedAt.
 type BatchArgs struct {
-	ReceivedAt time.Time   `json:"received_at"`
-	MessageIDs []uuid.UUID `json:"message_ids"`
+	ReceivedAt time.Time   `json:"received_at"` // the messages' partition key
+	MessageIDs []uuid.UUID `json:"message_ids"` // the messages' ids
 	// Waits counts how many times these messages, waiting for earlier ones
 	// of their ordering keys that were being processed, were handed on to a
 	// new batch job (see process's handOn).

@@ -130,8 +130,8 @@ func awaitUnlocked(ctx context.Context, tx pgx.Tx, params dbsqlc.InboxMessagesAw
 // Held is a batch's message that must wait, and the message outside the
 // batch it waits for, if any.
 type Held struct {
-	Msg     *dbsqlc.WharfInboxMessage
-	outside *msgRef
+	Msg     *dbsqlc.WharfInboxMessage // the message that waits
+	outside *msgRef                   // the message outside the batch it waits for; nil if inside
 }
 
 // Holds reports whether msg must wait and, if so, returns it as Held (with

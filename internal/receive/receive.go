@@ -70,14 +70,19 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Message is a valid message to receive (package inbox checked it).
+// Message is a valid message to receive (package inbox checked it): an
+// inbox.Incoming made storable.
 type Message struct {
+	// Source, EventID and EventType are the Incoming's; (Source, EventID)
+	// is the dedupe key.
 	Source, EventID, EventType string
 	// Headers are the headers to store, as JSON.
 	Headers []byte
-	Body    []byte
+	// Body is the raw body, stored byte for byte.
+	Body []byte
 	// PayloadHash fingerprints the payload.
 	PayloadHash []byte
+	// OrderingKey is the message's place in a sequence; "" for none.
 	OrderingKey string
 	// Trace is the receiving span's trace context; ReceiveTx stores its
 	// ctx's when empty.
@@ -85,13 +90,13 @@ type Message struct {
 }
 
 // Result says what ReceiveTx did with a Message: package inbox's Result
-// without its Err.
+// without its Err (see there for each field).
 type Result struct {
-	MessageID       uuid.UUID
-	Duplicate       bool
-	ReceivedAt      time.Time
-	PayloadMismatch bool
-	JobID           int64
+	MessageID       uuid.UUID // the new message's, or the first receipt's
+	Duplicate       bool      // the key was claimed before
+	ReceivedAt      time.Time // when the event was first received
+	PayloadMismatch bool      // a duplicate with another payload
+	JobID           int64     // the new message's job; 0 for a duplicate
 }
 
 // Receiver stores incoming messages.
