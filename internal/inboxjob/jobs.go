@@ -14,6 +14,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/pgxtx"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Config configures Jobs. Every field is required: package inbox applies
@@ -29,24 +30,24 @@ type Config struct {
 	Now func() time.Time
 }
 
+// errInvalidConfig wraps each problem New finds with its config.
+var errInvalidConfig = errors.New("inboxjob: invalid config")
+
 func (c *Config) validate() error {
-	var errs []error
+	p := shared.NewProblems(errInvalidConfig)
 	if c.River == nil {
-		errs = append(errs, errors.New("no River client"))
+		p.Addf("no River client")
 	}
 	if c.Queue == "" {
-		errs = append(errs, errors.New("no Queue"))
+		p.Addf("no Queue")
 	}
 	if c.MaxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("MaxAttempts %d is below 1", c.MaxAttempts))
+		p.Addf("MaxAttempts %d is below 1", c.MaxAttempts)
 	}
 	if c.Now == nil {
-		errs = append(errs, errors.New("no Now"))
+		p.Addf("no Now")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("inboxjob: %w", err)
-	}
-	return nil
+	return p.Err()
 }
 
 // Jobs inserts and deletes the River jobs of the inbox's messages.

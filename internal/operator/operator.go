@@ -54,23 +54,27 @@ type Config struct {
 	Now func() time.Time
 }
 
+// errInvalidConfig wraps each problem New finds with its config.
+var errInvalidConfig = errors.New("operator: invalid config")
+
 func (c *Config) validate() error {
-	var errs []error
-	for _, missing := range []struct {
-		name string
-		nil  bool
-	}{
-		{"River", c.River == nil}, {"Jobs", c.Jobs == nil}, {"Ordering", c.Ordering == nil},
-		{"Logger", c.Logger == nil}, {"Now", c.Now == nil},
-	} {
-		if missing.nil {
-			errs = append(errs, fmt.Errorf("no %s", missing.name))
-		}
+	p := shared.NewProblems(errInvalidConfig)
+	if c.River == nil {
+		p.Addf("no River client")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("operator: %w", err)
+	if c.Jobs == nil {
+		p.Addf("no Jobs")
 	}
-	return nil
+	if c.Ordering == nil {
+		p.Addf("no Ordering")
+	}
+	if c.Logger == nil {
+		p.Addf("no Logger")
+	}
+	if c.Now == nil {
+		p.Addf("no Now")
+	}
+	return p.Err()
 }
 
 // Actions are an operator's actions on stored messages.
@@ -89,20 +93,34 @@ func New(cfg *Config) (*Actions, error) {
 // ReplayTx re-enqueues message id in tx (see inbox.ReplayTx).
 func (a *Actions) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	q := dbsqlc.New(tx)
-	// Revives an old row: keep retention from dropping its partition until
-	// this transaction ends.
+	row, err := lockRevivable(ctx, q, id)
+	if err != nil {
+		return err
+	}
+	oldJob, err := a.replayable(ctx, tx, &row)
+	if err != nil {
+		return err
+	}
+	return a.requeue(ctx, tx, q, &row, oldJob)
+}
+
+// lockRevivable locks message id for a replay, which revives an old row:
+// it keeps retention from dropping the row's partition until the
+// transaction ends. An erased message, or one whose day retention is
+// dropping, is not replayable.
+func lockRevivable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) (dbsqlc.WharfInboxMessage, error) {
 	if err := q.AdvisoryXactLockShared(ctx, dbsqlc.AdvisoryXactLockSharedParams{
 		Class: partition.LockClass(),
 		Key:   partition.RetentionLockKey(inboxjob.MessagesTable),
 	}); err != nil {
-		return err
+		return dbsqlc.WharfInboxMessage{}, err
 	}
 	row, err := q.InboxMessageGetByIDForUpdate(ctx, id)
 	if err != nil {
-		return notFound(err)
+		return row, notFound(err)
 	}
 	if row.ScrubbedAt != nil {
-		return fmt.Errorf("%w (message %s was erased)", ErrNotReplayable, id)
+		return row, fmt.Errorf("%w (message %s was erased)", ErrNotReplayable, id)
 	}
 	// Retention marks a day before it detaches its partition, under the
 	// lock held shared above, and holds no lock while it detaches.
@@ -110,27 +128,41 @@ func (a *Actions) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 		Parent: inboxjob.MessagesTable, Day: partition.Day(row.ReceivedAt),
 	})
 	if err != nil {
-		return err
+		return row, err
 	}
 	if dropping {
-		return fmt.Errorf("%w (message %s: retention is dropping its day)", ErrNotReplayable, id)
+		return row, fmt.Errorf("%w (message %s: retention is dropping its day)", ErrNotReplayable, id)
 	}
+	return row, nil
+}
+
+// replayable returns row's job, nil when River no longer has it, or an
+// error wrapping ErrNotReplayable when the message is processed, or
+// received and its job still to run.
+func (a *Actions) replayable(ctx context.Context, tx pgx.Tx, row *dbsqlc.WharfInboxMessage) (*rivertype.JobRow, error) {
 	var oldJob *rivertype.JobRow
 	if row.JobID != nil {
+		var err error
 		oldJob, err = a.config.River.JobGetTx(ctx, tx, *row.JobID)
 		if err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			return fmt.Errorf("inbox: look up job: %w", err)
+			return nil, fmt.Errorf("inbox: look up job: %w", err)
 		}
 	}
 	switch row.Status {
 	case inboxjob.StatusFailed, inboxjob.StatusDead:
 	case inboxjob.StatusReceived:
 		if oldJob != nil && !inboxjob.Finalized(oldJob.State) {
-			return fmt.Errorf("%w (message %s is received and its job %d is %s)", ErrNotReplayable, id, oldJob.ID, oldJob.State)
+			return nil, fmt.Errorf("%w (message %s is received and its job %d is %s)", ErrNotReplayable, row.ID, oldJob.ID, oldJob.State)
 		}
 	default:
-		return fmt.Errorf("%w (message %s is %s)", ErrNotReplayable, id, row.Status)
+		return nil, fmt.Errorf("%w (message %s is %s)", ErrNotReplayable, row.ID, row.Status)
 	}
+	return oldJob, nil
+}
+
+// requeue gives row a new job in place of oldJob (if any), on oldJob's
+// queue, with a fresh set of attempts, and returns it to received.
+func (a *Actions) requeue(ctx context.Context, tx pgx.Tx, q *dbsqlc.Queries, row *dbsqlc.WharfInboxMessage, oldJob *rivertype.JobRow) error {
 	opts := a.config.Jobs.Opts()
 	if oldJob != nil {
 		// The old job may wait for a retry; the new one replaces it. A
@@ -144,7 +176,7 @@ func (a *Actions) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 		// (the CLI's, say) was configured with.
 		opts.Queue = oldJob.Queue
 	}
-	job, err := a.config.River.InsertTx(ctx, tx, inboxjob.ProcessArgs{MessageID: id, ReceivedAt: row.ReceivedAt}, opts)
+	job, err := a.config.River.InsertTx(ctx, tx, inboxjob.ProcessArgs{MessageID: row.ID, ReceivedAt: row.ReceivedAt}, opts)
 	if err != nil {
 		return fmt.Errorf("inbox: insert job: %w", err)
 	}
@@ -152,11 +184,11 @@ func (a *Actions) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 		JobID:      job.Job.ID,
 		Now:        a.config.Now(),
 		ReceivedAt: row.ReceivedAt,
-		ID:         id,
+		ID:         row.ID,
 	}); err != nil {
 		return notFound(err)
 	}
-	a.config.Logger.InfoContext(ctx, "inbox: message replayed", "message_id", id, "source", row.Source, "event_id", row.EventID,
+	a.config.Logger.InfoContext(ctx, "inbox: message replayed", "message_id", row.ID, "source", row.Source, "event_id", row.EventID,
 		"job_id", job.Job.ID, "queue", opts.Queue)
 	return nil
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/pgxtx"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Config configures an Ordering. Every field is required: package inbox
@@ -53,21 +54,21 @@ type Config struct {
 	Now func() time.Time
 }
 
+// errInvalidConfig wraps each problem New finds with its config.
+var errInvalidConfig = errors.New("ordering: invalid config")
+
 func (c *Config) validate() error {
-	var errs []error
+	p := shared.NewProblems(errInvalidConfig)
 	if c.Jobs == nil {
-		errs = append(errs, errors.New("no Jobs"))
+		p.Addf("no Jobs")
 	}
 	if c.BatchSize < 1 {
-		errs = append(errs, fmt.Errorf("BatchSize %d is below 1", c.BatchSize))
+		p.Addf("BatchSize %d is below 1", c.BatchSize)
 	}
 	if c.Now == nil {
-		errs = append(errs, errors.New("no Now"))
+		p.Addf("no Now")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("ordering: %w", err)
-	}
-	return nil
+	return p.Err()
 }
 
 // Ordering parks and wakes the messages of ordering keys.

@@ -30,6 +30,7 @@ import (
 	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/ordering"
 	"github.com/wharfhq/wharf/internal/pgxtx"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // Registry resolves the handlers of messages: package inbox's
@@ -102,24 +103,37 @@ type Config struct {
 	OnDead OnDead
 }
 
+// errInvalidConfig wraps each problem New (or NewRescuer) finds with its
+// config.
+var errInvalidConfig = errors.New("process: invalid config")
+
 func (c *Config) validate() error {
-	var errs []error
-	for _, missing := range []struct {
-		name string
-		nil  bool
-	}{
-		{"Pool", c.Pool == nil}, {"Jobs", c.Jobs == nil}, {"Ordering", c.Ordering == nil},
-		{"Registry", c.Registry == nil}, {"Metrics", c.Metrics == nil}, {"Logger", c.Logger == nil},
-		{"Tracer", c.Tracer == nil}, {"Now", c.Now == nil},
-	} {
-		if missing.nil {
-			errs = append(errs, fmt.Errorf("no %s", missing.name))
-		}
+	p := shared.NewProblems(errInvalidConfig)
+	if c.Pool == nil {
+		p.Addf("no Pool")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("process: %w", err)
+	if c.Jobs == nil {
+		p.Addf("no Jobs")
 	}
-	return nil
+	if c.Ordering == nil {
+		p.Addf("no Ordering")
+	}
+	if c.Registry == nil {
+		p.Addf("no Registry")
+	}
+	if c.Metrics == nil {
+		p.Addf("no Metrics")
+	}
+	if c.Logger == nil {
+		p.Addf("no Logger")
+	}
+	if c.Tracer == nil {
+		p.Addf("no Tracer")
+	}
+	if c.Now == nil {
+		p.Addf("no Now")
+	}
+	return p.Err()
 }
 
 // TestHooks are seams where a test puts something between two steps of

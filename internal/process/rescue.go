@@ -3,7 +3,6 @@ package process
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/ordering"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // RescuerConfig configures a Rescuer. Every field but OnDead is required:
@@ -40,28 +40,29 @@ type RescuerConfig struct {
 }
 
 func (c *RescuerConfig) validate() error {
-	var errs []error
-	for _, missing := range []struct {
-		name string
-		nil  bool
-	}{
-		{"Pool", c.Pool == nil}, {"Jobs", c.Jobs == nil}, {"Ordering", c.Ordering == nil},
-		{"Logger", c.Logger == nil}, {"Now", c.Now == nil},
-	} {
-		if missing.nil {
-			errs = append(errs, fmt.Errorf("no %s", missing.name))
-		}
+	p := shared.NewProblems(errInvalidConfig)
+	if c.Pool == nil {
+		p.Addf("rescuer: no Pool")
+	}
+	if c.Jobs == nil {
+		p.Addf("rescuer: no Jobs")
+	}
+	if c.Ordering == nil {
+		p.Addf("rescuer: no Ordering")
+	}
+	if c.Logger == nil {
+		p.Addf("rescuer: no Logger")
+	}
+	if c.Now == nil {
+		p.Addf("rescuer: no Now")
 	}
 	if c.After <= 0 {
-		errs = append(errs, fmt.Errorf("After %s is not positive", c.After))
+		p.Addf("rescuer: After %s is not positive", c.After)
 	}
 	if c.Interval <= 0 {
-		errs = append(errs, fmt.Errorf("Interval %s is not positive", c.Interval))
+		p.Addf("rescuer: Interval %s is not positive", c.Interval)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("process: rescuer: %w", err)
-	}
-	return nil
+	return p.Err()
 }
 
 // Rescuer settles the unfinished messages that nothing would run (see

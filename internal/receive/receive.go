@@ -23,6 +23,7 @@ import (
 	"github.com/wharfhq/wharf/internal/groupcommit"
 	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
@@ -44,30 +45,30 @@ type Config struct {
 	Now func() time.Time
 }
 
+// errInvalidConfig wraps each problem New finds with its config.
+var errInvalidConfig = errors.New("receive: invalid config")
+
 func (c *Config) validate() error {
-	var errs []error
+	p := shared.NewProblems(errInvalidConfig)
 	if c.Pool == nil {
-		errs = append(errs, errors.New("no Pool"))
+		p.Addf("no Pool")
 	}
 	if c.Jobs == nil {
-		errs = append(errs, errors.New("no Jobs"))
+		p.Addf("no Jobs")
 	}
 	if c.BatchSize < 1 {
-		errs = append(errs, fmt.Errorf("BatchSize %d is below 1", c.BatchSize))
+		p.Addf("BatchSize %d is below 1", c.BatchSize)
 	}
 	if c.BatchWait < 0 {
-		errs = append(errs, fmt.Errorf("BatchWait %s is negative", c.BatchWait))
+		p.Addf("BatchWait %s is negative", c.BatchWait)
 	}
 	if c.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("Timeout %s is not positive", c.Timeout))
+		p.Addf("Timeout %s is not positive", c.Timeout)
 	}
 	if c.Now == nil {
-		errs = append(errs, errors.New("no Now"))
+		p.Addf("no Now")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("receive: %w", err)
-	}
-	return nil
+	return p.Err()
 }
 
 // Message is a valid message to receive (package inbox checked it): an
