@@ -72,7 +72,8 @@ type Message struct {
 // (or return river.JobCancel) to fail the message without retries; return
 // river.JobSnooze to roll back and run again later without using an
 // attempt. A Handler cannot commit or roll back tx: its Commit and Rollback
-// return ErrHandlerEndedTx and change nothing.
+// return ErrHandlerEndedTx and change nothing. msg is the handler's own
+// copy: what it does to it changes nothing the worker does next.
 //
 // The messages of one received batch (see Config.BatchSize) are processed
 // in one transaction, each handler in its own savepoint: an error rolls
