@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -117,7 +118,7 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 	}
 	log := ib.logger.With("source", src.Name)
 
-	limit := src.maxBodyBytes()
+	limit := src.MaxBodyBytes
 	if r.ContentLength > limit {
 		a.error(resultTooLarge, http.StatusRequestEntityTooLarge, "body exceeds the source's size limit")
 		return
@@ -173,14 +174,7 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 		OrderingKey: src.orderingKey(r.Header, body),
 		trace:       telemetry.StoredContext(r.Context()),
 	}
-	if err := msg.validate(); err != nil {
-		a.error(resultMalformed, http.StatusBadRequest, err.Error())
-		return
-	}
-	res, err := ib.receiving.Do(r.Context(), msg)
-	if err == nil {
-		err = res.Err
-	}
+	res, err := ib.receive(r.Context(), &msg)
 	switch {
 	case errors.Is(err, ErrInvalidMessage):
 		a.error(resultMalformed, http.StatusBadRequest, err.Error())
@@ -237,6 +231,18 @@ func requestURL(r *http.Request) string {
 		scheme = "https"
 	}
 	return scheme + "://" + r.Host + r.URL.RequestURI()
+}
+
+// receive receives msg in the HTTP handler's group commit (see
+// receive.Receiver.Receive): an error wraps ErrInvalidMessage for a
+// message that cannot be stored as given.
+func (ib *Inbox) receive(ctx context.Context, msg *Incoming) (Result, error) {
+	m, err := ib.toReceive(msg)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := ib.receiver.Receive(ctx, m)
+	return resultOf(res), err
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,8 +16,12 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/wharfhq/wharf/internal/groupcommit"
-	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
+	"github.com/wharfhq/wharf/internal/operator"
+	"github.com/wharfhq/wharf/internal/ordering"
+	"github.com/wharfhq/wharf/internal/process"
+	"github.com/wharfhq/wharf/internal/receive"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
@@ -36,12 +40,6 @@ const (
 	// DefaultBatchSize is how many messages share a receive transaction and
 	// a processing job unless Config.BatchSize says otherwise.
 	DefaultBatchSize = 50
-	// maxJobMessages caps the messages of one processing job whatever
-	// BatchSize: each handler that writes takes a subtransaction (two if it
-	// opens a savepoint of its own), and more than 64 in one transaction
-	// overflow Postgres's per-backend cache of them, which slows every other
-	// session's snapshots.
-	maxJobMessages = 30
 	// insertNotifyInterval is how often at most the inbox's inserts of jobs
 	// tell the workers (LISTEN/NOTIFY) that jobs are waiting. Each notifying
 	// commit takes Postgres's notification queue lock, so not every insert
@@ -50,8 +48,6 @@ const (
 	// DefaultBatchWait is how long a delivery waits for others to share its
 	// transaction unless Config.BatchWait says otherwise.
 	DefaultBatchWait = time.Millisecond
-
-	messagesTable = "wharf_inbox_messages"
 )
 
 // Config configures an Inbox. A nil *Config means every default.
@@ -127,33 +123,27 @@ type Config struct {
 // its workers to the River client that will process its queue with
 // AddWorkers, and register handlers with Handle (or HandleBatch).
 type Inbox struct {
-	pool           *pgxpool.Pool
-	river          *river.Client[pgx.Tx] // insert-only: the application's client works the jobs
-	partitions     *partition.Cache
-	queue          string
-	maxAttempts    int
-	receiveTimeout time.Duration
-	logger         *slog.Logger
-	now            func() time.Time
-	sources        map[string]*Source
-	batchSize      int
-	receiving      *groupcommit.Batcher[Incoming, Result] // the HTTP handler's group commit
-	metrics        *metrics
-	rejections     *rejectionLog
-	onDead         func(ctx context.Context, msg *Message, cause error)
-	tracer         trace.Tracer
-	hooks          hooks // zero but in tests
-
-	mu       sync.RWMutex
-	handlers map[handlerKey]*registration
+	engines
+	pool       *pgxpool.Pool
+	queue      string
+	logger     *slog.Logger
+	now        func() time.Time
+	sources    map[string]*Source
+	handlers   *registry
+	metrics    *metrics
+	rejections *rejectionLog
+	tracer     trace.Tracer
 }
 
-// hooks are seams where a test puts something between two steps of the
-// inbox's work, so that a race it means to show happens in that order.
-type hooks struct {
-	// beforeFailureRecord runs after a processing job's transaction has
-	// rolled back on its handler's failure, before the failure is recorded.
-	beforeFailureRecord func(ctx context.Context, msg *Message)
+// engines are the Inbox's mechanisms, each a type of its own with its own
+// config, built by New (docs/design.md, "Packages", has the picture).
+type engines struct {
+	jobs      *inboxjob.Jobs
+	ordering  *ordering.Ordering
+	receiver  *receive.Receiver
+	processor *process.Processor
+	rescuer   *process.Rescuer
+	operator  *operator.Actions
 }
 
 // New returns an Inbox storing messages through pool.
@@ -161,12 +151,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("%w: nil pool", ErrInvalidConfig)
 	}
-	if cfg == nil {
-		cfg = &Config{}
-	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	c := cfg.withDefaults()
 	// A client without workers only inserts; it is never started. Its
 	// FetchCooldown is how often at most its inserts notify the workers
 	// (River's default, 100 ms, leaves a job inserted just after a
@@ -178,64 +166,93 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		return nil, fmt.Errorf("inbox: river client: %w", err)
 	}
 	ib := &Inbox{
-		pool:           pool,
-		river:          insertClient,
-		partitions:     partition.NewCache(pool),
-		queue:          cfg.Queue,
-		maxAttempts:    cfg.MaxAttempts,
-		receiveTimeout: cfg.ReceiveTimeout,
-		logger:         cfg.Logger,
-		now:            cfg.Now,
-		sources:        make(map[string]*Source, len(cfg.Sources)),
-		handlers:       make(map[handlerKey]*registration),
+		pool:       pool,
+		queue:      c.Queue,
+		logger:     c.Logger,
+		now:        c.Now,
+		sources:    make(map[string]*Source, len(c.Sources)),
+		handlers:   &registry{regs: make(map[handlerKey]*registration)},
+		rejections: newRejectionLog(c.Logger, c.RejectionLogInterval),
+		tracer:     telemetry.Tracer(c.TracerProvider, "inbox"),
 	}
-	if ib.queue == "" {
-		ib.queue = DefaultQueue
+	names := make([]string, len(c.Sources))
+	for i := range c.Sources {
+		names[i] = c.Sources[i].Name
+		ib.sources[c.Sources[i].Name] = &c.Sources[i]
 	}
-	if ib.maxAttempts == 0 {
-		ib.maxAttempts = DefaultMaxAttempts
-	}
-	if ib.receiveTimeout == 0 {
-		ib.receiveTimeout = DefaultReceiveTimeout
-	}
-	if ib.logger == nil {
-		ib.logger = slog.Default()
-	}
-	if ib.now == nil {
-		ib.now = time.Now
-	}
-	names := make([]string, len(cfg.Sources))
-	for i := range cfg.Sources {
-		names[i] = cfg.Sources[i].Name
-	}
-	m, err := newMetrics(cfg.MeterProvider, pool, names)
-	if err != nil {
+	if ib.metrics, err = newMetrics(c.MeterProvider, pool, names); err != nil {
 		return nil, fmt.Errorf("inbox: metrics: %w", err)
 	}
-	ib.metrics = m
-	ib.onDead = cfg.OnDead
-	ib.tracer = telemetry.Tracer(cfg.TracerProvider, "inbox")
-	ib.rejections = newRejectionLog(ib.logger, cmp.Or(cfg.RejectionLogInterval, defaultRejectionLogInterval))
-	ib.batchSize = cmp.Or(cfg.BatchSize, DefaultBatchSize)
-	batchWait := cmp.Or(cfg.BatchWait, DefaultBatchWait)
-	if batchWait < 0 {
-		batchWait = 0
-	}
-	// Two receive batches commit at once at most: the rest of the pool
-	// serves the workers, and deliveries that wait for a slot join the
-	// waiting batch instead of taking a connection each (two slots gave
-	// larger batches and more throughput than four on the 2-core machine
-	// of docs/performance.md's figures).
-	slots := 2
-	if ib.batchSize <= 1 {
-		slots = int(pool.Config().MaxConns) // no batching: a connection each
-	}
-	ib.receiving = ib.newReceiver(batchWait, slots)
-	for i := range cfg.Sources {
-		src := cfg.Sources[i] // a copy: later edits of cfg change nothing
-		ib.sources[src.Name] = &src
+	if ib.engines, err = newEngines(ib, &c, insertClient); err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	return ib, nil
+}
+
+// newEngines builds ib's engines from c, a Config with its defaults, and
+// the inbox's insert-only River client (the application's client works
+// the jobs).
+func newEngines(ib *Inbox, c *Config, insertClient *river.Client[pgx.Tx]) (e engines, err error) {
+	var onDead process.OnDead
+	if c.OnDead != nil {
+		onDead = func(ctx context.Context, msg *dbsqlc.WharfInboxMessage, cause error) {
+			c.OnDead(ctx, messageFromRow(msg), cause)
+		}
+	}
+	if e.jobs, err = inboxjob.New(&inboxjob.Config{
+		River: insertClient, Queue: c.Queue, MaxAttempts: c.MaxAttempts, Now: ib.clock,
+	}); err != nil {
+		return e, err
+	}
+	if e.ordering, err = ordering.New(&ordering.Config{Jobs: e.jobs, BatchSize: c.BatchSize, Now: ib.clock}); err != nil {
+		return e, err
+	}
+	if e.receiver, err = receive.New(&receive.Config{
+		Pool: ib.pool, Jobs: e.jobs, BatchSize: c.BatchSize, BatchWait: c.BatchWait, Timeout: c.ReceiveTimeout, Now: ib.clock,
+	}); err != nil {
+		return e, err
+	}
+	if e.processor, err = process.New(&process.Config{
+		Pool: ib.pool, Jobs: e.jobs, Ordering: e.ordering, Registry: ib.handlers, Metrics: ib.metrics,
+		Logger: c.Logger, Tracer: ib.tracer, Now: ib.clock, OnDead: onDead,
+	}); err != nil {
+		return e, err
+	}
+	if e.rescuer, err = process.NewRescuer(&process.RescuerConfig{
+		Pool: ib.pool, Jobs: e.jobs, Ordering: e.ordering, Logger: c.Logger, Now: ib.clock, OnDead: onDead,
+		After: RescueAfter, Interval: RescueInterval,
+	}); err != nil {
+		return e, err
+	}
+	e.operator, err = operator.New(&operator.Config{
+		River: insertClient, Jobs: e.jobs, Ordering: e.ordering, Logger: c.Logger, Now: ib.clock,
+	})
+	return e, err
+}
+
+// withDefaults returns a copy of c (nil: the zero Config) with each unset
+// field at its default: the one place the inbox applies its defaults. Its
+// Sources are copies, so later edits of c change nothing.
+func (c *Config) withDefaults() Config {
+	var d Config
+	if c != nil {
+		d = *c
+	}
+	d.Sources = slices.Clone(d.Sources)
+	for i := range d.Sources {
+		d.Sources[i].MaxBodyBytes = cmp.Or(d.Sources[i].MaxBodyBytes, DefaultMaxBodyBytes)
+	}
+	d.Queue = cmp.Or(d.Queue, DefaultQueue)
+	d.MaxAttempts = cmp.Or(d.MaxAttempts, DefaultMaxAttempts)
+	d.Logger = cmp.Or(d.Logger, slog.Default())
+	if d.Now == nil { // a func: cmp.Or cannot compare it
+		d.Now = time.Now
+	}
+	d.ReceiveTimeout = cmp.Or(d.ReceiveTimeout, DefaultReceiveTimeout)
+	d.BatchSize = cmp.Or(d.BatchSize, DefaultBatchSize)
+	d.BatchWait = max(cmp.Or(d.BatchWait, DefaultBatchWait), 0) // negative: never waits
+	d.RejectionLogInterval = cmp.Or(d.RejectionLogInterval, defaultRejectionLogInterval)
+	return d
 }
 
 // ErrInvalidConfig is returned by New for a Config it cannot use; the error
@@ -249,10 +266,6 @@ func (c *Config) Validate() error {
 	if c == nil {
 		return nil
 	}
-	return c.validate()
-}
-
-func (c *Config) validate() error {
 	p := shared.NewProblems(ErrInvalidConfig)
 	if c.MaxAttempts < 0 {
 		p.Addf("MaxAttempts %d is negative", c.MaxAttempts)
@@ -283,9 +296,9 @@ func (ib *Inbox) Queue() string { return ib.queue }
 // rescue of PeriodicJobs.
 func (ib *Inbox) AddWorkers(workers *river.Workers) error {
 	return errors.Join(
-		river.AddWorkerSafely(workers, &processWorker{ib: ib}),
-		river.AddWorkerSafely(workers, &processBatchWorker{ib: ib}),
-		river.AddWorkerSafely(workers, &rescueWorker{ib: ib}),
+		river.AddWorkerSafely(workers, ib.processor.Worker()),
+		river.AddWorkerSafely(workers, ib.processor.BatchWorker()),
+		river.AddWorkerSafely(workers, ib.rescuer.Worker()),
 	)
 }
 
@@ -298,17 +311,4 @@ func (ib *Inbox) clock() time.Time {
 // txFunc runs fn in a transaction on the inbox's pool.
 func (ib *Inbox) txFunc(ctx context.Context, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, ib.pool, fn)
-}
-
-// dead calls Config.OnDead for msg, recovering a panic.
-func (ib *Inbox) dead(ctx context.Context, msg *Message, cause error) {
-	if ib.onDead == nil {
-		return
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			ib.logger.ErrorContext(ctx, "inbox: OnDead panicked", "message_id", msg.ID, "panic", fmt.Sprint(r))
-		}
-	}()
-	ib.onDead(ctx, msg, cause)
 }

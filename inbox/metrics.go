@@ -6,12 +6,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
@@ -128,49 +126,11 @@ func (m *metrics) request(ctx context.Context, source, result string, took time.
 	m.receiveDuration.Record(ctx, took.Seconds(), attrs)
 }
 
-// handled records a handler's outcome.
-func (m *metrics) handled(ctx context.Context, msg *Message, status Status, took time.Duration) {
-	m.outcomes.Add(ctx, 1, m.bySourceStatus.Of(msg.Source, string(status)))
+// Handled records a handler's outcome (the process engine's Metrics).
+func (m *metrics) Handled(ctx context.Context, msg *dbsqlc.WharfInboxMessage, status string, took time.Duration) {
+	m.outcomes.Add(ctx, 1, m.bySourceStatus.Of(msg.Source, status))
 	m.handlerDuration.Record(ctx, took.Seconds(), m.bySource.Of(msg.Source))
-	if status == StatusProcessed {
+	if status == inboxjob.StatusProcessed {
 		m.lag.Record(ctx, time.Since(msg.ReceivedAt).Seconds(), m.bySource.Of(msg.Source))
 	}
-}
-
-// startProcess starts the span of one handler run, linked to the span that
-// received the message.
-func (ib *Inbox) startProcess(ctx context.Context, msg *Message) (context.Context, trace.Span) {
-	return ib.tracer.Start(ctx, "wharf.inbox.process",
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithLinks(telemetry.Link(msg.trace)...),
-		trace.WithAttributes(
-			attribute.String("wharf.source", msg.Source),
-			attribute.String("wharf.event_type", msg.EventType),
-			attribute.String("wharf.message_id", msg.ID.String()),
-		))
-}
-
-// startProcessGroup starts the span of a BatchHandler call on msgs,
-// linked to each message's receipt.
-func (ib *Inbox) startProcessGroup(ctx context.Context, msgs []*Message) (context.Context, trace.Span) {
-	var links []trace.Link
-	for _, m := range msgs {
-		links = append(links, telemetry.Link(m.trace)...)
-	}
-	return ib.tracer.Start(ctx, "wharf.inbox.process_batch",
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithLinks(links...),
-		trace.WithAttributes(
-			attribute.String("wharf.source", msgs[0].Source),
-			attribute.String("wharf.event_type", msgs[0].EventType),
-			attribute.Int("wharf.messages", len(msgs)),
-		))
-}
-
-// endProcess ends a handler run's span with its outcome.
-func endProcess(span trace.Span, err error) {
-	if err != nil {
-		span.SetStatus(codes.Error, "handler failed")
-	}
-	span.End()
 }

@@ -60,7 +60,7 @@ func TestOrderingRetryableFailureInBatchStrandsNoLaterMessage(t *testing.T) {
 		"the last message was stranded: parked, with nothing left to wake it\n%s", dump(t, b))
 }
 
-// single-message worker. f < y < l share a key; l's blockedTx
+// single-message worker. f < y < l share a key; l's ordering.Blocked
 // locks the FIRST earlier unfinished message (f), not its immediate
 // predecessor (y). y is skipped in an open transaction whose wake ran while
 // l still had its job; f is then processed and its wake stops at y (still

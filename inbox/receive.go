@@ -1,7 +1,6 @@
 package inbox
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -15,10 +14,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
-	"github.com/wharfhq/wharf/internal/telemetry"
+	"github.com/wharfhq/wharf/internal/receive"
 )
 
 // ErrInvalidMessage is wrapped by ReceiveTx's error when the message cannot be
@@ -78,29 +75,6 @@ type Result struct {
 	Err error
 }
 
-// processArgs are the River job args of a message: row ids only, never the
-// payload. ReceivedAt is part of the message's key (the partition key).
-type processArgs struct {
-	MessageID  uuid.UUID `json:"message_id"`
-	ReceivedAt time.Time `json:"received_at"`
-	// NotBefore, when set, is when the message is to run: the job snoozes
-	// until then. A handler's snooze in a batch is handed over to a job
-	// inserted available with its time here, rather than scheduled for it:
-	// River makes a scheduled job available only at its scheduler's next
-	// run (every 5 s), where a snooze or a worker's retry due sooner stays
-	// available.
-	NotBefore *time.Time `json:"not_before,omitempty"`
-	// FailedInBatch marks the retry of a message whose handler failed in a
-	// batch, whose transaction recorded that attempt. The job's first run
-	// runs no handler: it returns that failure to River, which schedules
-	// the retry by the client's RetryPolicy (and its first attempt stands
-	// for the batch's, so that MaxAttempts counts handler runs).
-	FailedInBatch bool `json:"failed_in_batch,omitempty"`
-}
-
-// Kind is the River job kind of inbox processing.
-func (processArgs) Kind() string { return "wharf_inbox_process" }
-
 // ReceiveTx claims msg's dedupe key, stores the message and inserts its River
 // job, all in tx: the caller's commit makes the receipt durable and its
 // rollback leaves no trace. When the key was already claimed no message or
@@ -136,66 +110,39 @@ func (ib *Inbox) ReceiveTx(ctx context.Context, tx pgx.Tx, msg Incoming) (*Resul
 // insert aborts tx on failure, so roll back.
 func (ib *Inbox) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Incoming) ([]Result, error) {
 	results := make([]Result, len(msgs))
-	var claims, repeats []*claim
-	seen := make(map[eventKey]bool, len(msgs))
+	valid := make([]receive.Message, 0, len(msgs))
+	index := make([]int, 0, len(msgs)) // in msgs, of each of valid
 	for i := range msgs {
-		c, err := newClaim(i, &msgs[i], ib.sources[msgs[i].Source])
+		m, err := ib.toReceive(&msgs[i])
 		if err != nil {
 			results[i].Err = err
 			continue
 		}
-		key := eventKey{msgs[i].Source, msgs[i].EventID}
-		if seen[key] {
-			repeats = append(repeats, c)
-			continue
-		}
-		seen[key] = true
-		claims = append(claims, c)
+		valid = append(valid, m)
+		index = append(index, i)
 	}
-	if len(claims) == 0 {
-		return results, nil
-	}
-	now := ib.clock()
-	if err := ib.partitions.Ensure(ctx, tx, messagesTable, now); err != nil {
-		return nil, err
-	}
-	won, err := ib.claimKeys(ctx, tx, msgs, claims, now, results)
+	received, err := ib.receiver.ReceiveTx(ctx, tx, valid)
 	if err != nil {
 		return nil, err
 	}
-	if err := ib.storeMessages(ctx, tx, msgs, won, now, results); err != nil {
-		return nil, err
-	}
-	// A repeat within the batch claims the key its first occurrence just
-	// took: a duplicate, with its payload mismatch counted on the key.
-	q := dbsqlc.New(tx)
-	for _, c := range repeats {
-		msg := &msgs[c.index]
-		key, err := q.InboxKeyClaim(ctx, dbsqlc.InboxKeyClaimParams{
-			Source: msg.Source, EventID: msg.EventID, PayloadHash: c.hash, MessageID: c.proposed, ReceivedAt: now,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("inbox: claim key: %w", err)
-		}
-		results[c.index] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, c.hash)
+	for k, res := range received {
+		results[index[k]] = resultOf(res)
 	}
 	return results, nil
 }
 
-// eventKey is a dedupe key.
-type eventKey struct{ source, eventID string }
-
-// claim is a valid message of a batch on its way to the database.
-type claim struct {
-	index    int // in the batch
-	hash     []byte
-	headers  []byte
-	proposed uuid.UUID // the message id, if the claim wins
+// resultOf is the Result of a received message.
+func resultOf(res receive.Result) Result {
+	return Result{MessageID: res.MessageID, Duplicate: res.Duplicate, ReceivedAt: res.ReceivedAt,
+		PayloadMismatch: res.PayloadMismatch, JobID: res.JobID}
 }
 
-func newClaim(index int, msg *Incoming, src *Source) (*claim, error) {
+// toReceive checks msg and makes it what the receive engine stores: its
+// headers without credentials (and its source's DropHeaders) as JSON, and
+// its payload hash (the body's SHA-256 unless given).
+func (ib *Inbox) toReceive(msg *Incoming) (receive.Message, error) {
 	if err := msg.validate(); err != nil {
-		return nil, err
+		return receive.Message{}, err
 	}
 	hash := msg.PayloadHash
 	if len(hash) == 0 {
@@ -203,139 +150,17 @@ func newClaim(index int, msg *Incoming, src *Source) (*claim, error) {
 		hash = sum[:]
 	}
 	var drop []string
-	if src != nil {
+	if src := ib.sources[msg.Source]; src != nil {
 		drop = src.DropHeaders
 	}
 	headers, err := json.Marshal(storedHeaders(msg.Header, drop))
 	if err != nil {
-		return nil, fmt.Errorf("%w: headers: %v", ErrInvalidMessage, err)
+		return receive.Message{}, fmt.Errorf("%w: headers: %v", ErrInvalidMessage, err)
 	}
-	proposed, err := uuid.NewV7()
-	if err != nil {
-		return nil, fmt.Errorf("inbox: message id: %w", err)
-	}
-	return &claim{index: index, hash: hash, headers: headers, proposed: proposed}, nil
-}
-
-// claimKeys claims the keys of claims (distinct) in one statement, fills
-// the results of those already claimed and returns the claims it won.
-func (ib *Inbox) claimKeys(ctx context.Context, tx pgx.Tx, msgs []Incoming, claims []*claim, now time.Time, results []Result) ([]*claim, error) {
-	params := dbsqlc.InboxKeyClaimManyParams{ReceivedAt: now}
-	for _, c := range claims {
-		params.Sources = append(params.Sources, msgs[c.index].Source)
-		params.EventIds = append(params.EventIds, msgs[c.index].EventID)
-		params.PayloadHashes = append(params.PayloadHashes, c.hash)
-		params.MessageIds = append(params.MessageIds, c.proposed.String())
-	}
-	rows, err := dbsqlc.New(tx).InboxKeyClaimMany(ctx, params)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: claim keys: %w", err)
-	}
-	keys := make(map[eventKey]*dbsqlc.InboxKeyClaimManyRow, len(rows))
-	for i := range rows {
-		keys[eventKey{rows[i].Source, rows[i].EventID}] = &rows[i]
-	}
-	var won []*claim
-	for _, c := range claims {
-		key, ok := keys[eventKey{msgs[c.index].Source, msgs[c.index].EventID}]
-		if !ok {
-			return nil, fmt.Errorf("inbox: claim keys: no row for key %d of the batch", c.index)
-		}
-		if key.MessageID == c.proposed {
-			won = append(won, c)
-			continue
-		}
-		results[c.index] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, c.hash)
-	}
-	return won, nil
-}
-
-func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte) Result {
-	return Result{
-		MessageID:       id,
-		Duplicate:       true,
-		ReceivedAt:      receivedAt,
-		PayloadMismatch: string(storedHash) != string(hash),
-	}
-}
-
-// storeMessages inserts the River jobs of the won claims (one job per
-// message when batches are off or there is only one, else one job per
-// BatchSize messages, 30 at most) and then their messages, in one statement
-// each.
-func (ib *Inbox) storeMessages(ctx context.Context, tx pgx.Tx, msgs []Incoming, won []*claim, now time.Time, results []Result) error {
-	if len(won) == 0 {
-		return nil
-	}
-	var jobs []river.InsertManyParams
-	if len(won) == 1 || ib.batchSize <= 1 {
-		for _, c := range won {
-			jobs = append(jobs, river.InsertManyParams{Args: processArgs{MessageID: c.proposed, ReceivedAt: now}, InsertOpts: ib.insertOpts()})
-		}
-	} else {
-		for chunk := range slices.Chunk(won, min(ib.batchSize, maxJobMessages)) {
-			args := processBatchArgs{ReceivedAt: now, MessageIDs: make([]uuid.UUID, len(chunk))}
-			for i, c := range chunk {
-				args.MessageIDs[i] = c.proposed
-			}
-			jobs = append(jobs, river.InsertManyParams{Args: args, InsertOpts: ib.batchInsertOpts()})
-		}
-	}
-	inserted, err := ib.river.InsertManyTx(ctx, tx, jobs)
-	if err != nil {
-		return fmt.Errorf("inbox: insert jobs: %w", err)
-	}
-	jobOf, _, err := jobOfMessage(inserted)
-	if err != nil {
-		return err
-	}
-	params := dbsqlc.InboxMessageInsertManyParams{ReceivedAt: now}
-	callerTrace := telemetry.StoredContext(ctx)
-	for _, c := range won {
-		jobID, ok := jobOf[c.proposed]
-		if !ok {
-			return fmt.Errorf("inbox: no job was inserted for message %s", c.proposed)
-		}
-		msg := &msgs[c.index]
-		params.Ids = append(params.Ids, c.proposed.String())
-		params.Sources = append(params.Sources, msg.Source)
-		params.EventIds = append(params.EventIds, msg.EventID)
-		params.EventTypes = append(params.EventTypes, msg.EventType)
-		params.Headers = append(params.Headers, c.headers)
-		params.Bodies = append(params.Bodies, bodyBytes(msg.Body))
-		params.PayloadHashes = append(params.PayloadHashes, c.hash)
-		params.JobIds = append(params.JobIds, jobID)
-		params.OrderingKeys = append(params.OrderingKeys, msg.OrderingKey)
-		params.TraceContexts = append(params.TraceContexts, cmp.Or(msg.trace, callerTrace))
-		results[c.index] = Result{MessageID: c.proposed, ReceivedAt: now, JobID: jobID}
-	}
-	if err := dbsqlc.New(tx).InboxMessageInsertMany(ctx, params); err != nil {
-		return fmt.Errorf("inbox: store messages: %w", err)
-	}
-	return nil
-}
-
-// bodyBytes keeps a nil body from becoming a NULL element of the bodies
-// array (the column is NOT NULL; an empty body is stored empty).
-func bodyBytes(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}
-
-func (ib *Inbox) insertOpts() *river.InsertOpts {
-	return &river.InsertOpts{Queue: ib.queue, MaxAttempts: ib.maxAttempts}
-}
-
-// batchJobMaxAttempts is a batch job's attempts, whatever MaxAttempts: they
-// are not handler attempts (the first runs the batch, the others only hand
-// its messages to jobs of their own, until the database lets them), so a
-// small MaxAttempts must not discard a batch with its messages unprocessed.
-const batchJobMaxAttempts = 25
-
-func (ib *Inbox) batchInsertOpts() *river.InsertOpts {
-	return &river.InsertOpts{Queue: ib.queue, MaxAttempts: batchJobMaxAttempts}
+	return receive.Message{
+		Source: msg.Source, EventID: msg.EventID, EventType: msg.EventType, Headers: headers,
+		Body: msg.Body, PayloadHash: hash, OrderingKey: msg.OrderingKey, Trace: msg.trace,
+	}, nil
 }
 
 func (m *Incoming) validate() error {

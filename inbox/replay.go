@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,21 +10,19 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
-	"github.com/wharfhq/wharf/internal/partition"
-	"github.com/wharfhq/wharf/internal/pgxtx"
+	"github.com/wharfhq/wharf/internal/operator"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
 var (
 	// ErrNotFound is returned for a message id that does not exist (never
 	// received, or dropped by retention).
-	ErrNotFound = errors.New("inbox: message not found")
+	ErrNotFound = operator.ErrNotFound
 	// ErrNotReplayable is returned by Replay for a message that is processed,
 	// erased, or still on its way to its handler.
-	ErrNotReplayable = errors.New("inbox: message cannot be replayed")
+	ErrNotReplayable = operator.ErrNotReplayable
 )
 
 // Get returns the stored message with id, or an error where
@@ -63,117 +60,7 @@ func (ib *Inbox) Replay(ctx context.Context, id uuid.UUID) error {
 // errors.Is(err, ErrNotReplayable) is true when the message is missing, was
 // erased, or is processed or still on its way; nothing changes then.
 func (ib *Inbox) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
-	q := dbsqlc.New(tx)
-	// Revives an old row: keep retention from dropping its partition until
-	// this transaction ends.
-	if err := q.AdvisoryXactLockShared(ctx, dbsqlc.AdvisoryXactLockSharedParams{
-		Class: partition.LockClass(),
-		Key:   partition.RetentionLockKey(messagesTable),
-	}); err != nil {
-		return err
-	}
-	row, err := q.InboxMessageGetByIDForUpdate(ctx, id)
-	if err != nil {
-		return translate(err)
-	}
-	if row.ScrubbedAt != nil {
-		return fmt.Errorf("%w (message %s was erased)", ErrNotReplayable, id)
-	}
-	// Retention marks a day before it detaches its partition, under the
-	// lock held shared above, and holds no lock while it detaches.
-	dropping, err := q.PartitionDropMarked(ctx, dbsqlc.PartitionDropMarkedParams{
-		Parent: messagesTable, Day: partition.Day(row.ReceivedAt),
-	})
-	if err != nil {
-		return err
-	}
-	if dropping {
-		return fmt.Errorf("%w (message %s: retention is dropping its day)", ErrNotReplayable, id)
-	}
-	var oldJob *rivertype.JobRow
-	if row.JobID != nil {
-		oldJob, err = ib.river.JobGetTx(ctx, tx, *row.JobID)
-		if err != nil && !errors.Is(err, rivertype.ErrNotFound) {
-			return fmt.Errorf("inbox: look up job: %w", err)
-		}
-	}
-	switch Status(row.Status) {
-	case StatusFailed, StatusDead:
-	case StatusReceived:
-		if oldJob != nil && !finalized(oldJob.State) {
-			return fmt.Errorf("%w (message %s is received and its job %d is %s)", ErrNotReplayable, id, oldJob.ID, oldJob.State)
-		}
-	default:
-		return fmt.Errorf("%w (message %s is %s)", ErrNotReplayable, id, row.Status)
-	}
-	opts := ib.insertOpts()
-	if oldJob != nil {
-		// The old job may wait for a retry; the new one replaces it. A
-		// running job cannot be deleted and needs not be: it finds the
-		// message on another job and leaves it, nor does its failure
-		// record apply (see ownedBy, InboxMessageMarkFailed).
-		if err := ib.deleteJobTx(ctx, tx, oldJob); err != nil {
-			return err
-		}
-		// Stay on the queue the application works, whatever this Inbox
-		// (the CLI's, say) was configured with.
-		opts.Queue = oldJob.Queue
-	}
-	job, err := ib.river.InsertTx(ctx, tx, processArgs{MessageID: id, ReceivedAt: row.ReceivedAt}, opts)
-	if err != nil {
-		return fmt.Errorf("inbox: insert job: %w", err)
-	}
-	if _, err := q.InboxMessageRequeue(ctx, dbsqlc.InboxMessageRequeueParams{
-		JobID:      job.Job.ID,
-		Now:        ib.clock(),
-		ReceivedAt: row.ReceivedAt,
-		ID:         id,
-	}); err != nil {
-		return translate(err)
-	}
-	ib.logger.InfoContext(ctx, "inbox: message replayed", "message_id", id, "source", row.Source, "event_id", row.EventID,
-		"job_id", job.Job.ID, "queue", opts.Queue)
-	return nil
-}
-
-// deleteJobTx deletes a message's job that will not be needed, unless it is
-// running (it finds the message no longer its own and leaves it) or is a
-// batch's that another message still waits for (its worker skips a message
-// that moved on).
-func (ib *Inbox) deleteJobTx(ctx context.Context, tx pgx.Tx, job *rivertype.JobRow) error {
-	if job.Kind == (processBatchArgs{}).Kind() {
-		if finalized(job.State) {
-			return nil // it will not run again; keep its record
-		}
-		var args processBatchArgs
-		if err := json.Unmarshal(job.EncodedArgs, &args); err != nil {
-			return fmt.Errorf("inbox: job %d: decode args: %w", job.ID, err)
-		}
-		// Not locked: locking the neighbours' rows too would deadlock two
-		// replays of one batch. Messages only ever leave a batch job, so a
-		// stale read at worst keeps a job that has nothing left to do.
-		rows, err := dbsqlc.New(tx).InboxMessagesGet(ctx, dbsqlc.InboxMessagesGetParams{
-			ReceivedAt: args.ReceivedAt, Ids: pgxtx.UUIDTexts(args.MessageIDs),
-		})
-		if err != nil {
-			return fmt.Errorf("inbox: messages of job %d: %w", job.ID, err)
-		}
-		for i := range rows {
-			if ownedBy(&rows[i], job.ID) {
-				return nil
-			}
-		}
-	}
-	if _, err := ib.river.JobDeleteTx(ctx, tx, job.ID); err != nil &&
-		!errors.Is(err, rivertype.ErrNotFound) && !errors.Is(err, rivertype.ErrJobRunning) {
-		return fmt.Errorf("inbox: delete job %d: %w", job.ID, err)
-	}
-	return nil
-}
-
-// finalized reports whether a job in state s will never run again.
-func finalized(s rivertype.JobState) bool {
-	return s == rivertype.JobStateCompleted || s == rivertype.JobStateCancelled || s == rivertype.JobStateDiscarded
+	return ib.operator.ReplayTx(ctx, tx, id)
 }
 
 // Forget erases the body, headers and last error of every stored delivery
@@ -202,42 +89,7 @@ func (ib *Inbox) Forget(ctx context.Context, source, eventID string) (int, error
 // ForgetTx is Forget in tx: the erasure holds once tx commits, and tx's
 // rollback undoes it. It logs nothing (Forget logs after its commit).
 func (ib *Inbox) ForgetTx(ctx context.Context, tx pgx.Tx, source, eventID string) (int, error) {
-	q := dbsqlc.New(tx)
-	if _, err := q.InboxKeyTombstone(ctx, dbsqlc.InboxKeyTombstoneParams{
-		Now: ib.clock(), Source: source, EventID: eventID,
-	}); err != nil {
-		return 0, err
-	}
-	rows, err := q.InboxMessageForget(ctx, dbsqlc.InboxMessageForgetParams{
-		Now: ib.clock(), Source: source, EventID: eventID,
-	})
-	if err != nil {
-		return 0, err
-	}
-	if len(rows) == 0 {
-		return 0, ErrNotFound
-	}
-	for _, row := range rows {
-		// A later message of its ordering key parked behind it goes on.
-		if err := ib.wakeNext(ctx, tx, &Message{ID: row.ID, Source: source, ReceivedAt: row.ReceivedAt, OrderingKey: row.OrderingKey}); err != nil {
-			return 0, err
-		}
-		if row.JobID == nil {
-			continue
-		}
-		// A job still waiting would only find the message erased.
-		job, err := ib.river.JobGetTx(ctx, tx, *row.JobID)
-		if errors.Is(err, rivertype.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("inbox: look up job: %w", err)
-		}
-		if err := ib.deleteJobTx(ctx, tx, job); err != nil {
-			return 0, err
-		}
-	}
-	return len(rows), nil
+	return ib.operator.ForgetTx(ctx, tx, source, eventID)
 }
 
 // translate maps database errors to the package's sentinels.
@@ -270,6 +122,10 @@ type ListParams struct {
 	After string
 }
 
+// defaultListLimit is ListParams.Limit's default: List's page size, and
+// ReplayMatching's.
+const defaultListLimit = 100
+
 // ErrInvalidCursor is returned by List for a ListParams.After that no
 // Cursor returned.
 var ErrInvalidCursor = errors.New("inbox: invalid list cursor")
@@ -298,7 +154,7 @@ func (ib *Inbox) list(ctx context.Context, db dbsqlc.DBTX, params *ListParams) (
 	limit := params.Limit
 	switch {
 	case limit <= 0:
-		limit = 100
+		limit = defaultListLimit
 	case limit > 10000:
 		return nil, fmt.Errorf("inbox: list limit %d is over 10000", limit)
 	}
@@ -388,7 +244,7 @@ func (ib *Inbox) ReplayMatching(ctx context.Context, params *ListParams, max int
 	page := *params
 	page.OmitBody = true
 	if page.Limit <= 0 {
-		page.Limit = 100
+		page.Limit = defaultListLimit
 	}
 	for {
 		if max > 0 {

@@ -1,15 +1,13 @@
 package inbox
 
 import (
-	"cmp"
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/inboxjob"
 )
 
 // RescueInterval is how often the inbox's periodic job (see PeriodicJobs)
@@ -22,30 +20,6 @@ const RescueInterval = 5 * time.Minute
 // one.
 const RescueAfter = time.Minute
 
-// maxRescue bounds the messages one Rescue hands jobs to; the next run
-// takes the rest.
-const maxRescue = 1000
-
-// rescueArgs are the args of the inbox's periodic rescue job.
-type rescueArgs struct{}
-
-// Kind is the River job kind of the inbox's periodic rescue.
-func (rescueArgs) Kind() string { return "wharf_inbox_rescue" }
-
-type rescueWorker struct {
-	river.WorkerDefaults[rescueArgs]
-	ib *Inbox
-}
-
-// Timeout lets a rescue over a large backlog finish: it runs once per
-// RescueInterval.
-func (w *rescueWorker) Timeout(*river.Job[rescueArgs]) time.Duration { return RescueInterval }
-
-func (w *rescueWorker) Work(ctx context.Context, _ *river.Job[rescueArgs]) error {
-	_, err := w.ib.Rescue(ctx)
-	return err
-}
-
 // PeriodicJobs returns the inbox's periodic job, for your River client's
 // Config.PeriodicJobs (wharfriver.Configure adds it): every RescueInterval,
 // and when the client starts, it runs Rescue on the inbox's queue. Its
@@ -54,9 +28,9 @@ func (ib *Inbox) PeriodicJobs() []*river.PeriodicJob {
 	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(RescueInterval),
 		func() (river.JobArgs, *river.InsertOpts) {
 			// One per interval, even while an earlier one retries.
-			return rescueArgs{}, &river.InsertOpts{Queue: ib.queue, UniqueOpts: river.UniqueOpts{ByPeriod: RescueInterval}}
+			return inboxjob.RescueArgs{}, &river.InsertOpts{Queue: ib.queue, UniqueOpts: river.UniqueOpts{ByPeriod: RescueInterval}}
 		},
-		&river.PeriodicJobOpts{ID: rescueArgs{}.Kind(), RunOnStart: true})}
+		&river.PeriodicJobOpts{ID: inboxjob.RescueArgs{}.Kind(), RunOnStart: true})}
 }
 
 // Rescue finds the unfinished messages that nothing would run (RescueAfter
@@ -79,110 +53,11 @@ func (ib *Inbox) PeriodicJobs() []*river.PeriodicJob {
 // Each is logged as a warning. The periodic job of PeriodicJobs calls it; an
 // operator can too.
 func (ib *Inbox) Rescue(ctx context.Context) (int, error) {
-	var settled []stranded
-	err := ib.txFunc(ctx, func(tx pgx.Tx) error {
-		var err error
-		settled, err = ib.rescueTx(ctx, tx)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	ib.reportRescued(ctx, settled)
-	return len(settled), nil
+	return ib.rescuer.Rescue(ctx)
 }
 
 // RescueTx is Rescue in tx; Config.OnDead is called before it returns,
 // whether tx commits or not.
 func (ib *Inbox) RescueTx(ctx context.Context, tx pgx.Tx) (int, error) {
-	settled, err := ib.rescueTx(ctx, tx)
-	if err != nil {
-		return 0, err
-	}
-	ib.reportRescued(ctx, settled)
-	return len(settled), nil
-}
-
-// stranded is a message Rescue settled: given a new job (jobID), or made
-// dead (cause).
-type stranded struct {
-	msg      *Message
-	jobState string
-	jobID    int64
-	cause    error
-}
-
-func (ib *Inbox) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
-	q := dbsqlc.New(tx)
-	find := dbsqlc.InboxMessagesStrandedParams{Before: ib.clock().Add(-RescueAfter), Max: maxRescue}
-	locked, err := q.InboxMessagesStranded(ctx, find)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: rescue: find stranded messages: %w", err)
-	}
-	if len(locked) == 0 {
-		return nil, nil
-	}
-	// Asked again, now that they are locked: a message given a job after
-	// the first statement began came back from it as stranded, its job
-	// unseen (see InboxMessagesStranded).
-	for i := range locked {
-		find.Ids = append(find.Ids, locked[i].WharfInboxMessage.ID.String())
-	}
-	rows, err := q.InboxMessagesStranded(ctx, find)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: rescue: check stranded messages: %w", err)
-	}
-	settled := make([]stranded, len(rows))
-	var inserts []river.InsertManyParams
-	for i := range rows {
-		s := &settled[i]
-		s.msg, s.jobState = messageFromRow(&rows[i].WharfInboxMessage), rows[i].JobState
-		switch s.jobState {
-		case "", "completed":
-			inserts = append(inserts, river.InsertManyParams{
-				Args: processArgs{MessageID: s.msg.ID, ReceivedAt: s.msg.ReceivedAt}, InsertOpts: ib.insertOpts(),
-			})
-			continue
-		case "gone":
-			s.cause = fmt.Errorf("dead: its River job %d is gone (deleted outside Wharf?) and it was never processed; replay it to run it", s.msg.JobID)
-		default:
-			s.cause = fmt.Errorf("dead: its River job %d was %s without a recorded result (the process died in its handler?); replay it to run it", s.msg.JobID, s.jobState)
-		}
-		dead, err := q.InboxMessageSkip(ctx, dbsqlc.InboxMessageSkipParams{
-			Reason: s.cause.Error(), Now: ib.clock(), ReceivedAt: s.msg.ReceivedAt, ID: s.msg.ID,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("inbox: rescue: mark message %s dead: %w", s.msg.ID, err)
-		}
-		s.msg = messageFromRow(&dead)
-		if err := ib.wakeNext(ctx, tx, s.msg); err != nil {
-			return nil, err
-		}
-	}
-	if len(inserts) == 0 {
-		return settled, nil
-	}
-	jobs, err := ib.insertJobs(ctx, tx, inserts)
-	if err != nil {
-		return nil, fmt.Errorf("inbox: rescue: %w", err)
-	}
-	for i := range settled {
-		settled[i].jobID = jobs[settled[i].msg.ID]
-	}
-	return settled, nil
-}
-
-// reportRescued logs what Rescue settled and calls Config.OnDead for the
-// messages it made dead.
-func (ib *Inbox) reportRescued(ctx context.Context, settled []stranded) {
-	for _, s := range settled {
-		if s.cause == nil {
-			ib.logger.WarnContext(ctx, "inbox: rescued a message that nothing would have run; it runs on a new job",
-				"message_id", s.msg.ID, "source", s.msg.Source, "event_id", s.msg.EventID, "job_id", s.jobID, "old_job_state", cmp.Or(s.jobState, "none (parked)"))
-			continue
-		}
-		ib.logger.WarnContext(ctx, "inbox: a message whose River job ended without a recorded result is dead",
-			"message_id", s.msg.ID, "source", s.msg.Source, "event_id", s.msg.EventID, "error", s.cause)
-		ib.dead(ctx, s.msg, s.cause)
-	}
+	return ib.rescuer.RescueTx(ctx, tx)
 }

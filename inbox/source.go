@@ -105,13 +105,6 @@ func (s *Source) validate(p *shared.Problems) {
 	}
 }
 
-func (s *Source) maxBodyBytes() int64 {
-	if s.MaxBodyBytes == 0 {
-		return DefaultMaxBodyBytes
-	}
-	return s.MaxBodyBytes
-}
-
 // location returns what the verifier knows of where ids and types live.
 func (s *Source) location() signature.EventLocation {
 	if loc, ok := s.Verifier.(signature.EventLocator); ok {

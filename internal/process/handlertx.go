@@ -1,4 +1,4 @@
-package inbox
+package process
 
 import (
 	"context"
@@ -13,8 +13,9 @@ import (
 )
 
 // ErrHandlerEndedTx is returned by the Commit and Rollback of the
-// transaction a Handler gets: only the worker may end it, since it also
-// holds the message's processed mark and its job's completion.
+// transaction a handler gets: only the worker may end it, since it also
+// holds the message's processed mark and its job's completion. Package
+// inbox exports it as inbox.ErrHandlerEndedTx.
 var ErrHandlerEndedTx = errors.New("inbox: a Handler must not commit or roll back its transaction; return nil or an error instead")
 
 // handlerTx is the worker's transaction as a Handler sees it: everything
