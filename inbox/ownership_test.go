@@ -550,3 +550,53 @@ func TestOperatorRacingAFailingJob(t *testing.T) {
 		}
 	})
 }
+
+// TestOnDeadOnceWhenTheFailureRecordFails: a last attempt whose failure
+// cannot be recorded (the row is held past the record's 10 s) leaves the
+// message unfinished on a discarded job; Rescue makes it dead, and OnDead
+// is called then, once. It was called at the failed record too, though
+// nothing was recorded: twice for one death.
+func TestOnDeadOnceWhenTheFailureRecordFails(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	died := &onDeadCounter{}
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 1, OnDead: died.onDead}})
+	b.inbox.Handle("payments", inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error {
+		return errors.New("downstream down")
+	})
+	held := make(chan pgx.Tx, 1)
+	inbox.SetBeforeFailureRecord(b.inbox, func(_ context.Context, msg *inbox.Message) {
+		tx, err := b.pool.Begin(ctx)
+		if err != nil {
+			panic(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE", msg.ID); err != nil {
+			panic(err)
+		}
+		held <- tx
+	})
+	r := receiveMany(t, b.pool, b.inbox, payments("evt_1"))[0]
+	require.NoError(t, r.Err)
+	b.startWorkers(t)
+	var tx pgx.Tx
+	select {
+	case tx = <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("never failed")
+	}
+	awaitJobState(t, b, r.JobID, "discarded")
+	require.NoError(t, tx.Rollback(ctx))
+	msg, err := b.inbox.Get(ctx, r.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusReceived, msg.Status, "nothing was recorded")
+	require.Zero(t, died.of(r.MessageID), "OnDead called for a death nothing recorded")
+
+	b.clock.Advance(inbox.RescueAfter + time.Minute)
+	n, err := b.inbox.Rescue(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	msg, err = b.inbox.Get(ctx, r.MessageID)
+	require.NoError(t, err)
+	require.Equal(t, inbox.StatusDead, msg.Status)
+	require.Equal(t, 1, died.of(r.MessageID), "OnDead once for one death")
+}

@@ -37,7 +37,11 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.BatchArg
 	if job.Attempt > 1 {
 		// The batch's transaction failed before (a crash, a timeout, a lost
 		// connection): let each message go its own way.
-		return b.split(ctx)
+		if err := b.split(ctx); err != nil {
+			b.log.WarnContext(ctx, "inbox: could not split a failed batch into jobs of their own; River runs the batch job again", "error", err)
+			return err
+		}
+		return nil
 	}
 	b.pastHalf = halfway(ctx)
 	if err := pgx.BeginFunc(ctx, w.p.config.Pool, func(tx pgx.Tx) error { return b.run(ctx, tx) }); err != nil {

@@ -102,6 +102,7 @@ func (b *batch) splitAfter(ctx context.Context, err error) error {
 	splitCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), splitTimeout)
 	defer cancel()
 	if splitErr := b.split(splitCtx); splitErr != nil {
+		b.log.WarnContext(ctx, "inbox: could not split a failed batch into jobs of their own; River runs the batch job again", "error", splitErr)
 		return errors.Join(err, splitErr)
 	}
 	return nil

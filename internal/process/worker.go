@@ -167,6 +167,12 @@ func (r *single) settle(ctx context.Context, err error) error {
 		return river.JobSnooze(0)
 	}
 	if r.msg == nil { // not loaded: nothing to record on the message
+		var cancelled *river.JobCancelError
+		if !errors.As(err, &cancelled) {
+			// River's own line for it is left out of the logs (see
+			// wharfriver.Configure): this is the one.
+			r.log.WarnContext(ctx, "inbox: the message could not be loaded; River runs the job again", "error", err)
+		}
 		return err
 	}
 	var snooze *river.JobSnoozeError
@@ -208,8 +214,15 @@ func (r *single) recordFailure(ctx context.Context, cause error) error {
 	}
 	recorded, err := r.record(recordCtx, status, cause)
 	if err != nil {
-		r.log.ErrorContext(ctx, "inbox: recording failure", "error", err)
-	} else if recorded == 0 {
+		// Nothing recorded: the message is as it was, unfinished on this
+		// job. River retries the job, or ends it after its last attempt
+		// (cancels it, for a permanent failure), and Rescue then makes the
+		// message dead: that is when it counts as dead, once.
+		r.log.ErrorContext(ctx, "inbox: the handler failed and its failure could not be recorded; the job's next run or Rescue settles the message",
+			"error", err, "handler_error", cause)
+		return handlerResult(cause, &handlerFailed{messageID: r.msg.ID})
+	}
+	if recorded == 0 {
 		// The handler's error is left out: the message may have been erased.
 		r.log.InfoContext(ctx, "inbox: the message was skipped, erased, replayed or rescued while its handler failed; the failure is not recorded")
 		return river.JobCancel(&notOwnedError{messageID: r.msg.ID, jobID: r.job.ID})
@@ -219,7 +232,12 @@ func (r *single) recordFailure(ctx context.Context, cause error) error {
 	if status == inboxjob.StatusDead {
 		r.p.config.OnDead.call(recordCtx, r.p.config.Logger, r.msg, cause)
 	}
-	failed := &handlerFailed{messageID: r.msg.ID}
+	return handlerResult(cause, &handlerFailed{messageID: r.msg.ID})
+}
+
+// handlerResult is what River is told of a handler's failure, cause:
+// failed, and for a permanent failure cancelled.
+func handlerResult(cause error, failed *handlerFailed) error {
 	if isPermanent(cause) {
 		return river.JobCancel(failed)
 	}
