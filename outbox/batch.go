@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -123,7 +124,7 @@ type batchMember struct {
 	row     *dbsqlc.OutboxDeliveryGetForWorkRow
 	ref     DeliveryRef
 	secrets []string
-	auth    *storedAuth
+	auth    *outboxtype.Auth
 }
 
 func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs]) error {
@@ -383,7 +384,7 @@ func (o *Outbox) batchable(row *dbsqlc.OutboxDeliveryGetForWorkRow) (batchMember
 	if wait, probe := o.circuitGate(row); wait > 0 || probe {
 		return batchMember{}, false
 	}
-	auth, err := o.openStoredAuth(row.EndpointID, row.Auth)
+	auth, err := o.keys.DecodeAuth(row.EndpointID, row.Auth)
 	if err != nil {
 		return batchMember{}, false
 	}

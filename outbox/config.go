@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -415,7 +416,6 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.DeliveryBatchSize = cmp.Or(out.DeliveryBatchSize, DefaultDeliveryBatchSize)
 	out.DeliveryBatchSpan = cmp.Or(out.DeliveryBatchSpan, DefaultDeliveryBatchSpan)
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
-	out.SecretKeys = cloneSecretKeys(out.SecretKeys)
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
 	out.CircuitBreakerThreshold = cmp.Or(out.CircuitBreakerThreshold, DefaultCircuitBreakerThreshold)
 	out.CircuitBreakerCooldown = cmp.Or(out.CircuitBreakerCooldown, DefaultCircuitBreakerCooldown)
@@ -495,7 +495,7 @@ func (c *Config) validate() error {
 	if c.SecretRotationOverlap < 0 {
 		bad("SecretRotationOverlap must not be negative")
 	}
-	checkSecretKeys(c.SecretKeys, bad)
+	secretbox.CheckKeys(ringKeys(c.SecretKeys), bad)
 	if c.DisableAfter < -1 {
 		bad("DisableAfter must not be negative (-1 never disables)")
 	}

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
@@ -146,7 +147,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	if wait > 0 {
 		return o.snooze(ctx, deferCircuit, wait)
 	}
-	auth, authErr := o.openStoredAuth(row.EndpointID, row.Auth)
+	auth, authErr := o.keys.DecodeAuth(row.EndpointID, row.Auth)
 	if authErr != nil && !errors.Is(authErr, ErrSecretDecrypt) {
 		return fmt.Errorf("outbox: delivery %s: %w", row.ID, authErr)
 	}
@@ -233,7 +234,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 
 // attemptSend sends row's delivery, attempt number attempt, in a span.
 func (o *Outbox) attemptSend(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, attempt int,
-	secrets []string, auth *storedAuth, timeout time.Duration,
+	secrets []string, auth *outboxtype.Auth, timeout time.Duration,
 ) *sendOutcome {
 	sendCtx, span := o.tracer.Start(telemetry.Parent(ctx, row.TraceContext), "wharf.outbox.deliver",
 		trace.WithSpanKind(trace.SpanKindClient),

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
+	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -232,11 +234,11 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 	if err != nil {
 		return nil, fmt.Errorf("outbox: endpoint id: %w", err)
 	}
-	stored, err := o.keys.seal(id, fieldSecret, secret)
+	stored, err := o.keys.Seal(id, secretbox.FieldSecret, secret)
 	if err != nil {
 		return nil, err
 	}
-	auth, err := o.encodeAuth(id, want.auth)
+	auth, err := o.keys.EncodeAuth(id, want.auth)
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +300,7 @@ func (o *Outbox) endpointSecret(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 	if err != nil {
 		return "", err
 	}
-	return o.keys.open(row.ID, fieldSecret, row.Secret)
+	return o.keys.Open(row.ID, secretbox.FieldSecret, row.Secret)
 }
 
 func (o *Outbox) endpointRow(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*dbsqlc.WharfOutboxEndpoint, error) {
@@ -412,7 +414,7 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		if err != nil {
 			return nil, err
 		}
-		if update.Auth, err = o.encodeAuth(id, auth); err != nil {
+		if update.Auth, err = o.keys.EncodeAuth(id, auth); err != nil {
 			return nil, err
 		}
 	}
@@ -544,7 +546,7 @@ func (o *Outbox) endpointRotateSecret(ctx context.Context, db dbsqlc.DBTX, id uu
 	if err != nil {
 		return nil, err
 	}
-	stored, err := o.keys.seal(id, fieldSecret, secret)
+	stored, err := o.keys.Seal(id, secretbox.FieldSecret, secret)
 	if err != nil {
 		return nil, err
 	}
@@ -588,8 +590,8 @@ func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
 	if ep.EventTypes == nil {
 		ep.EventTypes = []string{}
 	}
-	if auth, err := decodeAuth(row.Auth); err == nil {
-		ep.Auth = auth.info()
+	if auth, err := outboxtype.DecodeAuth(row.Auth); err == nil {
+		ep.Auth = authInfo(auth)
 	}
 	return ep
 }

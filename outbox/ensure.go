@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/secretbox"
 )
 
 // ensureLockClass namespaces EndpointEnsure's advisory locks ("whre").
@@ -93,7 +95,7 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 		return nil, fmt.Errorf("%w: the tenant has several endpoints with URL %s; delete all but one (EndpointDelete)", ErrAmbiguousEndpoint, params.URL)
 	}
 	row := rows[0]
-	secret, err := o.keys.open(row.ID, fieldSecret, row.Secret)
+	secret, err := o.keys.Open(row.ID, secretbox.FieldSecret, row.Secret)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +129,7 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 	if row.RateLimitPerSecond != want.ratePerSecond || row.RateLimitBurst != want.rateBurst {
 		update.RateLimit, changed = &RateLimit{PerSecond: want.ratePerSecond, Burst: int(want.rateBurst)}, true
 	}
-	if stored, err := o.openStoredAuth(row.ID, row.Auth); err != nil || !stored.equal(want.auth) {
+	if stored, err := o.keys.DecodeAuth(row.ID, row.Auth); err != nil || !stored.Equal(want.auth) {
 		update.Auth, changed = params.Auth, true
 		if update.Auth == nil {
 			update.Auth = &EndpointAuth{}
@@ -148,7 +150,7 @@ type endpointSettings struct {
 	storedCap   int32 // as stored: 0 is no cap
 	timeout     time.Duration
 	headers     http.Header
-	auth        *storedAuth
+	auth        *outboxtype.Auth
 	// ratePerSecond and rateBurst are the rate limit as stored: 0 and 0
 	// for none.
 	ratePerSecond float64

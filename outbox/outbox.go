@@ -15,6 +15,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
@@ -65,7 +66,7 @@ type Outbox struct {
 	partitions *partition.Cache
 	http       *http.Client
 	tokens     *tokenCache
-	keys       *keyRing
+	keys       *secretbox.Ring
 	retries    *retryPlan
 	metrics    *metrics
 	tracer     trace.Tracer
@@ -96,9 +97,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: metrics: %w", err)
 	}
-	keys, err := newKeyRing(config.SecretKeys)
+	keys, err := secretbox.New(&secretbox.Config{Keys: ringKeys(config.SecretKeys)})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	client := newHTTPClient(config)
 	o := &Outbox{

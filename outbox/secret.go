@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -46,13 +47,13 @@ func secretOrNew(secret string) (string, error) {
 // decrypted: the current one and, during a rotation's overlap, the
 // previous one. Its errors match ErrSecretDecrypt.
 func (o *Outbox) signingSecrets(row *dbsqlc.OutboxDeliveryGetForWorkRow, now time.Time) ([]string, error) {
-	secret, err := o.keys.open(row.EndpointID, fieldSecret, row.Secret)
+	secret, err := o.keys.Open(row.EndpointID, secretbox.FieldSecret, row.Secret)
 	if err != nil {
 		return nil, err
 	}
 	secrets := []string{secret}
 	if row.PreviousSecret != nil && row.PreviousSecretExpiresAt != nil && now.Before(*row.PreviousSecretExpiresAt) {
-		previous, err := o.keys.open(row.EndpointID, fieldSecret, *row.PreviousSecret)
+		previous, err := o.keys.Open(row.EndpointID, secretbox.FieldSecret, *row.PreviousSecret)
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/telemetry"
 	"github.com/wharfhq/wharf/signature"
 )
@@ -171,7 +172,7 @@ type delivery struct {
 	eventID    string
 	secrets    []string
 	headers    http.Header
-	auth       *storedAuth
+	auth       *outboxtype.Auth
 	body       []byte
 	timeout    time.Duration
 }

@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
 // Token reuse (OAuth2ClientCredentials documents it).
@@ -65,7 +66,7 @@ func newTokenCache(client *http.Client, now func() time.Time) *tokenCache {
 // cached or the cached one is due for refresh. A failure returns an error
 // where errors.Is(err, ErrTokenFetch) is true, which never holds a
 // credential.
-func (c *tokenCache) token(ctx context.Context, endpointID uuid.UUID, a *storedAuth) (*oauth2.Token, error) {
+func (c *tokenCache) token(ctx context.Context, endpointID uuid.UUID, a *outboxtype.Auth) (*oauth2.Token, error) {
 	e := c.entry(endpointID, a)
 	if tok := c.fresh(e); tok != nil {
 		return tok, nil
@@ -96,8 +97,8 @@ func (c *tokenCache) token(ctx context.Context, endpointID uuid.UUID, a *storedA
 
 // entry returns the endpoint's entry for credentials a, replacing one made
 // for other credentials.
-func (c *tokenCache) entry(endpointID uuid.UUID, a *storedAuth) *cachedToken {
-	fingerprint := a.fingerprint()
+func (c *tokenCache) entry(endpointID uuid.UUID, a *outboxtype.Auth) *cachedToken {
+	fingerprint := a.Fingerprint()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[endpointID]; ok && e.fingerprint == fingerprint {
@@ -137,7 +138,7 @@ func (c *tokenCache) forget(endpointID uuid.UUID, tok *oauth2.Token) {
 
 // fetch makes one token request with the outbox's HTTP client (SSRF
 // guard, proxy, transport, no redirects).
-func (c *tokenCache) fetch(ctx context.Context, a *storedAuth) (*oauth2.Token, error) {
+func (c *tokenCache) fetch(ctx context.Context, a *outboxtype.Auth) (*oauth2.Token, error) {
 	conf := &clientcredentials.Config{
 		ClientID:     a.ClientID,
 		ClientSecret: a.ClientSecret,
@@ -194,22 +195,16 @@ func oauthErrorCode(code string) string {
 	return code
 }
 
-// fingerprint identifies s's credentials without keeping them in the clear.
-func (s *storedAuth) fingerprint() [sha256.Size]byte {
-	b, _ := json.Marshal(s)
-	return sha256.Sum256(b)
-}
-
 // authorize sets the request's Authorization header from the endpoint's
 // auth, fetching an OAuth 2.0 token when needed; it returns that token.
-func (o *Outbox) authorize(ctx context.Context, req *http.Request, endpointID uuid.UUID, a *storedAuth) (*oauth2.Token, error) {
+func (o *Outbox) authorize(ctx context.Context, req *http.Request, endpointID uuid.UUID, a *outboxtype.Auth) (*oauth2.Token, error) {
 	switch a.Kind {
 	case "":
 		return nil, nil
-	case AuthBearer, AuthBasic:
-		a.setStatic(req.Header)
+	case outboxtype.AuthBearer, outboxtype.AuthBasic:
+		setStatic(a, req.Header)
 		return nil, nil
-	case AuthOAuth2ClientCredentials:
+	case outboxtype.AuthOAuth2ClientCredentials:
 		tok, err := o.tokens.token(ctx, endpointID, a)
 		if err != nil {
 			return nil, err
