@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
 
+	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/secretbox"
 )
@@ -97,6 +97,10 @@ type OAuth2ClientCredentials struct {
 	CredentialsInBody bool
 }
 
+// ErrTokenFetch is matched (errors.Is) by the error of an attempt that
+// failed because no OAuth 2.0 access token could be fetched.
+var ErrTokenFetch = egress.ErrTokenFetch
+
 // EndpointAuthInfo describes an endpoint's authentication without its
 // secrets.
 type EndpointAuthInfo struct {
@@ -151,7 +155,7 @@ func (c OAuth2ClientCredentials) LogValue() slog.Value { return slog.StringValue
 
 // checkAuth validates a (nil for none) and returns its stored form, or an
 // ErrInvalidEndpoint error that never quotes a credential.
-func (g *ssrfGuard) checkAuth(a *EndpointAuth) (*outboxtype.Auth, error) {
+func checkAuth(e *egress.Client, a *EndpointAuth) (*outboxtype.Auth, error) {
 	if a == nil {
 		return &outboxtype.Auth{}, nil
 	}
@@ -171,7 +175,7 @@ func (g *ssrfGuard) checkAuth(a *EndpointAuth) (*outboxtype.Auth, error) {
 	case a.Basic != nil:
 		s, err = checkBasic(a.Basic)
 	case a.OAuth2 != nil:
-		s, err = g.checkOAuth2(a.OAuth2)
+		s, err = checkOAuth2(e, a.OAuth2)
 	default:
 		s = &outboxtype.Auth{}
 	}
@@ -214,11 +218,11 @@ func checkBasic(b *BasicAuth) (*outboxtype.Auth, error) {
 	return &outboxtype.Auth{Kind: outboxtype.AuthBasic, Username: b.Username, Password: b.Password}, nil
 }
 
-func (g *ssrfGuard) checkOAuth2(c *OAuth2ClientCredentials) (*outboxtype.Auth, error) {
+func checkOAuth2(e *egress.Client, c *OAuth2ClientCredentials) (*outboxtype.Auth, error) {
 	if err := checkURL("OAuth2 token URL", c.TokenURL); err != nil {
 		return nil, err
 	}
-	if err := g.literalBlocked(c.TokenURL); err != nil {
+	if err := literalBlocked(e, c.TokenURL); err != nil {
 		return nil, fmt.Errorf("OAuth2 token URL: %w", err)
 	}
 	if err := checkCredential("OAuth2 client id", c.ClientID, maxIdentifierLen); err != nil {
@@ -277,16 +281,5 @@ func authInfo(s *outboxtype.Auth) *EndpointAuthInfo {
 	}
 	return &EndpointAuthInfo{
 		Kind: AuthKind(s.Kind), Username: s.Username, TokenURL: s.TokenURL, ClientID: s.ClientID, Scopes: slices.Clone(s.Scopes),
-	}
-}
-
-// setStatic sets the Authorization header of a bearer or basic auth.
-func setStatic(s *outboxtype.Auth, h http.Header) {
-	switch AuthKind(s.Kind) {
-	case AuthBearer:
-		h.Set("Authorization", "Bearer "+s.Token)
-	case AuthBasic:
-		r := http.Request{Header: h}
-		r.SetBasicAuth(s.Username, s.Password)
 	}
 }

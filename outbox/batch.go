@@ -224,7 +224,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		mlog := log.With("delivery_id", row.ID, "event_id", formatEventID(row.EventID), "attempt", 1)
 		attemptedAt := o.config.now()
 		out := o.attemptSend(ctx, row, 1, m.secrets, m.auth, timeout)
-		if ctx.Err() != nil && !out.succeeded() {
+		if ctx.Err() != nil && !out.Succeeded() {
 			switch {
 			case errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
 				out.cancelled = true
@@ -232,7 +232,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 				// Stopping: an attempt (the receiver may have got it) but no
 				// verdict on the endpoint; the rest wait for the job's next
 				// run, which River makes at once.
-				out.markCutOff()
+				out.MarkCutOff()
 				sendErr = ctx.Err()
 			}
 		}
@@ -251,7 +251,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 		if sendErr != nil {
 			break
 		}
-		if s.status == "" || !out.succeeded() {
+		if s.status == "" || !out.Succeeded() {
 			// The endpoint is failing, or the delivery was not the job's to
 			// record any more (replayed, its endpoint deleted) and what the
 			// job loaded may be stale: the rest go on in jobs of their own,

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -94,7 +95,7 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 		require.NoError(t, o.partitions.Ensure(ctx, nil, attemptsTable, time.Now()))
 		p, err := o.attemptParams(&attemptRecord{
 			row: loaded[i+1], slot: slots[i], attemptedAt: at, status: StatusSucceeded,
-			out: &sendOutcome{statusCode: 204, duration: time.Millisecond},
+			out: &sendOutcome{Outcome: &egress.Outcome{StatusCode: 204, Duration: time.Millisecond}},
 		})
 		require.NoError(t, err)
 		return p
@@ -192,11 +193,11 @@ func combineSetup(t *testing.T, maxInFlight []int, events int) (*Outbox, *pgxpoo
 }
 
 func combineParams(t *testing.T, o *Outbox, row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, ok bool) *dbsqlc.OutboxAttemptRecordParams {
-	out := &sendOutcome{statusCode: 204, duration: time.Millisecond}
+	out := &sendOutcome{Outcome: &egress.Outcome{StatusCode: 204, Duration: time.Millisecond}}
 	status := StatusSucceeded
 	var next *time.Time
 	if !ok {
-		out = &sendOutcome{statusCode: 500, duration: time.Millisecond}
+		out = &sendOutcome{Outcome: &egress.Outcome{StatusCode: 500, Duration: time.Millisecond}}
 		status = StatusRetrying
 		n := time.Now().Add(time.Minute)
 		next = &n

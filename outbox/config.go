@@ -18,6 +18,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/shared"
 )
@@ -43,8 +44,8 @@ var DefaultRetrySchedule = []time.Duration{
 // Defaults of the Config fields that have one.
 const (
 	DefaultMaxPayloadBytes           = 256 << 10
-	DefaultResponseBodyLimit         = 16 << 10
-	DefaultResponseHeaderLimit       = 16 << 10
+	DefaultResponseBodyLimit         = egress.DefaultResponseBodyLimit
+	DefaultResponseHeaderLimit       = egress.DefaultResponseHeaderLimit
 	DefaultEndpointTimeout           = 15 * time.Second
 	DefaultMaxEndpointTimeout        = time.Minute
 	DefaultMaxInFlight               = 10
@@ -421,14 +422,6 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.CircuitBreakerCooldown = cmp.Or(out.CircuitBreakerCooldown, DefaultCircuitBreakerCooldown)
 	if out.CircuitBreakerMaxCooldown == 0 {
 		out.CircuitBreakerMaxCooldown = max(DefaultCircuitBreakerMaxCooldown, out.CircuitBreakerCooldown)
-	}
-	out.AllowedNetworks = slices.Clone(out.AllowedNetworks)
-	if out.Proxy != nil {
-		proxy := *out.Proxy
-		out.Proxy = &proxy
-	}
-	if out.Dialer == nil {
-		out.Dialer = &net.Dialer{Timeout: 10 * time.Second}
 	}
 	if out.Logger == nil {
 		out.Logger = slog.Default()

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
@@ -170,7 +171,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		err = authErr
 	}
 	if err != nil {
-		return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, noLease, o.config.now(), &sendOutcome{err: err})
+		return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, noLease, o.config.now(), &sendOutcome{Outcome: &egress.Outcome{Err: err}})
 	}
 
 	// An endpoint stored with a longer timeout than MaxEndpointTimeout
@@ -214,7 +215,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 
 	attemptedAt := o.config.now()
 	out := o.attemptSend(ctx, row, attemptOf(job), secrets, auth, timeout)
-	if ctx.Err() != nil && !out.succeeded() {
+	if ctx.Err() != nil && !out.Succeeded() {
 		switch {
 		case errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely):
 			// No job will try again: the attempt is the last one.
@@ -223,7 +224,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			// The client is stopping: an attempt (the receiver may have
 			// got it), which River counts too, but no verdict on the
 			// endpoint, nor on its circuit.
-			out.markCutOff()
+			out.MarkCutOff()
 			if probe {
 				o.releaseProbe(context.WithoutCancel(ctx), row)
 			}
@@ -243,19 +244,19 @@ func (o *Outbox) attemptSend(ctx context.Context, row *dbsqlc.OutboxDeliveryGetF
 			attribute.String("wharf.delivery_id", row.ID.String()),
 			attribute.Int("wharf.attempt", attempt),
 		))
-	out := o.send(sendCtx, &delivery{
-		endpointID: row.EndpointID,
-		url:        row.Url,
-		eventID:    formatEventID(row.EventID),
-		secrets:    secrets,
-		headers:    decodeHeaders(row.Headers),
-		auth:       auth,
-		body:       row.Payload,
-		timeout:    timeout,
-	})
-	span.SetAttributes(attribute.String("wharf.outcome", out.outcome()), attribute.Int("http.response.status_code", out.statusCode))
-	if !out.succeeded() {
-		span.SetStatus(codes.Error, out.outcome())
+	out := &sendOutcome{Outcome: o.egress.Send(sendCtx, &egress.Request{
+		EndpointID: row.EndpointID,
+		URL:        row.Url,
+		EventID:    formatEventID(row.EventID),
+		Secrets:    secrets,
+		Headers:    decodeHeaders(row.Headers),
+		Auth:       auth,
+		Body:       row.Payload,
+		Timeout:    timeout,
+	})}
+	span.SetAttributes(attribute.String("wharf.outcome", out.Label()), attribute.Int("http.response.status_code", out.StatusCode))
+	if !out.Succeeded() {
+		span.SetStatus(codes.Error, out.Label())
 	}
 	span.End()
 	return out
@@ -304,25 +305,25 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 	rec := &attemptRecord{row: row, slot: slot, attemptedAt: attemptedAt, out: out, status: StatusSucceeded}
 	// The SSRF guard's refusal is no transient failure: the address is
 	// refused on every try, so the delivery is dead at once.
-	final := attempt >= limit || out.gone() || out.cancelled || errors.Is(out.err, ErrBlockedAddress)
+	final := attempt >= limit || out.Gone() || out.cancelled || out.Refused()
 	var wait time.Duration
-	if !out.succeeded() {
+	if !out.Succeeded() {
 		rec.status = StatusRetrying
 		if final {
 			rec.status = StatusDead
 		} else {
-			wait = o.retries.wait(attempt, out)
-			next := attemptedAt.Add(out.duration + wait)
+			wait = o.retries.wait(attempt, out.Outcome)
+			next := attemptedAt.Add(out.Duration + wait)
 			rec.nextAttemptAt = &next
 		}
 	}
 	changed, err := o.recordAttempt(ctx, rec)
-	o.metrics.attempt(ctx, out, row.EventCreatedAt, err == nil && rec.status == StatusDead)
+	o.metrics.attempt(ctx, out.Outcome, row.EventCreatedAt, err == nil && rec.status == StatusDead)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The delivery is no longer this job's to record: its endpoint was
 		// deleted, a replay took it over, or it finished meanwhile.
 		log.InfoContext(ctx, "outbox: attempt not recorded; the delivery was deleted, replayed or finished meanwhile",
-			"status_code", out.statusCode)
+			"status_code", out.StatusCode)
 		return settled{}, nil
 	}
 	if err != nil {
@@ -330,7 +331,7 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 		return settled{}, fmt.Errorf("outbox: delivery %s: %w", row.ID, err)
 	}
 
-	attrs := []any{"status_code", out.statusCode, "duration", out.duration}
+	attrs := []any{"status_code", out.StatusCode, "duration", out.Duration}
 	if changed.disabledReason != "" {
 		log.WarnContext(ctx, "outbox: endpoint disabled", append(attrs, "reason", changed.disabledReason)...)
 		o.hook(ctx, "OnEndpointDisabled", func() {
@@ -376,6 +377,23 @@ func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *
 
 // reasonCancelled is the dead delivery's error when its job was cancelled.
 const reasonCancelled = "cancelled: its River job was cancelled"
+
+// sendOutcome is what an attempt learned, and whether River cancelled its
+// job while it ran: the attempt is then the last.
+type sendOutcome struct {
+	*egress.Outcome
+	cancelled bool
+}
+
+// errorText describes a failed attempt without secrets, the URL (its query
+// may hold a token) or the body.
+func (s *sendOutcome) errorText() string {
+	text := s.Failure()
+	if s.cancelled && text != "" {
+		return reasonCancelled + "; the attempt: " + text
+	}
+	return text
+}
 
 // deadCancelled dead-letters the delivery of a job River cancelled remotely
 // while it ran (unless the run recorded an outcome already): no job is left

@@ -367,7 +367,7 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		if err := checkURL("URL", *params.URL); err != nil {
 			return nil, err
 		}
-		if err := o.guard.checkLiteral(*params.URL); err != nil {
+		if err := checkLiteral(o.egress, *params.URL); err != nil {
 			return nil, err
 		}
 	}
@@ -410,7 +410,7 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		}
 	}
 	if params.Auth != nil {
-		auth, err := o.guard.checkAuth(params.Auth)
+		auth, err := checkAuth(o.egress, params.Auth)
 		if err != nil {
 			return nil, err
 		}

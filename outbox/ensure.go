@@ -166,7 +166,7 @@ func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings,
 	if err := checkURL("URL", params.URL); err != nil {
 		return nil, err
 	}
-	if err := o.guard.checkLiteral(params.URL); err != nil {
+	if err := checkLiteral(o.egress, params.URL); err != nil {
 		return nil, err
 	}
 	if err := checkDescription(params.Description); err != nil {
@@ -196,7 +196,7 @@ func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings,
 	if err != nil {
 		return nil, err
 	}
-	auth, err := o.guard.checkAuth(params.Auth)
+	auth, err := checkAuth(o.egress, params.Auth)
 	if err != nil {
 		return nil, err
 	}

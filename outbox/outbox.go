@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,11 +13,15 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/partition"
 	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
+
+// UserAgent is sent with every delivery.
+const UserAgent = egress.UserAgent
 
 // Partitioned tables the outbox inserts into.
 const (
@@ -64,13 +67,11 @@ type Outbox struct {
 	config     *Config
 	inserter   *river.Client[pgx.Tx]
 	partitions *partition.Cache
-	http       *http.Client
-	tokens     *tokenCache
+	egress     *egress.Client
 	keys       *secretbox.Ring
 	retries    *retryPlan
 	metrics    *metrics
 	tracer     trace.Tracer
-	guard      *ssrfGuard
 	combined   *combiners
 }
 
@@ -101,20 +102,27 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	client := newHTTPClient(config)
 	o := &Outbox{
 		pool:       pool,
 		queries:    dbsqlc.New(pool),
 		config:     config,
 		inserter:   inserter,
 		partitions: partition.NewCache(pool),
-		http:       client,
-		tokens:     newTokenCache(client, config.Now),
-		keys:       keys,
-		retries:    newRetryPlan(config),
-		metrics:    m,
-		tracer:     telemetry.Tracer(config.TracerProvider, "outbox"),
-		guard:      newSSRFGuard(config),
+		egress: egress.New(&egress.Config{
+			AllowPrivateNetworks: config.AllowPrivateNetworks,
+			AllowedNetworks:      config.AllowedNetworks,
+			Dialer:               config.Dialer,
+			Transport:            config.Transport,
+			WrapTransport:        config.WrapTransport,
+			Proxy:                config.Proxy,
+			ResponseBodyLimit:    config.ResponseBodyLimit,
+			ResponseHeaderLimit:  config.ResponseHeaderLimit,
+			Now:                  config.Now,
+		}),
+		keys:    keys,
+		retries: newRetryPlan(config),
+		metrics: m,
+		tracer:  telemetry.Tracer(config.TracerProvider, "outbox"),
 	}
 	o.combined = o.newCombiners()
 	return o, nil

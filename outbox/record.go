@@ -82,8 +82,8 @@ func (o *Outbox) attemptParams(rec *attemptRecord) (*dbsqlc.OutboxAttemptRecordP
 		return nil, err
 	}
 	var statusCode *int32
-	if rec.out.statusCode != 0 {
-		code := int32(rec.out.statusCode)
+	if rec.out.StatusCode != 0 {
+		code := int32(rec.out.StatusCode)
 		statusCode = &code
 	}
 	now := o.config.now()
@@ -96,18 +96,18 @@ func (o *Outbox) attemptParams(rec *attemptRecord) (*dbsqlc.OutboxAttemptRecordP
 		Now:                now,
 		AttemptID:          attemptID,
 		AttemptedAt:        rec.attemptedAt,
-		Succeeded:          rec.out.succeeded(),
+		Succeeded:          rec.out.Succeeded(),
 		StatusCode:         statusCode,
-		ResponseBody:       append([]byte{}, rec.out.body...), // never NULL
-		ResponseTruncated:  rec.out.truncated,
+		ResponseBody:       append([]byte{}, rec.out.Body...), // never NULL
+		ResponseTruncated:  rec.out.Truncated,
 		Error:              shared.Text(rec.out.errorText(), 2048),
-		DurationUs:         rec.out.duration.Microseconds(),
+		DurationUs:         rec.out.Duration.Microseconds(),
 		DeliveryID:         rec.row.ID,
 		Generation:         rec.row.Generation,
 		EndpointID:         rec.row.EndpointID,
 		LeaseSlot:          rec.slot,
-		Gone:               rec.out.gone(),
-		Verdict:            !rec.out.cutOff,
+		Gone:               rec.out.Gone(),
+		Verdict:            !rec.out.CutOff,
 		DisableBefore:      disableBefore,
 		GoneReason:         reasonGone,
 		FailingReason:      reasonFailing,

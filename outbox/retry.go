@@ -3,13 +3,12 @@ package outbox
 import (
 	"math/rand/v2"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/riverqueue/river"
 
+	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -106,13 +105,13 @@ func (p *retryPlan) jittered(d time.Duration) time.Duration {
 // outcome: the schedule's, stretched to at least throttledMin after a
 // timeout or 429, and to the response's Retry-After (capped) when it asks
 // for longer.
-func (p *retryPlan) wait(attempt int, out *sendOutcome) time.Duration {
+func (p *retryPlan) wait(attempt int, out *egress.Outcome) time.Duration {
 	d := p.scheduled(attempt)
-	if out.timedOut || out.statusCode == http.StatusTooManyRequests {
+	if out.TimedOut || out.StatusCode == http.StatusTooManyRequests {
 		d = max(d, p.throttledMin)
 	}
-	if out.retryAfter > 0 && p.retryAfterMax > 0 {
-		d = max(d, min(out.retryAfter, p.retryAfterMax))
+	if out.RetryAfter > 0 && p.retryAfterMax > 0 {
+		d = max(d, min(out.RetryAfter, p.retryAfterMax))
 	}
 	return d
 }
@@ -186,31 +185,4 @@ func (p *retryPlan) take(jobID int64) (time.Time, bool) {
 	at, ok := p.decided[jobID]
 	delete(p.decided, jobID)
 	return at, ok
-}
-
-// retryAfterStatuses are the answers whose Retry-After is honoured.
-var retryAfterStatuses = map[int]bool{
-	http.StatusTooManyRequests:    true,
-	http.StatusBadGateway:         true,
-	http.StatusServiceUnavailable: true,
-	http.StatusGatewayTimeout:     true,
-}
-
-// parseRetryAfter reads a Retry-After header, in seconds or as an HTTP date,
-// relative to now. Zero means absent or unusable.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		return time.Duration(min(secs, int64(365*24*time.Hour/time.Second))) * time.Second
-	}
-	if at, err := http.ParseTime(v); err == nil && at.After(now) {
-		return at.Sub(now)
-	}
-	return 0
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
+
+	"github.com/wharfhq/wharf/internal/egress"
 )
 
 func TestRetryPlan(t *testing.T) {
@@ -42,16 +44,16 @@ func TestRetryPlan(t *testing.T) {
 		cfg, err := (&Config{RetrySchedule: []time.Duration{0, time.Second, time.Second}, RetryJitter: -1}).withDefaults()
 		require.NoError(t, err)
 		plan := newRetryPlan(cfg)
-		require.Equal(t, time.Second, plan.wait(1, &sendOutcome{statusCode: 500}))
-		require.Equal(t, time.Minute, plan.wait(1, &sendOutcome{statusCode: http.StatusTooManyRequests}))
-		require.Equal(t, time.Minute, plan.wait(1, &sendOutcome{timedOut: true}))
-		require.Equal(t, 10*time.Minute, plan.wait(1, &sendOutcome{statusCode: 503, retryAfter: 10 * time.Minute}))
-		require.Equal(t, time.Hour, plan.wait(1, &sendOutcome{statusCode: 429, retryAfter: 48 * time.Hour}), "capped")
-		require.Equal(t, time.Minute, plan.wait(1, &sendOutcome{statusCode: 429, retryAfter: time.Second}), "never shorter than the throttle minimum")
+		require.Equal(t, time.Second, plan.wait(1, &egress.Outcome{StatusCode: 500}))
+		require.Equal(t, time.Minute, plan.wait(1, &egress.Outcome{StatusCode: http.StatusTooManyRequests}))
+		require.Equal(t, time.Minute, plan.wait(1, &egress.Outcome{TimedOut: true}))
+		require.Equal(t, 10*time.Minute, plan.wait(1, &egress.Outcome{StatusCode: 503, RetryAfter: 10 * time.Minute}))
+		require.Equal(t, time.Hour, plan.wait(1, &egress.Outcome{StatusCode: 429, RetryAfter: 48 * time.Hour}), "capped")
+		require.Equal(t, time.Minute, plan.wait(1, &egress.Outcome{StatusCode: 429, RetryAfter: time.Second}), "never shorter than the throttle minimum")
 
 		ignoring, err := (&Config{RetrySchedule: []time.Duration{0, time.Second}, RetryJitter: -1, RetryAfterMax: -1, ThrottledRetryMin: -1}).withDefaults()
 		require.NoError(t, err)
-		require.Equal(t, time.Second, newRetryPlan(ignoring).wait(1, &sendOutcome{statusCode: 429, retryAfter: time.Hour}))
+		require.Equal(t, time.Second, newRetryPlan(ignoring).wait(1, &egress.Outcome{StatusCode: 429, RetryAfter: time.Hour}))
 	})
 
 	t.Run("DecisionsAreTakenOnce", func(t *testing.T) {
@@ -118,14 +120,6 @@ func TestRetryPlan(t *testing.T) {
 		require.Zero(t, snoozeCount(&river.Job[DeliveryArgs]{}))
 	})
 
-	t.Run("ParseRetryAfter", func(t *testing.T) {
-		t.Parallel()
-		require.Equal(t, 120*time.Second, parseRetryAfter("120", now))
-		require.Equal(t, 90*time.Second, parseRetryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
-		for _, bad := range []string{"", "0", "-5", "soon", now.Add(-time.Hour).Format(http.TimeFormat)} {
-			require.Zero(t, parseRetryAfter(bad, now), bad)
-		}
-	})
 }
 
 func TestConfigValidation(t *testing.T) {

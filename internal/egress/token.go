@@ -1,4 +1,4 @@
-package outbox
+package egress
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +17,7 @@ import (
 	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
-// Token reuse (OAuth2ClientCredentials documents it).
+// Token reuse (outbox.OAuth2ClientCredentials documents it).
 const (
 	// tokenReuseWithoutExpiry is how long a token without expires_in is
 	// reused.
@@ -32,7 +31,8 @@ const (
 )
 
 // ErrTokenFetch is matched (errors.Is) by the error of an attempt that
-// failed because no OAuth 2.0 access token could be fetched.
+// failed because no OAuth 2.0 access token could be fetched
+// (outbox.ErrTokenFetch).
 var ErrTokenFetch = errors.New("outbox: OAuth2 token fetch failed")
 
 // tokenCache holds one OAuth 2.0 access token per endpoint, and fetches
@@ -136,7 +136,7 @@ func (c *tokenCache) forget(endpointID uuid.UUID, tok *oauth2.Token) {
 	}
 }
 
-// fetch makes one token request with the outbox's HTTP client (SSRF
+// fetch makes one token request with the Client's HTTP client (SSRF
 // guard, proxy, transport, no redirects).
 func (c *tokenCache) fetch(ctx context.Context, a *outboxtype.Auth) (*oauth2.Token, error) {
 	conf := &clientcredentials.Config{
@@ -193,24 +193,4 @@ func oauthErrorCode(code string) string {
 		}
 	}
 	return code
-}
-
-// authorize sets the request's Authorization header from the endpoint's
-// auth, fetching an OAuth 2.0 token when needed; it returns that token.
-func (o *Outbox) authorize(ctx context.Context, req *http.Request, endpointID uuid.UUID, a *outboxtype.Auth) (*oauth2.Token, error) {
-	switch a.Kind {
-	case "":
-		return nil, nil
-	case outboxtype.AuthBearer, outboxtype.AuthBasic:
-		setStatic(a, req.Header)
-		return nil, nil
-	case outboxtype.AuthOAuth2ClientCredentials:
-		tok, err := o.tokens.token(ctx, endpointID, a)
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", tok.Type()+" "+tok.AccessToken)
-		return tok, nil
-	}
-	return nil, fmt.Errorf("unknown auth kind %s", strings.ToValidUTF8(string(a.Kind), "?"))
 }
