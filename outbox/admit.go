@@ -6,7 +6,7 @@ import (
 
 	"github.com/riverqueue/river"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
 // admission is whether an attempt may go: with the concurrency slot it
@@ -30,7 +30,7 @@ func deferred(reason string, wait time.Duration) admission {
 // concurrency cap and rate limit: it takes a slot and a token, or says how
 // long to wait. A delivery whose turn for a token has come goes before
 // those that have not waited.
-func (o *Outbox) admit(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow, timeout time.Duration) (admission, error) {
+func (o *Outbox) admit(ctx context.Context, job *river.Job[DeliveryArgs], row *outboxtype.Delivery, timeout time.Duration) (admission, error) {
 	queued, early := turn(row)
 	if early > 0 {
 		return deferred(deferRateLimit, early), nil

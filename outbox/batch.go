@@ -115,13 +115,13 @@ type handOver struct {
 
 // handOverOf is the hand-over of row, loaded by a batch job, at its place
 // ref, to run at at.
-func handOverOf(row *dbsqlc.OutboxDeliveryGetForWorkRow, ref DeliveryRef, at time.Time) handOver {
+func handOverOf(row *outboxtype.Delivery, ref DeliveryRef, at time.Time) handOver {
 	return handOver{id: row.ID, endpointID: row.EndpointID, generation: row.Generation, ref: ref, at: at}
 }
 
 // batchMember is a delivery a batch job sends.
 type batchMember struct {
-	row     *dbsqlc.OutboxDeliveryGetForWorkRow
+	row     *outboxtype.Delivery
 	ref     DeliveryRef
 	secrets []string
 	auth    *outboxtype.Auth
@@ -176,7 +176,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	}
 
 	first := members[0].row
-	timeout := min(time.Duration(first.TimeoutMs)*time.Millisecond, o.config.MaxEndpointTimeout)
+	timeout := min(first.Timeout, o.config.MaxEndpointTimeout)
 	slot := int32(noLease)
 	if first.MaxInFlight > 0 {
 		adm, err := o.acquireLease(ctx, batchLeaseJob(job, first), first, o.config.DeliveryBatchSpan+timeout, false)
@@ -221,7 +221,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			break
 		}
 		row := m.row
-		mlog := log.With("delivery_id", row.ID, "event_id", formatEventID(row.EventID), "attempt", 1)
+		mlog := log.With("delivery_id", row.ID, "event_id", row.EventID, "attempt", 1)
 		attemptedAt := o.config.now()
 		out := o.attemptSend(ctx, row, 1, m.secrets, m.auth, timeout)
 		if ctx.Err() != nil && !out.Succeeded() {
@@ -302,7 +302,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 // than it has slots free, counting the one this job gives back (unless
 // DeliveryBatchSize makes them smaller). When the slots cannot be
 // counted, or the cap changed, the split is by what it sent.
-func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32,
+func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *outboxtype.Delivery, slot int32,
 	timeout time.Duration, rest, sent, spans int,
 ) (keep bool, size int) {
 	size = min(sent, o.config.DeliveryBatchSize)
@@ -377,7 +377,7 @@ func splitRest(rest []batchMember, size int, at time.Time) []handOver {
 // its event stored, it is neither rate limited nor ordered by the
 // delivery's key, its circuit is closed, and its secrets open. Any other
 // delivery is handed over to a job of its own, which knows what to do.
-func (o *Outbox) batchable(row *dbsqlc.OutboxDeliveryGetForWorkRow) (batchMember, bool) {
+func (o *Outbox) batchable(row *outboxtype.Delivery) (batchMember, bool) {
 	if !row.Enabled || row.Payload == nil || row.RateLimitPerSecond > 0 || (row.Ordered && row.OrderingKey != "") {
 		return batchMember{}, false
 	}
@@ -398,7 +398,7 @@ func (o *Outbox) batchable(row *dbsqlc.OutboxDeliveryGetForWorkRow) (batchMember
 // batchLeaseJob is the job acquireLease is given for a batch: its snooze
 // count is the batch job's, so that a batch at its endpoint's cap polls
 // less often the longer it waits.
-func batchLeaseJob(job *river.Job[DeliveryBatchArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow) *river.Job[DeliveryArgs] {
+func batchLeaseJob(job *river.Job[DeliveryBatchArgs], row *outboxtype.Delivery) *river.Job[DeliveryArgs] {
 	return &river.Job[DeliveryArgs]{
 		JobRow: &rivertype.JobRow{ID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Metadata: job.Metadata},
 		Args:   DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation)},

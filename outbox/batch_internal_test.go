@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
 // A chunk of a split whose other deliveries finished before the hand-over
@@ -75,7 +76,7 @@ func TestSpanEndAtTheCapExtendsTheLease(t *testing.T) {
 	o.config.DeliveryBatchSpan = time.Second
 	first := loaded[0]
 	const timeout = 10 * time.Second
-	take := func(row *dbsqlc.OutboxDeliveryGetForWorkRow) int32 {
+	take := func(row *outboxtype.Delivery) int32 {
 		job := &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{}, Args: DeliveryArgs{DeliveryID: row.ID}}
 		adm, err := o.acquireLease(ctx, job, row, o.config.DeliveryBatchSpan+timeout, false)
 		require.NoError(t, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
 // CircuitState is where an endpoint's circuit breaker stands.
@@ -24,32 +25,32 @@ type CircuitState string
 // Circuit states.
 const (
 	// CircuitClosed: deliveries go as usual.
-	CircuitClosed CircuitState = "closed"
+	CircuitClosed CircuitState = outboxtype.CircuitClosed
 	// CircuitOpen: deliveries wait until Endpoint.CircuitOpenUntil.
-	CircuitOpen CircuitState = "open"
+	CircuitOpen CircuitState = outboxtype.CircuitOpen
 	// CircuitHalfOpen: the cool-down is over and one delivery probes the
 	// endpoint; the others wait for its outcome.
-	CircuitHalfOpen CircuitState = "half_open"
+	CircuitHalfOpen CircuitState = outboxtype.CircuitHalfOpen
 )
 
 // circuitGate reads the circuit of row's endpoint: how long its delivery
 // must wait (the circuit is open, or another delivery probes), or whether
 // it may try to become the probe. A closed circuit, or a disabled breaker,
-// lets it go. Times are the database's clock (row.DbNow).
-func (o *Outbox) circuitGate(row *dbsqlc.OutboxDeliveryGetForWorkRow) (wait time.Duration, probe bool) {
+// lets it go. Times are the database's clock (row.DBNow).
+func (o *Outbox) circuitGate(row *outboxtype.Delivery) (wait time.Duration, probe bool) {
 	if o.config.CircuitBreakerThreshold < 0 {
 		return 0, false
 	}
 	switch CircuitState(row.CircuitState) {
 	case CircuitOpen:
-		if row.CircuitOpenUntil != nil && row.CircuitOpenUntil.After(row.DbNow) {
+		if row.CircuitOpenUntil != nil && row.CircuitOpenUntil.After(row.DBNow) {
 			// Jitter spreads the wake-ups of a backlog; the first to wake
 			// probes.
-			return withJitter(row.CircuitOpenUntil.Sub(row.DbNow)), false
+			return withJitter(row.CircuitOpenUntil.Sub(row.DBNow)), false
 		}
 		return 0, true
 	case CircuitHalfOpen:
-		if row.CircuitProbeExpiresAt != nil && row.CircuitProbeExpiresAt.After(row.DbNow) {
+		if row.CircuitProbeExpiresAt != nil && row.CircuitProbeExpiresAt.After(row.DBNow) {
 			return o.retries.busy(), false
 		}
 		return 0, true
@@ -60,7 +61,7 @@ func (o *Outbox) circuitGate(row *dbsqlc.OutboxDeliveryGetForWorkRow) (wait time
 // claimProbe makes row's delivery the probe of its endpoint's circuit, for
 // as long as an attempt may take. ok is false when another delivery
 // probes; probe is false (and ok true) when the circuit closed meanwhile.
-func (o *Outbox) claimProbe(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, timeout time.Duration) (probe, ok bool, err error) {
+func (o *Outbox) claimProbe(ctx context.Context, row *outboxtype.Delivery, timeout time.Duration) (probe, ok bool, err error) {
 	closed, err := o.queries.OutboxCircuitProbeClaim(ctx, dbsqlc.OutboxCircuitProbeClaimParams{
 		EndpointID: row.EndpointID, DeliveryID: row.ID, ProbeSeconds: (timeout + leaseGrace).Seconds(),
 	})
@@ -76,7 +77,7 @@ func (o *Outbox) claimProbe(ctx context.Context, row *dbsqlc.OutboxDeliveryGetFo
 // releaseProbe gives up the probe of row's delivery, which was not sent,
 // so that another delivery may probe at once. Failing that, the probe
 // expires after the attempt's timeout.
-func (o *Outbox) releaseProbe(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
+func (o *Outbox) releaseProbe(ctx context.Context, row *outboxtype.Delivery) {
 	err := o.queries.OutboxCircuitProbeRelease(ctx, dbsqlc.OutboxCircuitProbeReleaseParams{EndpointID: row.EndpointID, DeliveryID: row.ID})
 	if err != nil {
 		o.config.Logger.WarnContext(ctx, "outbox: release circuit probe; it expires after the attempt's timeout",
@@ -86,7 +87,7 @@ func (o *Outbox) releaseProbe(ctx context.Context, row *dbsqlc.OutboxDeliveryGet
 
 // circuitChanged logs and counts an attempt's change of its endpoint's
 // circuit.
-func (o *Outbox) circuitChanged(ctx context.Context, log *slog.Logger, row *dbsqlc.OutboxDeliveryGetForWorkRow, changed *recorded) {
+func (o *Outbox) circuitChanged(ctx context.Context, log *slog.Logger, row *outboxtype.Delivery, changed *recorded) {
 	switch {
 	case changed.circuitOpened:
 		o.metrics.openings.Add(ctx, 1, o.metrics.byEndpoint.Of(row.EndpointID.String()))

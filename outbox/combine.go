@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/groupcommit"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
@@ -31,7 +33,7 @@ const (
 
 // combiners are an Outbox's combined statements.
 type combiners struct {
-	load  *groupcommit.Batcher[uuid.UUID, *dbsqlc.OutboxDeliveryGetForWorkRow]
+	load  *groupcommit.Batcher[uuid.UUID, *outboxtype.Delivery]
 	lease *groupcommit.Batcher[leaseAsk, int32]
 	// record batches the attempts of one endpoint only: a batch locks one
 	// endpoint row, in the order every statement takes it (endpoint, then
@@ -54,24 +56,23 @@ func (o *Outbox) newCombiners() *combiners {
 
 // loadDelivery returns everything an attempt of delivery id needs;
 // pgx.ErrNoRows when the delivery no longer exists.
-func (o *Outbox) loadDelivery(ctx context.Context, id uuid.UUID) (*dbsqlc.OutboxDeliveryGetForWorkRow, error) {
+func (o *Outbox) loadDelivery(ctx context.Context, id uuid.UUID) (*outboxtype.Delivery, error) {
 	return o.combined.load.Do(ctx, id)
 }
 
 // loadMany runs with a generic plan: a custom one, which Postgres chose on
 // every call (the events are day-partitioned), cost twice the lookup's run
 // to plan.
-func (o *Outbox) loadMany(ctx context.Context, ids []uuid.UUID) ([]*dbsqlc.OutboxDeliveryGetForWorkRow, []error) {
-	rows, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: o.pool}).OutboxDeliveryGetForWorkMany(ctx, pgxtx.UUIDTexts(ids))
+func (o *Outbox) loadMany(ctx context.Context, ids []uuid.UUID) ([]*outboxtype.Delivery, []error) {
+	rows, err := dbsqlc.New(pgxtx.GenericPlans{DBTX: o.pool}).OutboxDeliveryGetForWork(ctx, pgxtx.UUIDTexts(ids))
 	if err != nil {
-		return make([]*dbsqlc.OutboxDeliveryGetForWorkRow, len(ids)), groupcommit.Fail(len(ids), err)
+		return make([]*outboxtype.Delivery, len(ids)), groupcommit.Fail(len(ids), err)
 	}
-	byID := make(map[uuid.UUID]*dbsqlc.OutboxDeliveryGetForWorkRow, len(rows))
+	byID := make(map[uuid.UUID]*outboxtype.Delivery, len(rows))
 	for i := range rows {
-		row := dbsqlc.OutboxDeliveryGetForWorkRow(rows[i])
-		byID[row.ID] = &row
+		byID[rows[i].ID] = attemptFromRow(&rows[i])
 	}
-	outs := make([]*dbsqlc.OutboxDeliveryGetForWorkRow, len(ids))
+	outs := make([]*outboxtype.Delivery, len(ids))
 	var errs []error
 	for i, id := range ids {
 		if outs[i] = byID[id]; outs[i] == nil {
@@ -82,6 +83,41 @@ func (o *Outbox) loadMany(ctx context.Context, ids []uuid.UUID) ([]*dbsqlc.Outbo
 		}
 	}
 	return outs, errs
+}
+
+// attemptFromRow is the attempt value of a loaded row: the one place a
+// worker reads the row.
+func attemptFromRow(row *dbsqlc.OutboxDeliveryGetForWorkRow) *outboxtype.Delivery {
+	return &outboxtype.Delivery{
+		ID:                      row.ID,
+		Seq:                     row.Seq,
+		EventID:                 outboxtype.FormatEventID(row.EventID),
+		EventCreatedAt:          row.EventCreatedAt,
+		EndpointID:              row.EndpointID,
+		OrderingKey:             row.OrderingKey,
+		Status:                  row.Status,
+		Attempts:                row.Attempts,
+		Generation:              row.Generation,
+		ThrottledUntil:          row.ThrottledUntil,
+		URL:                     row.Url,
+		Secret:                  row.Secret,
+		PreviousSecret:          row.PreviousSecret,
+		PreviousSecretExpiresAt: row.PreviousSecretExpiresAt,
+		MaxInFlight:             row.MaxInFlight,
+		Timeout:                 time.Duration(row.TimeoutMs) * time.Millisecond,
+		Ordered:                 row.Ordered,
+		Enabled:                 row.Enabled,
+		Headers:                 outboxtype.DecodeHeaders(row.Headers),
+		Auth:                    row.Auth,
+		RateLimitPerSecond:      row.RateLimitPerSecond,
+		CircuitState:            row.CircuitState,
+		CircuitOpenUntil:        row.CircuitOpenUntil,
+		CircuitProbeExpiresAt:   row.CircuitProbeExpiresAt,
+		EndpointVersion:         row.EndpointVersion,
+		Payload:                 row.Payload,
+		TraceContext:            row.TraceContext,
+		DBNow:                   row.DbNow,
+	}
 }
 
 // leaseAsk is a delivery asking for a concurrency slot of its endpoint.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/egress"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -161,7 +162,7 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	require.Zero(t, held, "every recorded attempt gave its slot back")
 }
 
-func combineSetup(t *testing.T, maxInFlight []int, events int) (*Outbox, *pgxpool.Pool, []uuid.UUID, []*dbsqlc.OutboxDeliveryGetForWorkRow) {
+func combineSetup(t *testing.T, maxInFlight []int, events int) (*Outbox, *pgxpool.Pool, []uuid.UUID, []*outboxtype.Delivery) {
 	ctx := context.Background()
 	pool := testdb.New(t)
 	o, err := New(pool, &Config{AllowPrivateNetworks: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -192,7 +193,7 @@ func combineSetup(t *testing.T, maxInFlight []int, events int) (*Outbox, *pgxpoo
 	return o, pool, eps, loaded
 }
 
-func combineParams(t *testing.T, o *Outbox, row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, ok bool) *dbsqlc.OutboxAttemptRecordParams {
+func combineParams(t *testing.T, o *Outbox, row *outboxtype.Delivery, slot int32, ok bool) *dbsqlc.OutboxAttemptRecordParams {
 	out := &sendOutcome{Outcome: &egress.Outcome{StatusCode: 204, Duration: time.Millisecond}}
 	status := StatusSucceeded
 	var next *time.Time
@@ -308,7 +309,7 @@ func TestRecordBatchOneEndpointEach(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	o, pool, eps, rows := combineSetup(t, []int{0, 0}, 1)
-	byEP := map[uuid.UUID]*dbsqlc.OutboxDeliveryGetForWorkRow{}
+	byEP := map[uuid.UUID]*outboxtype.Delivery{}
 	for _, r := range rows {
 		byEP[r.EndpointID] = r
 	}
@@ -350,7 +351,7 @@ func TestRecordCombinerPerEndpoint(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	o, pool, eps, rows := combineSetup(t, []int{0, 0}, 1)
-	byEP := map[uuid.UUID]*dbsqlc.OutboxDeliveryGetForWorkRow{}
+	byEP := map[uuid.UUID]*outboxtype.Delivery{}
 	for _, r := range rows {
 		byEP[r.EndpointID] = r
 	}

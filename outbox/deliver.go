@@ -34,14 +34,14 @@ type DeliveryStatus string
 // Delivery statuses.
 const (
 	// StatusPending: waiting for its first attempt, or being attempted.
-	StatusPending DeliveryStatus = "pending"
+	StatusPending DeliveryStatus = outboxtype.StatusPending
 	// StatusRetrying: an attempt failed and another is scheduled.
-	StatusRetrying DeliveryStatus = "retrying"
+	StatusRetrying DeliveryStatus = outboxtype.StatusRetrying
 	// StatusSucceeded: an attempt was answered 2xx.
-	StatusSucceeded DeliveryStatus = "succeeded"
+	StatusSucceeded DeliveryStatus = outboxtype.StatusSucceeded
 	// StatusDead: attempts are exhausted, the endpoint answered 410 or was
 	// disabled, or the event is gone. Dead deliveries can be replayed.
-	StatusDead DeliveryStatus = "dead"
+	StatusDead DeliveryStatus = outboxtype.StatusDead
 )
 
 // attemptSucceeded is a succeeded attempt's stored status.
@@ -123,7 +123,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	if err != nil {
 		return o.databaseError(ctx, log, snoozeCount(job), "load delivery", err)
 	}
-	log = log.With("endpoint_id", row.EndpointID, "event_id", formatEventID(row.EventID))
+	log = log.With("endpoint_id", row.EndpointID, "event_id", row.EventID)
 
 	switch {
 	case int(row.Generation) != job.Args.Generation:
@@ -177,7 +177,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	// An endpoint stored with a longer timeout than MaxEndpointTimeout
 	// allows (set before the limit was lowered) gets the limit: the job's
 	// own River timeout must never cut a request short.
-	timeout := min(time.Duration(row.TimeoutMs)*time.Millisecond, o.config.MaxEndpointTimeout)
+	timeout := min(row.Timeout, o.config.MaxEndpointTimeout)
 	probe := false
 	if probeDue {
 		var ok bool
@@ -234,7 +234,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 }
 
 // attemptSend sends row's delivery, attempt number attempt, in a span.
-func (o *Outbox) attemptSend(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, attempt int,
+func (o *Outbox) attemptSend(ctx context.Context, row *outboxtype.Delivery, attempt int,
 	secrets []string, auth *outboxtype.Auth, timeout time.Duration,
 ) *sendOutcome {
 	sendCtx, span := o.tracer.Start(telemetry.Parent(ctx, row.TraceContext), "wharf.outbox.deliver",
@@ -246,10 +246,10 @@ func (o *Outbox) attemptSend(ctx context.Context, row *dbsqlc.OutboxDeliveryGetF
 		))
 	out := &sendOutcome{Outcome: o.egress.Send(sendCtx, &egress.Request{
 		EndpointID: row.EndpointID,
-		URL:        row.Url,
-		EventID:    formatEventID(row.EventID),
+		URL:        row.URL,
+		EventID:    row.EventID,
 		Secrets:    secrets,
-		Headers:    decodeHeaders(row.Headers),
+		Headers:    row.Headers,
 		Auth:       auth,
 		Body:       row.Payload,
 		Timeout:    timeout,
@@ -265,7 +265,7 @@ func (o *Outbox) attemptSend(ctx context.Context, row *dbsqlc.OutboxDeliveryGetF
 // finishAttempt records an attempt, updates endpoint health and returns
 // what River should do with the job.
 func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryArgs],
-	row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, attemptedAt time.Time, out *sendOutcome,
+	row *outboxtype.Delivery, slot int32, attemptedAt time.Time, out *sendOutcome,
 ) error {
 	attempt := attemptOf(job)
 	s, err := o.settleAttempt(ctx, log, attempt, o.retries.attemptLimit(job), row, slot, attemptedAt, out)
@@ -297,7 +297,7 @@ type settled struct {
 // endpoint health and says where it left the delivery. An error means the
 // attempt could not be recorded; the slot is then released.
 func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, limit int,
-	row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, attemptedAt time.Time, out *sendOutcome,
+	row *outboxtype.Delivery, slot int32, attemptedAt time.Time, out *sendOutcome,
 ) (settled, error) {
 	ctx, cancel := context.WithTimeout(ctx, recordTimeout)
 	defer cancel()
@@ -342,7 +342,7 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 	}
 	o.circuitChanged(ctx, log, row, changed)
 	if rec.status == StatusDead {
-		o.onDead(ctx, DeadDelivery{DeliveryID: row.ID, EndpointID: row.EndpointID, EventID: formatEventID(row.EventID), Reason: out.errorText()})
+		o.onDead(ctx, DeadDelivery{DeliveryID: row.ID, EndpointID: row.EndpointID, EventID: row.EventID, Reason: out.errorText()})
 	}
 	switch rec.status {
 	case StatusSucceeded:
@@ -357,7 +357,7 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 
 // deadWithoutAttempt dead-letters a delivery that cannot be attempted and
 // ends its job.
-func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *dbsqlc.OutboxDeliveryGetForWorkRow, reason string) error {
+func (o *Outbox) deadWithoutAttempt(ctx context.Context, log *slog.Logger, row *outboxtype.Delivery, reason string) error {
 	dead, err := o.queries.OutboxDeliveryMarkDead(ctx, dbsqlc.OutboxDeliveryMarkDeadParams{
 		ID: row.ID, Generation: row.Generation, Reason: reason, Now: o.config.now(),
 	})
@@ -464,7 +464,7 @@ func transientDatabaseError(err error) bool {
 
 // orderingWait reports whether an earlier delivery with the same ordering
 // key to the same endpoint is unfinished, and how long to wait for it.
-func (o *Outbox) orderingWait(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow) (time.Duration, bool, error) {
+func (o *Outbox) orderingWait(ctx context.Context, row *outboxtype.Delivery) (time.Duration, bool, error) {
 	earlier, err := o.queries.OutboxDeliveryEarlierPending(ctx, dbsqlc.OutboxDeliveryEarlierPendingParams{
 		EndpointID: row.EndpointID, OrderingKey: row.OrderingKey, Seq: row.Seq,
 	})
@@ -485,7 +485,7 @@ func (o *Outbox) orderingWait(ctx context.Context, row *dbsqlc.OutboxDeliveryGet
 // and calls Config.OnDead for it.
 func (o *Outbox) markedDead(ctx context.Context, dead dbsqlc.OutboxDeliveryMarkDeadRow, reason string) {
 	o.metrics.dead.Add(ctx, 1)
-	o.onDead(ctx, DeadDelivery{DeliveryID: dead.ID, EndpointID: dead.EndpointID, EventID: formatEventID(dead.EventID), Reason: reason})
+	o.onDead(ctx, DeadDelivery{DeliveryID: dead.ID, EndpointID: dead.EndpointID, EventID: outboxtype.FormatEventID(dead.EventID), Reason: reason})
 }
 
 // onDead calls Config.OnDead, if set, with d.

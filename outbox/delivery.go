@@ -13,7 +13,9 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -316,10 +318,15 @@ func jobHolds(job *rivertype.JobRow, id uuid.UUID, generation int) bool {
 // whyNotReplayable returns the error of a replay of a delivery that could
 // not be requeued.
 func (o *Outbox) whyNotReplayable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) error {
-	row, err := q.OutboxDeliveryGetForWork(ctx, id)
-	switch {
-	case err != nil:
+	rows, err := q.OutboxDeliveryGetForWork(ctx, pgxtx.UUIDTexts([]uuid.UUID{id}))
+	if err == nil && len(rows) == 0 {
+		err = pgx.ErrNoRows
+	}
+	if err != nil {
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
+	}
+	row := rows[0]
+	switch {
 	case !row.Enabled:
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEndpointDisabled)
 	case row.Payload == nil:
@@ -380,7 +387,7 @@ func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery) *Delivery {
 	return &Delivery{
 		Seq:            row.Seq,
 		ID:             row.ID,
-		EventID:        formatEventID(row.EventID),
+		EventID:        outboxtype.FormatEventID(row.EventID),
 		EndpointID:     row.EndpointID,
 		Status:         DeliveryStatus(row.Status),
 		Attempts:       int(row.Attempts),

@@ -226,7 +226,7 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 	if err != nil {
 		return nil, err
 	}
-	headers, err := encodeHeaders(want.headers)
+	headers, err := outboxtype.EncodeHeaders(want.headers)
 	if err != nil {
 		return nil, err
 	}
@@ -405,7 +405,7 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		if err != nil {
 			return nil, err
 		}
-		if update.Headers, err = encodeHeaders(headers); err != nil {
+		if update.Headers, err = outboxtype.EncodeHeaders(headers); err != nil {
 			return nil, err
 		}
 	}
@@ -582,7 +582,7 @@ func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
 		CircuitOpenedAt:         row.CircuitOpenedAt,
 		CircuitOpenUntil:        row.CircuitOpenUntil,
 		CircuitOpenings:         int(row.CircuitOpenings),
-		Headers:                 decodeHeaders(row.Headers),
+		Headers:                 outboxtype.DecodeHeaders(row.Headers),
 		PreviousSecretExpiresAt: row.PreviousSecretExpiresAt,
 		CreatedAt:               row.CreatedAt,
 		UpdatedAt:               row.UpdatedAt,

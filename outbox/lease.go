@@ -10,6 +10,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
 // leaseGrace is how long a lease outlives its request's timeout, to cover
@@ -51,7 +52,7 @@ const acquireTries = 3
 // stopping): one cut short by its client goes on in the server, and may
 // take a slot there that nobody then gives back before its lease expires.
 // The caller, seeing ctx ended, gives back the slot it is admitted with.
-func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow,
+func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs], row *outboxtype.Delivery,
 	timeout time.Duration, queued bool,
 ) (admission, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
@@ -123,7 +124,7 @@ func (o *Outbox) acquireLease(ctx context.Context, job *river.Job[DeliveryArgs],
 // the delivery was loaded (a limit set since applies from its next run).
 // Without a token due soon the slot is given back at once, and the
 // delivery waits for its turn.
-func (o *Outbox) withToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, queued bool) (admission, error) {
+func (o *Outbox) withToken(ctx context.Context, row *outboxtype.Delivery, slot int32, queued bool) (admission, error) {
 	if row.RateLimitPerSecond == 0 {
 		return admitted(slot), nil
 	}
@@ -146,7 +147,7 @@ func (o *Outbox) busy(job *river.Job[DeliveryArgs]) admission {
 // rate-limited endpoint's delivery waits for its turn for a token (at
 // least BusyRetryDelay), so that its backlog comes back at the limit's
 // pace; any other polls less often the longer it waits (busy).
-func (o *Outbox) atCap(ctx context.Context, job *river.Job[DeliveryArgs], row *dbsqlc.OutboxDeliveryGetForWorkRow, queued bool) (admission, error) {
+func (o *Outbox) atCap(ctx context.Context, job *river.Job[DeliveryArgs], row *outboxtype.Delivery, queued bool) (admission, error) {
 	if row.RateLimitPerSecond == 0 {
 		return o.busy(job), nil
 	}

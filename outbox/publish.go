@@ -16,12 +16,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
 // EventIDPrefix starts every event id. The rest is a UUIDv7, so ids sort by
 // publication time.
-const EventIDPrefix = "evt_"
+const EventIDPrefix = outboxtype.EventIDPrefix
 
 const (
 	maxEventTypeLen   = 256
@@ -153,7 +154,7 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 	}
 	results := make([]*PublishResult, len(events))
 	for i, id := range ids {
-		results[i] = &PublishResult{EventID: formatEventID(id), Deliveries: perEvent[id]}
+		results[i] = &PublishResult{EventID: outboxtype.FormatEventID(id), Deliveries: perEvent[id]}
 	}
 	return results, nil
 }
@@ -347,8 +348,6 @@ func checkEventType(t string) error {
 	}
 	return nil
 }
-
-func formatEventID(id uuid.UUID) string { return EventIDPrefix + id.String() }
 
 // ParseEventID returns the UUID of an event id made by PublishTx. A malformed
 // id returns an error where errors.Is(err, ErrNotFound) is true: no event

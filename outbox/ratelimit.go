@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
 // Bounds of an endpoint's rate limit.
@@ -105,11 +106,11 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 // turn reads a delivery's turn for a token: queued when it has come (the
 // delivery then goes before those that have not waited), else how long to
 // snooze first when it is more than rateMaxSleep away.
-func turn(row *dbsqlc.OutboxDeliveryGetForWorkRow) (queued bool, early time.Duration) {
+func turn(row *outboxtype.Delivery) (queued bool, early time.Duration) {
 	if row.ThrottledUntil == nil {
 		return false, 0
 	}
-	if in := row.ThrottledUntil.Sub(row.DbNow); in > rateMaxSleep {
+	if in := row.ThrottledUntil.Sub(row.DBNow); in > rateMaxSleep {
 		return false, turnWake(in)
 	}
 	return true, 0
@@ -120,7 +121,7 @@ func turn(row *dbsqlc.OutboxDeliveryGetForWorkRow) (queued bool, early time.Dura
 // worker) or the endpoint has no limit (any more), else a turn to snooze
 // until. With turnOnly it takes no token: the delivery waits for its turn
 // whatever (its endpoint is at its cap).
-func (o *Outbox) takeToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, queued, turnOnly bool) (admission, error) {
+func (o *Outbox) takeToken(ctx context.Context, row *outboxtype.Delivery, queued, turnOnly bool) (admission, error) {
 	for range acquireTries {
 		res, err := o.queries.OutboxRateTake(ctx, dbsqlc.OutboxRateTakeParams{
 			EndpointID: row.EndpointID, MaxSleepSeconds: rateMaxSleep.Seconds(), MaxSleepers: rateMaxSleepers,
@@ -144,7 +145,7 @@ func (o *Outbox) takeToken(ctx context.Context, row *dbsqlc.OutboxDeliveryGetFor
 // taken admits (after its wait), a turn is stored on the delivery and
 // snoozed until, and a turn beyond rateHorizon is asked for again later.
 // An endpoint without a limit admits.
-func (o *Outbox) tokenAnswer(ctx context.Context, row *dbsqlc.OutboxDeliveryGetForWorkRow, res *dbsqlc.OutboxRateTakeRow) (admission, error) {
+func (o *Outbox) tokenAnswer(ctx context.Context, row *outboxtype.Delivery, res *dbsqlc.OutboxRateTakeRow) (admission, error) {
 	wait := seconds(res.WaitSeconds)
 	switch {
 	case !res.RateLimited:

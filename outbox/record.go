@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -18,7 +19,7 @@ const (
 
 // attemptRecord is an attempt's outcome and the delivery state it leads to.
 type attemptRecord struct {
-	row           *dbsqlc.OutboxDeliveryGetForWorkRow
+	row           *outboxtype.Delivery
 	slot          int32
 	attemptedAt   time.Time
 	out           *sendOutcome

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -25,7 +26,7 @@ import (
 // (to lock it, to update it), and a few more rows at most.
 func TestRecordSucceededReadsOnlyItsDeliveries(t *testing.T) {
 	t.Parallel()
-	backlogPlans(t, func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*dbsqlc.OutboxDeliveryGetForWorkRow, fetched func() int64) {
+	backlogPlans(t, func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
 		ctx := context.Background()
 		params := make([]*dbsqlc.OutboxAttemptRecordParams, combineMax)
 		group := make([]int, len(params))
@@ -52,7 +53,7 @@ func TestRecordSucceededReadsOnlyItsDeliveries(t *testing.T) {
 // unfinished delivery through the partial index of unfinished deliveries.
 func TestHandOffReadsOnlyItsDeliveries(t *testing.T) {
 	t.Parallel()
-	backlogPlans(t, func(t *testing.T, _ *Outbox, tx pgx.Tx, rows []*dbsqlc.OutboxDeliveryGetForWorkRow, fetched func() int64) {
+	backlogPlans(t, func(t *testing.T, _ *Outbox, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
 		arg := dbsqlc.OutboxDeliveryHandOffParams{Now: time.Now()}
 		for i := range combineMax {
 			row := rows[i*len(rows)/combineMax]
@@ -79,8 +80,8 @@ func TestHandOffReadsOnlyItsDeliveries(t *testing.T) {
 // as the others are.
 func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 	t.Parallel()
-	statements := map[string]func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow){
-		"OutboxAttemptRecord": func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
+	statements := map[string]func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery){
+		"OutboxAttemptRecord": func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			results := q.OutboxAttemptRecord(context.Background(), []dbsqlc.OutboxAttemptRecordParams{*combineParams(t, o, row, noLease, true)})
 			recorded := 0
 			results.QueryRow(func(_ int, _ dbsqlc.OutboxAttemptRecordRow, err error) {
@@ -90,20 +91,20 @@ func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 			require.NoError(t, results.Close())
 			require.Equal(t, 1, recorded)
 		},
-		"OutboxDeliveryMarkDead": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
+		"OutboxDeliveryMarkDead": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			_, err := q.OutboxDeliveryMarkDead(context.Background(), dbsqlc.OutboxDeliveryMarkDeadParams{
 				Reason: "test", Now: time.Now(), ID: row.ID, Generation: row.Generation,
 			})
 			require.NoError(t, err)
 		},
-		"OutboxDeliveryThrottle": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
+		"OutboxDeliveryThrottle": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			n, err := q.OutboxDeliveryThrottle(context.Background(), dbsqlc.OutboxDeliveryThrottleParams{
 				TurnInSeconds: 1, ID: row.ID, Generation: row.Generation,
 			})
 			require.NoError(t, err)
 			require.Equal(t, int64(1), n)
 		},
-		"OutboxDeliveryRequeue": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
+		"OutboxDeliveryRequeue": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			generation, err := q.OutboxDeliveryRequeue(context.Background(), dbsqlc.OutboxDeliveryRequeueParams{
 				Now: time.Now(), ID: row.ID, OrphanedGeneration: &row.Generation,
 			})
@@ -111,7 +112,7 @@ func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 			require.Equal(t, row.Generation+1, generation)
 		},
 	}
-	backlogPlans(t, func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*dbsqlc.OutboxDeliveryGetForWorkRow, fetched func() int64) {
+	backlogPlans(t, func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
 		i := 0
 		for name, run := range statements {
 			i++
@@ -133,7 +134,7 @@ const backlogSize = 30000
 // outage). Each runs under a generic and a custom plan. check gets the
 // deliveries and a function returning how many delivery rows the
 // transaction has read so far, through indexes or sequential scans.
-func backlogPlans(t *testing.T, check func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*dbsqlc.OutboxDeliveryGetForWorkRow, fetched func() int64)) {
+func backlogPlans(t *testing.T, check func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64)) {
 	for _, stats := range []string{"never_analyzed", "analyzed_all_succeeded"} {
 		t.Run(stats, func(t *testing.T) {
 			t.Parallel()

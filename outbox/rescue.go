@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
@@ -236,7 +237,7 @@ func refOf(args json.RawMessage, id uuid.UUID, generation int) (DeliveryRef, boo
 func (o *Outbox) reportRescued(ctx context.Context, settled []rescued) {
 	for _, s := range settled {
 		log := o.config.Logger.With("delivery_id", s.row.ID, "endpoint_id", s.row.EndpointID,
-			"event_id", formatEventID(s.row.EventID), "old_job_id", s.row.JobID, "old_job_state", s.row.JobState)
+			"event_id", outboxtype.FormatEventID(s.row.EventID), "old_job_id", s.row.JobID, "old_job_state", s.row.JobState)
 		if s.dead == nil {
 			log.WarnContext(ctx, "outbox: rescued a delivery that no job would have attempted; it goes on in a job of its own")
 			continue

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/signature"
 )
@@ -46,7 +46,7 @@ func secretOrNew(secret string) (string, error) {
 // signingSecrets returns the secrets a delivery at now is signed with,
 // decrypted: the current one and, during a rotation's overlap, the
 // previous one. Its errors match ErrSecretDecrypt.
-func (o *Outbox) signingSecrets(row *dbsqlc.OutboxDeliveryGetForWorkRow, now time.Time) ([]string, error) {
+func (o *Outbox) signingSecrets(row *outboxtype.Delivery, now time.Time) ([]string, error) {
 	secret, err := o.keys.Open(row.EndpointID, secretbox.FieldSecret, row.Secret)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
 // awaitStatementDone waits until no other session of the test's database
@@ -35,19 +36,19 @@ func awaitStatementDone(t *testing.T, pool *pgxpool.Pool, name string) {
 // ends; the statement then goes on in the server, whatever its client.
 func TestStopWhileAJobTakesItsSlotReleasesIt(t *testing.T) {
 	t.Parallel()
-	batchJob := func(endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) *river.Job[DeliveryBatchArgs] {
+	batchJob := func(endpointID uuid.UUID, rows []*outboxtype.Delivery) *river.Job[DeliveryBatchArgs] {
 		args := DeliveryBatchArgs{EndpointID: endpointID}
 		for _, row := range rows {
 			args.Deliveries = append(args.Deliveries, DeliveryRef{DeliveryID: row.ID})
 		}
 		return &river.Job[DeliveryBatchArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: args}
 	}
-	batch := func(o *Outbox, endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error {
+	batch := func(o *Outbox, endpointID uuid.UUID, rows []*outboxtype.Delivery) func(context.Context) error {
 		w := &batchWorker{outbox: o}
 		job := batchJob(endpointID, rows)
 		return func(ctx context.Context) error { return w.Work(ctx, job) }
 	}
-	own := func(o *Outbox, _ uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error {
+	own := func(o *Outbox, _ uuid.UUID, rows []*outboxtype.Delivery) func(context.Context) error {
 		w := &deliveryWorker{outbox: o}
 		job := &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: DeliveryArgs{DeliveryID: rows[0].ID}}
 		return func(ctx context.Context) error { return w.Work(ctx, job) }
@@ -66,7 +67,7 @@ func TestStopWhileAJobTakesItsSlotReleasesIt(t *testing.T) {
 // testStopWhileTakingASlot ends the job's context with cause while its
 // slot is being taken, and expects its deliveries to be left status.
 func testStopWhileTakingASlot(t *testing.T,
-	jobOf func(o *Outbox, endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error,
+	jobOf func(o *Outbox, endpointID uuid.UUID, rows []*outboxtype.Delivery) func(context.Context) error,
 	cause error, status string,
 ) {
 	ctx := context.Background()

@@ -147,28 +147,12 @@ FROM stored
 JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id
 ORDER BY stored.seq;
 
--- name: OutboxDeliveryGetForWork :one
--- Everything a delivery attempt needs; payload is NULL when the event row is
--- gone or its payload was scrubbed by retention. db_now is the database's
--- clock, which the circuit's and the rate limit's times are set by: waits
--- are measured against it, never a node's clock.
-SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts, d.generation, d.throttled_until,
-       ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
-       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
-       ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
-       ep.version AS endpoint_version,
-       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
-       COALESCE(ev.trace_context, '')::text AS trace_context,
-       now()::timestamptz AS db_now
-FROM wharf_outbox_deliveries d
-JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
-LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
-WHERE d.id = @id::uuid;
-
--- name: OutboxDeliveryGetForWorkMany :many
--- OutboxDeliveryGetForWork of many deliveries at once, for the jobs that
--- start together: a row per delivery that still exists.
+-- name: OutboxDeliveryGetForWork :many
+-- Everything an attempt of each delivery needs (a row per delivery that
+-- still exists), for the jobs that start together; payload is NULL when
+-- the event row is gone or its payload was scrubbed by retention. db_now
+-- is the database's clock, which the circuit's and the rate limit's times
+-- are set by: waits are measured against it, never a node's clock.
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
        d.status, d.attempts, d.generation, d.throttled_until,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
