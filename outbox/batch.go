@@ -4,15 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/shared"
@@ -146,7 +146,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			if errors.Is(errs[i], pgx.ErrNoRows) {
 				continue // deleted with its endpoint
 			}
-			return o.databaseError(ctx, log, shared.SnoozeCount(job.Metadata), "load deliveries", errs[i])
+			return o.databaseError(ctx, log, shared.SnoozeCount(job.Metadata), fmt.Errorf("load deliveries: %w", errs[i]))
 		}
 		row := rows[i]
 		status := DeliveryStatus(row.Status)
@@ -177,25 +177,24 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 
 	first := members[0].row
 	timeout := min(first.Timeout, o.config.MaxEndpointTimeout)
-	slot := int32(noLease)
-	if first.MaxInFlight > 0 {
-		adm, err := o.acquireLease(ctx, batchLeaseJob(job, first), first, o.config.DeliveryBatchSpan+timeout, false)
-		if err != nil {
-			return o.databaseError(ctx, log, shared.SnoozeCount(job.Metadata), "take a concurrency slot", err)
+	// One slot for the batch, held for its span and one more request;
+	// its snooze count is the batch job's, so that a batch at its
+	// endpoint's cap polls less often the longer it waits.
+	snoozes := shared.SnoozeCount(job.Metadata)
+	ticket, err := o.gate.Admit(ctx, first, admission.Request{Hold: o.config.DeliveryBatchSpan + timeout, Snoozes: snoozes})
+	if d := (*admission.Deferral)(nil); errors.As(err, &d) {
+		// At the cap: the batch waits as one, using no attempt.
+		if err := o.handOverOrSnooze(ctx, log, job, over); err != nil {
+			return err
 		}
-		if adm.wait > 0 {
-			// At the cap: the batch waits as one, using no attempt.
-			if err := o.handOverOrSnooze(ctx, log, job, over); err != nil {
-				return err
-			}
-			return o.snooze(ctx, adm.reason, adm.wait)
-		}
-		slot = adm.slot
+		return o.snooze(ctx, d.Reason, d.Wait)
+	}
+	if err != nil {
+		return o.databaseError(ctx, log, snoozes, err)
 	}
 	// Given back before the hand-over (the new jobs may want it), and
 	// however the run ends.
-	release := sync.OnceFunc(func() { o.releaseLease(context.WithoutCancel(ctx), first.EndpointID, first.ID, slot) })
-	defer release()
+	defer ticket.Release()
 
 	start := time.Now()
 	spanFirst, spans := 0, 1 // the span's first member, and its number
@@ -207,7 +206,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 	}
 	for i, m := range members {
 		if i > spanFirst && time.Since(start) > o.config.DeliveryBatchSpan {
-			keep, size := o.spanEnd(ctx, log, first, slot, timeout, len(members)-i, i-spanFirst, spans)
+			keep, size := o.spanEnd(ctx, log, first, ticket, timeout, len(members)-i, i-spanFirst, spans)
 			if !keep {
 				over = append(over, splitRest(members[i:], size, time.Now())...)
 				break
@@ -236,7 +235,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 				sendErr = ctx.Err()
 			}
 		}
-		s, err := o.settleAttempt(context.WithoutCancel(ctx), mlog, 1, o.retries.attempts(), row, noLease, attemptedAt, out)
+		s, err := o.settleAttempt(context.WithoutCancel(ctx), mlog, 1, o.retries.attempts(), row, admission.NoSlot, attemptedAt, out)
 		if err != nil {
 			// Not recorded: it and the rest go on in jobs of their own
 			// (the hand-over snoozes the batch if the database is still
@@ -270,7 +269,7 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 			break
 		}
 	}
-	release()
+	ticket.Release()
 	if errors.Is(context.Cause(ctx), river.ErrJobCancelledRemotely) {
 		// Cancelled: nothing goes on; Work dead-letters what is still the
 		// job's.
@@ -302,11 +301,11 @@ func (o *Outbox) workBatch(ctx context.Context, job *river.Job[DeliveryBatchArgs
 // than it has slots free, counting the one this job gives back (unless
 // DeliveryBatchSize makes them smaller). When the slots cannot be
 // counted, or the cap changed, the split is by what it sent.
-func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *outboxtype.Delivery, slot int32,
+func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *outboxtype.Delivery, ticket *admission.Ticket,
 	timeout time.Duration, rest, sent, spans int,
 ) (keep bool, size int) {
 	size = min(sent, o.config.DeliveryBatchSize)
-	count, err := o.queries.OutboxLeaseCount(ctx, first.EndpointID)
+	count, err := o.gate.CountLeases(ctx, first.EndpointID)
 	if err != nil {
 		// No row: deleted with its deliveries, which the hand-over skips.
 		if !errors.Is(err, pgx.ErrNoRows) && ctx.Err() == nil {
@@ -315,7 +314,8 @@ func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *outboxtyp
 		return false, size
 	}
 	capped := count.MaxInFlight > 0
-	if capped != (slot != noLease) || count.HeldAbove > 0 || slot >= count.MaxInFlight {
+	slot := ticket.Slot()
+	if capped != (slot != admission.NoSlot) || count.HeldAbove > 0 || slot >= count.MaxInFlight {
 		// The cap was set, lifted or lowered since the job took its slot:
 		// new jobs heed it as it is now.
 		return false, size
@@ -329,11 +329,8 @@ func (o *Outbox) spanEnd(ctx context.Context, log *slog.Logger, first *outboxtyp
 		if !capped {
 			return true, 0
 		}
-		lease := o.config.DeliveryBatchSpan + timeout + leaseGrace
-		n, err := o.queries.OutboxLeaseExtend(ctx, dbsqlc.OutboxLeaseExtendParams{
-			EndpointID: first.EndpointID, Slot: slot, DeliveryID: first.ID, LeaseSeconds: lease.Seconds(),
-		})
-		if err == nil && n == 1 {
+		extended, err := ticket.Extend(ctx, o.config.DeliveryBatchSpan+timeout)
+		if extended {
 			return true, 0
 		}
 		if err != nil && ctx.Err() == nil {
@@ -381,7 +378,7 @@ func (o *Outbox) batchable(row *outboxtype.Delivery) (batchMember, bool) {
 	if !row.Enabled || row.Payload == nil || row.RateLimitPerSecond > 0 || (row.Ordered && row.OrderingKey != "") {
 		return batchMember{}, false
 	}
-	if wait, probe := o.circuitGate(row); wait > 0 || probe {
+	if wait, probe := o.gate.Circuit(row); wait > 0 || probe {
 		return batchMember{}, false
 	}
 	auth, err := o.keys.DecodeAuth(row.EndpointID, row.Auth)
@@ -395,22 +392,12 @@ func (o *Outbox) batchable(row *outboxtype.Delivery) (batchMember, bool) {
 	return batchMember{row: row, secrets: secrets, auth: auth}, true
 }
 
-// batchLeaseJob is the job acquireLease is given for a batch: its snooze
-// count is the batch job's, so that a batch at its endpoint's cap polls
-// less often the longer it waits.
-func batchLeaseJob(job *river.Job[DeliveryBatchArgs], row *outboxtype.Delivery) *river.Job[DeliveryArgs] {
-	return &river.Job[DeliveryArgs]{
-		JobRow: &rivertype.JobRow{ID: job.ID, Attempt: job.Attempt, MaxAttempts: job.MaxAttempts, Metadata: job.Metadata},
-		Args:   DeliveryArgs{DeliveryID: row.ID, Generation: int(row.Generation)},
-	}
-}
-
 // handOverOrSnooze hands over as handOver does; a transient database
 // error snoozes the job (using no attempt: a last run stays the last), any
 // other fails the run.
 func (o *Outbox) handOverOrSnooze(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryBatchArgs], over []handOver) error {
 	if err := o.handOver(ctx, log, over); err != nil {
-		return o.databaseError(context.WithoutCancel(ctx), log, shared.SnoozeCount(job.Metadata), "hand deliveries over to jobs of their own", err)
+		return o.databaseError(context.WithoutCancel(ctx), log, shared.SnoozeCount(job.Metadata), fmt.Errorf("hand deliveries over to jobs of their own: %w", err))
 	}
 	return nil
 }

@@ -9,9 +9,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/outboxtype"
 )
@@ -76,14 +76,13 @@ func TestSpanEndAtTheCapExtendsTheLease(t *testing.T) {
 	o.config.DeliveryBatchSpan = time.Second
 	first := loaded[0]
 	const timeout = 10 * time.Second
-	take := func(row *outboxtype.Delivery) int32 {
-		job := &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{}, Args: DeliveryArgs{DeliveryID: row.ID}}
-		adm, err := o.acquireLease(ctx, job, row, o.config.DeliveryBatchSpan+timeout, false)
-		require.NoError(t, err)
-		require.Zero(t, adm.wait)
-		return adm.slot
+	take := func(row *outboxtype.Delivery) *admission.Ticket {
+		ticket, err := o.gate.Admit(ctx, row, admission.Request{Hold: o.config.DeliveryBatchSpan + timeout})
+		require.NoError(t, err, "admitted, no wait")
+		return ticket
 	}
-	slot := take(first)
+	ticket := take(first)
+	slot := ticket.Slot()
 	take(loaded[1]) // the cap's other slot
 	left := func() time.Duration {
 		var secs float64
@@ -103,32 +102,32 @@ func TestSpanEndAtTheCapExtendsTheLease(t *testing.T) {
 	const rest, sent = 2, 1 // more left than one more span sends
 
 	expire()
-	keep, _ := o.spanEnd(ctx, log, first, slot, timeout, rest, sent, 1)
+	keep, _ := o.spanEnd(ctx, log, first, ticket, timeout, rest, sent, 1)
 	require.True(t, keep, "no slot free: it goes on")
 	require.Greater(t, left(), o.config.DeliveryBatchSpan+timeout, "for another span and a request")
 
 	expire()
-	keep, size := o.spanEnd(ctx, log, first, slot, timeout, rest, sent, maxBatchSpans)
+	keep, size := o.spanEnd(ctx, log, first, ticket, timeout, rest, sent, maxBatchSpans)
 	require.False(t, keep, "its last span")
 	require.Equal(t, 2, size, "the rest in one job: the slot it gives back")
 	require.Less(t, left(), 6*time.Second, "not extended")
 
 	short, cancel := context.WithTimeout(ctx, o.config.DeliveryBatchSpan+timeout+deliveryJobMargin-time.Second)
 	defer cancel()
-	keep, _ = o.spanEnd(short, log, first, slot, timeout, rest, sent, 1)
+	keep, _ = o.spanEnd(short, log, first, ticket, timeout, rest, sent, 1)
 	require.False(t, keep, "River's timeout leaves no room for another span")
 
 	_, err := pool.Exec(ctx, `UPDATE wharf_outbox_leases SET delivery_id = $3 WHERE endpoint_id = $1 AND slot = $2`,
 		eps[0], slot, loaded[2].ID)
 	require.NoError(t, err)
-	keep, size = o.spanEnd(ctx, log, first, slot, timeout, rest, sent, 1)
+	keep, size = o.spanEnd(ctx, log, first, ticket, timeout, rest, sent, 1)
 	require.False(t, keep, "the lease is another's: it splits")
 	require.Equal(t, 2, size)
 
 	expire()
 	_, err = pool.Exec(ctx, `UPDATE wharf_outbox_endpoints SET max_in_flight = 1 WHERE id = $1`, eps[0])
 	require.NoError(t, err)
-	keep, size = o.spanEnd(ctx, log, first, slot, timeout, rest, sent, 1)
+	keep, size = o.spanEnd(ctx, log, first, ticket, timeout, rest, sent, 1)
 	require.False(t, keep, "a lease is above the lowered cap (its own or the other's): it splits")
 	require.Equal(t, 1, size, "by what it sent")
 	var holder uuid.UUID
@@ -146,12 +145,15 @@ func TestSpanEndWithoutACap(t *testing.T) {
 	ctx := context.Background()
 	o, _, _, loaded := combineSetup(t, []int{NoMaxInFlight}, 1)
 	o.config.DeliveryBatchSpan = time.Second
-	keep, _ := o.spanEnd(ctx, o.config.Logger, loaded[0], noLease, 10*time.Second, 3, 3, 1)
+	uncapped, err := o.gate.Admit(ctx, loaded[0], admission.Request{})
+	require.NoError(t, err)
+	require.Equal(t, int32(admission.NoSlot), uncapped.Slot())
+	keep, _ := o.spanEnd(ctx, o.config.Logger, loaded[0], uncapped, 10*time.Second, 3, 3, 1)
 	require.True(t, keep, "the rest fits in one more span")
-	keep, size := o.spanEnd(ctx, o.config.Logger, loaded[0], noLease, 10*time.Second, 7, 3, 1)
+	keep, size := o.spanEnd(ctx, o.config.Logger, loaded[0], uncapped, 10*time.Second, 7, 3, 1)
 	require.False(t, keep)
 	require.Equal(t, 3, size)
-	keep, size = o.spanEnd(ctx, o.config.Logger, loaded[0], noLease, 10*time.Second, 3, 3, maxBatchSpans)
+	keep, size = o.spanEnd(ctx, o.config.Logger, loaded[0], uncapped, 10*time.Second, 3, 3, maxBatchSpans)
 	require.False(t, keep, "its last span")
 	require.Equal(t, 3, size)
 }

@@ -17,8 +17,8 @@ import (
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
 
-// The delivery worker's three statements (load the delivery, take a
-// concurrency slot, record the attempt) are combined across the deliveries
+// The delivery worker's statements that load the delivery and record the
+// attempt (and admission's first take of a slot) are combined across the deliveries
 // a node works at once: each runs as one statement (or one pipelined
 // transaction) for every delivery that asks while the previous ones are in
 // the database. Under load this takes the database's work per delivery, and
@@ -33,8 +33,7 @@ const (
 
 // combiners are an Outbox's combined statements.
 type combiners struct {
-	load  *groupcommit.Batcher[uuid.UUID, *outboxtype.Delivery]
-	lease *groupcommit.Batcher[leaseAsk, int32]
+	load *groupcommit.Batcher[uuid.UUID, *outboxtype.Delivery]
 	// record batches the attempts of one endpoint only: a batch locks one
 	// endpoint row, in the order every statement takes it (endpoint, then
 	// delivery, then lease), and an endpoint whose row is held elsewhere
@@ -45,8 +44,7 @@ type combiners struct {
 
 func (o *Outbox) newCombiners() *combiners {
 	return &combiners{
-		load:  groupcommit.New(groupcommit.Config[uuid.UUID]{MaxSize: combineMax, Slots: combineSlots, Timeout: recordTimeout}, o.loadMany),
-		lease: groupcommit.New(groupcommit.Config[leaseAsk]{MaxSize: combineMax, Slots: combineSlots, Timeout: recordTimeout}, o.leaseMany),
+		load: groupcommit.New(groupcommit.Config[uuid.UUID]{MaxSize: combineMax, Slots: combineSlots, Timeout: recordTimeout}, o.loadMany),
 		record: groupcommit.NewKeyed(groupcommit.Config[*dbsqlc.OutboxAttemptRecordParams]{MaxSize: combineMax, Slots: combineSlots, Timeout: recordTimeout},
 			func(ctx context.Context, _ uuid.UUID, params []*dbsqlc.OutboxAttemptRecordParams) ([]*dbsqlc.OutboxAttemptRecordRow, []error) {
 				return o.recordMany(ctx, params)
@@ -118,75 +116,6 @@ func attemptFromRow(row *dbsqlc.OutboxDeliveryGetForWorkRow) *outboxtype.Deliver
 		TraceContext:            row.TraceContext,
 		DBNow:                   row.DbNow,
 	}
-}
-
-// leaseAsk is a delivery asking for a concurrency slot of its endpoint.
-type leaseAsk struct {
-	endpointID, deliveryID uuid.UUID
-	seconds                float64 // the lease's length
-}
-
-// takeSlot takes a free slot of the endpoint's cap for the delivery, as
-// OutboxLeaseAcquire does, in one statement with the other deliveries
-// asking at the same time; noLease when it found none free and unlocked.
-func (o *Outbox) takeSlot(ctx context.Context, ask leaseAsk) (int32, error) {
-	return o.combined.lease.Do(ctx, ask)
-}
-
-func (o *Outbox) leaseMany(ctx context.Context, asks []leaseAsk) ([]int32, []error) {
-	slots := make([]int32, len(asks))
-	for i := range slots {
-		slots[i] = noLease
-	}
-	var errs []error
-	// One statement per endpoint and lease length, in the order asked.
-	type group struct {
-		endpointID uuid.UUID
-		seconds    float64
-	}
-	done := make(map[group]bool)
-	for i, ask := range asks {
-		g := group{ask.endpointID, ask.seconds}
-		if done[g] {
-			continue
-		}
-		done[g] = true
-		var members []int
-		var ids []string
-		asked := map[uuid.UUID]bool{}
-		for j := i; j < len(asks); j++ {
-			// A delivery asking twice at once (two runs of its job: a
-			// rescue of a run still going) asks once here; its other
-			// asks get no slot and take the single-delivery path.
-			if asks[j].endpointID == g.endpointID && asks[j].seconds == g.seconds && !asked[asks[j].deliveryID] {
-				asked[asks[j].deliveryID] = true
-				members = append(members, j)
-				ids = append(ids, asks[j].deliveryID.String())
-			}
-		}
-		rows, err := o.queries.OutboxLeaseAcquireMany(ctx, dbsqlc.OutboxLeaseAcquireManyParams{
-			EndpointID: g.endpointID, DeliveryIds: ids, LeaseSeconds: g.seconds,
-		})
-		if err != nil {
-			if errs == nil {
-				errs = make([]error, len(asks))
-			}
-			for _, j := range members {
-				errs[j] = err
-			}
-			continue
-		}
-		got := make(map[uuid.UUID]int32, len(rows))
-		for _, r := range rows {
-			got[r.DeliveryID] = r.Slot
-		}
-		for _, j := range members {
-			if slot, ok := got[asks[j].deliveryID]; ok {
-				slots[j] = slot
-			}
-		}
-	}
-	return slots, errs
 }
 
 // recordMany records attempts in pipelined transactions, one per endpoint

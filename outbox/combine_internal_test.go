@@ -15,9 +15,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/outboxtype"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -80,13 +82,21 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 
 	// Lease: the slots exist once the single-delivery path created them.
 	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: ep.ID, LastSlot: 2}))
-	asks := make([]leaseAsk, len(ids))
+	// (admission's TestTakeSlots checks this statement.)
+	taken, err := o.queries.OutboxLeaseAcquireMany(ctx, dbsqlc.OutboxLeaseAcquireManyParams{
+		EndpointID: ep.ID, DeliveryIds: pgxtx.UUIDTexts(ids), LeaseSeconds: 60,
+	})
+	require.NoError(t, err)
+	slots := make([]int32, len(ids))
 	for i, id := range ids {
-		asks[i] = leaseAsk{endpointID: ep.ID, deliveryID: id, seconds: 60}
+		slots[i] = admission.NoSlot
+		for _, l := range taken {
+			if l.DeliveryID == id {
+				slots[i] = l.Slot
+			}
+		}
 	}
-	slots, errs := o.leaseMany(ctx, asks)
-	require.Nil(t, errs)
-	require.ElementsMatch(t, []int32{0, 1, 2, noLease, noLease}, slots, "three slots under the cap of 3, then none")
+	require.ElementsMatch(t, []int32{0, 1, 2, admission.NoSlot, admission.NoSlot}, slots, "three slots under the cap of 3, then none")
 	var held int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE expires_at > now() AND delivery_id IS NOT NULL`).Scan(&held))
 	require.Equal(t, 3, held)
@@ -281,25 +291,6 @@ func TestRecordBatchLocksSlotsInOrder(t *testing.T) {
 	require.Zero(t, deadlocks1-deadlocks0, "deadlock between a record batch and OutboxLeaseAcquireCounted")
 }
 
-// TestLeaseManyDeliveryAskingTwice: two runs of one delivery's job asking
-// in one lease batch do not both get the same slot (and leave a second one
-// held until it expired, found by review): the second gets none from the
-// batch.
-func TestLeaseManyDeliveryAskingTwice(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	o, pool, eps, rows := combineSetup(t, []int{3}, 1)
-	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 2}))
-	ask := leaseAsk{endpointID: eps[0], deliveryID: rows[0].ID, seconds: 60}
-	slots, errs := o.leaseMany(ctx, []leaseAsk{ask, ask})
-	require.Nil(t, errs)
-	var held int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE expires_at > now()`).Scan(&held))
-	require.NotEqual(t, int32(noLease), slots[0])
-	require.Equal(t, int32(noLease), slots[1], "the second ask takes the single-delivery path")
-	require.Equal(t, 1, held)
-}
-
 // TestRecordBatchOneEndpointEach: an application transaction that updates
 // endpoint B, then A, does not deadlock with recording attempts of A and B
 // together (one transaction held A's row while it waited for B's, found by
@@ -327,7 +318,7 @@ func TestRecordBatchOneEndpointEach(t *testing.T) {
 	go func() {
 		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
 		defer cancel()
-		_, errs := o.recordMany(bctx, []*dbsqlc.OutboxAttemptRecordParams{combineParams(t, o, byEP[lo], noLease, false), combineParams(t, o, byEP[hi], noLease, false)})
+		_, errs := o.recordMany(bctx, []*dbsqlc.OutboxAttemptRecordParams{combineParams(t, o, byEP[lo], admission.NoSlot, false), combineParams(t, o, byEP[hi], admission.NoSlot, false)})
 		batchDone <- errs
 	}()
 	waitLocked(t, pool, 1)
@@ -363,12 +354,12 @@ func TestRecordCombinerPerEndpoint(t *testing.T) {
 
 	bDone := make(chan error, 1)
 	go func() {
-		p := combineParams(t, o, b, noLease, false)
+		p := combineParams(t, o, b, admission.NoSlot, false)
 		_, err := o.combined.record.Do(ctx, p.EndpointID, p)
 		bDone <- err
 	}()
 	waitLocked(t, pool, 1)
-	p := combineParams(t, o, a, noLease, false)
+	p := combineParams(t, o, a, admission.NoSlot, false)
 	_, err = o.combined.record.Do(ctx, p.EndpointID, p)
 	require.NoError(t, err)
 	select {

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/outboxtype"
@@ -121,7 +122,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return nil
 	}
 	if err != nil {
-		return o.databaseError(ctx, log, snoozeCount(job), "load delivery", err)
+		return o.databaseError(ctx, log, snoozeCount(job), fmt.Errorf("load delivery: %w", err))
 	}
 	log = log.With("endpoint_id", row.EndpointID, "event_id", row.EventID)
 
@@ -144,9 +145,9 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return o.deadWithoutAttempt(ctx, log, row, "attempts exhausted; the outcome of the last one is unknown")
 	}
 
-	wait, probeDue := o.circuitGate(row)
+	wait, probeDue := o.gate.Circuit(row)
 	if wait > 0 {
-		return o.snooze(ctx, deferCircuit, wait)
+		return o.snooze(ctx, admission.ReasonCircuit, wait)
 	}
 	auth, authErr := o.keys.DecodeAuth(row.EndpointID, row.Auth)
 	if authErr != nil && !errors.Is(authErr, ErrSecretDecrypt) {
@@ -155,7 +156,7 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 	if row.Ordered && row.OrderingKey != "" {
 		wait, blocked, err := o.orderingWait(ctx, row)
 		if err != nil {
-			return o.databaseError(ctx, log, snoozeCount(job), "ordering check", err)
+			return o.databaseError(ctx, log, snoozeCount(job), fmt.Errorf("ordering check: %w", err))
 		}
 		if blocked {
 			return o.snooze(ctx, deferOrdering, wait)
@@ -171,44 +172,23 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		err = authErr
 	}
 	if err != nil {
-		return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, noLease, o.config.now(), &sendOutcome{Outcome: &egress.Outcome{Err: err}})
+		return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, nil, o.config.now(), &sendOutcome{Outcome: &egress.Outcome{Err: err}})
 	}
 
 	// An endpoint stored with a longer timeout than MaxEndpointTimeout
 	// allows (set before the limit was lowered) gets the limit: the job's
 	// own River timeout must never cut a request short.
 	timeout := min(row.Timeout, o.config.MaxEndpointTimeout)
-	probe := false
-	if probeDue {
-		var ok bool
-		probe, ok, err = o.claimProbe(ctx, row, timeout)
-		if err != nil {
-			return o.databaseError(ctx, log, snoozeCount(job), "claim the circuit's probe", err)
-		}
-		if !ok {
-			return o.snooze(ctx, deferCircuit, o.retries.busy())
-		}
+	ticket, err := o.gate.Admit(ctx, row, admission.Request{Hold: timeout, Probe: probeDue, Snoozes: snoozeCount(job)})
+	if err != nil {
+		return o.deferOrFail(ctx, log, snoozeCount(job), err)
 	}
-	adm, err := o.admit(ctx, job, row, timeout)
-	if err != nil || adm.wait > 0 {
-		if probe {
-			o.releaseProbe(context.WithoutCancel(ctx), row)
-		}
-		if err != nil {
-			return o.databaseError(ctx, log, snoozeCount(job), "take a concurrency slot and rate limit token", err)
-		}
-		return o.snooze(ctx, adm.reason, adm.wait)
-	}
-	slot := adm.slot
-	if err := awaitToken(ctx, adm.sleep); err != nil {
+	defer ticket.Release()
+	if err := ticket.AwaitToken(ctx); err != nil {
 		// The client is stopping: River makes the job available again.
-		o.releaseLease(context.WithoutCancel(ctx), row.EndpointID, row.ID, slot)
-		if probe {
-			o.releaseProbe(context.WithoutCancel(ctx), row)
-		}
 		return err
 	}
-	if probe {
+	if ticket.Probe() {
 		log = log.With("circuit_probe", true)
 		log.InfoContext(ctx, "outbox: probing the endpoint, whose circuit is half-open")
 	}
@@ -225,12 +205,10 @@ func (o *Outbox) work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 			// got it), which River counts too, but no verdict on the
 			// endpoint, nor on its circuit.
 			out.MarkCutOff()
-			if probe {
-				o.releaseProbe(context.WithoutCancel(ctx), row)
-			}
 		}
 	}
-	return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, slot, attemptedAt, out)
+	ticket.Sent(!out.CutOff)
+	return o.finishAttempt(context.WithoutCancel(ctx), log, job, row, ticket, attemptedAt, out)
 }
 
 // attemptSend sends row's delivery, attempt number attempt, in a span.
@@ -263,12 +241,16 @@ func (o *Outbox) attemptSend(ctx context.Context, row *outboxtype.Delivery, atte
 }
 
 // finishAttempt records an attempt, updates endpoint health and returns
-// what River should do with the job.
+// what River should do with the job. ticket is the attempt's admission,
+// nil when none was needed: a recorded attempt gave back its slot.
 func (o *Outbox) finishAttempt(ctx context.Context, log *slog.Logger, job *river.Job[DeliveryArgs],
-	row *outboxtype.Delivery, slot int32, attemptedAt time.Time, out *sendOutcome,
+	row *outboxtype.Delivery, ticket *admission.Ticket, attemptedAt time.Time, out *sendOutcome,
 ) error {
 	attempt := attemptOf(job)
-	s, err := o.settleAttempt(ctx, log, attempt, o.retries.attemptLimit(job), row, slot, attemptedAt, out)
+	s, err := o.settleAttempt(ctx, log, attempt, o.retries.attemptLimit(job), row, ticket.Slot(), attemptedAt, out)
+	if err == nil {
+		ticket.Recorded()
+	}
 	switch {
 	case err != nil:
 		return err
@@ -293,9 +275,10 @@ type settled struct {
 	endpointVersion int64
 }
 
-// settleAttempt records attempt number attempt (of limit) of row, updates
-// endpoint health and says where it left the delivery. An error means the
-// attempt could not be recorded; the slot is then released.
+// settleAttempt records attempt number attempt (of limit) of row, which
+// held slot (admission.NoSlot: none), updates endpoint health and says
+// where it left the delivery. An error means the attempt could not be
+// recorded, nor its slot freed; otherwise the record freed the slot.
 func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, limit int,
 	row *outboxtype.Delivery, slot int32, attemptedAt time.Time, out *sendOutcome,
 ) (settled, error) {
@@ -327,7 +310,6 @@ func (o *Outbox) settleAttempt(ctx context.Context, log *slog.Logger, attempt, l
 		return settled{}, nil
 	}
 	if err != nil {
-		o.releaseLease(ctx, row.EndpointID, row.ID, slot)
 		return settled{}, fmt.Errorf("outbox: delivery %s: %w", row.ID, err)
 	}
 
@@ -424,18 +406,29 @@ func (o *Outbox) deadLetterCancelled(ctx context.Context, log *slog.Logger, id u
 	}
 }
 
-// databaseError decides what a database error before the attempt means for
-// the job. A transient one (connection lost, serialisation failure, server
-// shutting down…) snoozes the job, which uses no attempt, for a short,
-// growing, jittered wait; the job's context ending is returned as it is
-// (River retries a stopping client's job, and Work handles a remote
-// cancellation); any other error fails the run like an attempt.
-func (o *Outbox) databaseError(ctx context.Context, log *slog.Logger, snoozes int, what string, err error) error {
-	err = fmt.Errorf("outbox: %s: %w", what, err)
+// deferOrFail ends a run that Admit did not admit: a *admission.Deferral
+// snoozes the job, any other error is a database error (databaseError).
+func (o *Outbox) deferOrFail(ctx context.Context, log *slog.Logger, snoozes int, err error) error {
+	var d *admission.Deferral
+	if errors.As(err, &d) {
+		return o.snooze(ctx, d.Reason, d.Wait)
+	}
+	return o.databaseError(ctx, log, snoozes, err)
+}
+
+// databaseError decides what a database error before the attempt (err
+// says which statement's) means for the job. A transient one (connection
+// lost, serialisation failure, server shutting down…) snoozes the job,
+// which uses no attempt, for a short, growing, jittered wait; the job's
+// context ending is returned as it is (River retries a stopping client's
+// job, and Work handles a remote cancellation); any other error fails the
+// run like an attempt.
+func (o *Outbox) databaseError(ctx context.Context, log *slog.Logger, snoozes int, err error) error {
+	err = fmt.Errorf("outbox: %w", err)
 	if ctx.Err() != nil || !transientDatabaseError(err) {
 		return err
 	}
-	wait := o.retries.dbError(snoozes)
+	wait := o.gate.AfterDatabaseError(snoozes)
 	log.WarnContext(ctx, "outbox: database error; snoozing without using an attempt",
 		"error", err, "retry_in", wait)
 	return o.snooze(ctx, deferDatabase, wait)
@@ -474,7 +467,7 @@ func (o *Outbox) orderingWait(ctx context.Context, row *outboxtype.Delivery) (ti
 	if err != nil {
 		return 0, false, err
 	}
-	wait := o.retries.busy()
+	wait := o.gate.Busy()
 	if earlier.NextAttemptAt != nil {
 		wait = max(wait, min(earlier.NextAttemptAt.Sub(o.config.now()), maxOrderingWait))
 	}

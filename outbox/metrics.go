@@ -14,13 +14,11 @@ import (
 )
 
 // Deferral reasons, the reason label of wharf_outbox_deferred_total: why
-// a delivery's run ended without an attempt, to run again later.
+// a delivery's run ended without an attempt, to run again later (beside
+// admission's: rate_limit, circuit_open, concurrency).
 const (
-	deferRateLimit   = "rate_limit"   // its endpoint's token is not due yet
-	deferCircuit     = "circuit_open" // its endpoint's circuit is open, or another delivery probes
-	deferConcurrency = "concurrency"  // its endpoint has MaxInFlight requests in flight
-	deferOrdering    = "ordering"     // an earlier delivery with its ordering key is unfinished
-	deferDatabase    = "database"     // a transient database error
+	deferOrdering = "ordering" // an earlier delivery with its ordering key is unfinished
+	deferDatabase = "database" // a transient database error
 )
 
 const gaugeTimeout = 5 * time.Second

@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/partition"
@@ -68,6 +69,7 @@ type Outbox struct {
 	inserter   *river.Client[pgx.Tx]
 	partitions *partition.Cache
 	egress     *egress.Client
+	gate       *admission.Gate
 	keys       *secretbox.Ring
 	retries    *retryPlan
 	metrics    *metrics
@@ -118,6 +120,13 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 			ResponseBodyLimit:    config.ResponseBodyLimit,
 			ResponseHeaderLimit:  config.ResponseHeaderLimit,
 			Now:                  config.Now,
+		}),
+		gate: admission.New(pool, &admission.Config{
+			BusyRetryDelay:            config.BusyRetryDelay,
+			CircuitBreakerThreshold:   config.CircuitBreakerThreshold,
+			CircuitBreakerCooldown:    config.CircuitBreakerCooldown,
+			CircuitBreakerMaxCooldown: config.CircuitBreakerMaxCooldown,
+			Logger:                    config.Logger,
 		}),
 		keys:    keys,
 		retries: newRetryPlan(config),

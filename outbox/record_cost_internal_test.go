@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/testdb"
@@ -31,7 +32,7 @@ func TestRecordSucceededReadsOnlyItsDeliveries(t *testing.T) {
 		params := make([]*dbsqlc.OutboxAttemptRecordParams, combineMax)
 		group := make([]int, len(params))
 		for i := range params {
-			params[i] = combineParams(t, o, rows[i*len(rows)/combineMax], noLease, true)
+			params[i] = combineParams(t, o, rows[i*len(rows)/combineMax], admission.NoSlot, true)
 			group[i] = i
 		}
 		before := fetched()
@@ -82,7 +83,7 @@ func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 	t.Parallel()
 	statements := map[string]func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery){
 		"OutboxAttemptRecord": func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
-			results := q.OutboxAttemptRecord(context.Background(), []dbsqlc.OutboxAttemptRecordParams{*combineParams(t, o, row, noLease, true)})
+			results := q.OutboxAttemptRecord(context.Background(), []dbsqlc.OutboxAttemptRecordParams{*combineParams(t, o, row, admission.NoSlot, true)})
 			recorded := 0
 			results.QueryRow(func(_ int, _ dbsqlc.OutboxAttemptRecordRow, err error) {
 				require.NoError(t, err)
@@ -162,43 +163,4 @@ func backlogPlans(t *testing.T, check func(t *testing.T, o *Outbox, tx pgx.Tx, r
 			}
 		})
 	}
-}
-
-// TestLeaseUpdatesStayHOT takes concurrency slots and frees them, and
-// checks that every one of those updates was a heap-only tuple update: no
-// new index entries. With expires_at indexed, each wrote an entry in both
-// of the table's indexes, so that a busy endpoint's few slot rows gathered
-// dead entries by the thousand for every later search to step over.
-func TestLeaseUpdatesStayHOT(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	o, pool, eps, rows := combineSetup(t, []int{10}, 5)
-	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 9}))
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	// Counted from here: pg_stat_xact_user_tables also holds the counts of
-	// earlier transactions on this connection not yet reported.
-	const counts = `SELECT coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_hot_upd), 0)::bigint
-		FROM pg_stat_xact_user_tables WHERE relname = 'wharf_outbox_leases'`
-	var updates0, hot0 int64
-	require.NoError(t, tx.QueryRow(ctx, counts).Scan(&updates0, &hot0))
-	q := dbsqlc.New(tx)
-	for round := range 3 {
-		ids := make([]string, len(rows))
-		for i, r := range rows {
-			ids[i] = r.ID.String()
-		}
-		taken, err := q.OutboxLeaseAcquireMany(ctx, dbsqlc.OutboxLeaseAcquireManyParams{EndpointID: eps[0], DeliveryIds: ids, LeaseSeconds: 60})
-		require.NoError(t, err)
-		require.Len(t, taken, len(rows), "round %d", round)
-		for _, l := range taken {
-			require.NoError(t, q.OutboxLeaseRelease(ctx, dbsqlc.OutboxLeaseReleaseParams{EndpointID: eps[0], Slot: l.Slot, DeliveryID: l.DeliveryID}))
-		}
-	}
-	var updates, hot int64
-	require.NoError(t, tx.QueryRow(ctx, counts).Scan(&updates, &hot))
-	updates, hot = updates-updates0, hot-hot0
-	require.Equal(t, int64(2*3*len(rows)), updates)
-	require.Equal(t, updates, hot, "lease updates that were HOT")
 }

@@ -20,15 +20,6 @@ import (
 // job and leave the delivery pending with no job.
 const spareRuns = 3
 
-// Caps of the snoozes that grow with a job's snooze count.
-const (
-	// maxBusyWait caps the wait of a delivery whose endpoint is at its
-	// concurrency cap, so that a large backlog polls slowly.
-	maxBusyWait = time.Minute
-	// maxDBErrorWait caps the wait after a transient database error.
-	maxDBErrorWait = 10 * time.Second
-)
-
 // retryPlan turns the retry schedule and an attempt's outcome into the time
 // of the next attempt.
 //
@@ -42,7 +33,6 @@ type retryPlan struct {
 	jitter        float64
 	throttledMin  time.Duration
 	retryAfterMax time.Duration
-	busyDelay     time.Duration
 
 	mu      sync.Mutex
 	decided map[int64]time.Time // job id → next attempt
@@ -58,7 +48,6 @@ func newRetryPlan(c *Config) *retryPlan {
 		jitter:        c.jitter(),
 		throttledMin:  c.throttledMin(),
 		retryAfterMax: retryAfterMax,
-		busyDelay:     c.BusyRetryDelay,
 		decided:       make(map[int64]time.Time),
 	}
 }
@@ -114,52 +103,6 @@ func (p *retryPlan) wait(attempt int, out *egress.Outcome) time.Duration {
 		d = max(d, min(out.RetryAfter, p.retryAfterMax))
 	}
 	return d
-}
-
-// busy returns how long to snooze a delivery that must wait its turn (for
-// an ordered predecessor): busyDelay plus up to 25% jitter.
-func (p *retryPlan) busy() time.Duration { return withJitter(p.busyDelay) }
-
-// capped returns how long to snooze a delivery whose endpoint is at its
-// concurrency cap, after snoozes earlier snoozes: busyDelay doubled per
-// snooze up to maxBusyWait, plus up to 25% jitter. A large backlog for a
-// capped endpoint thus polls the database a few times a minute per
-// delivery, not every second.
-func (p *retryPlan) capped(snoozes int) time.Duration {
-	return withJitter(grown(p.busyDelay, snoozes, maxBusyWait))
-}
-
-// dbError returns how long to snooze a delivery after a transient database
-// error, after snoozes earlier snoozes: busyDelay doubled per snooze up to
-// maxDBErrorWait, plus up to 25% jitter.
-func (p *retryPlan) dbError(snoozes int) time.Duration {
-	return withJitter(grown(p.busyDelay, snoozes, maxDBErrorWait))
-}
-
-// beyondHorizon returns how long to snooze a delivery whose rate limit
-// token would be due d after rateHorizon: d, at least busyDelay and at
-// most maxBusyWait, plus up to 25% jitter. It then asks again, so a
-// backlog beyond the horizon polls a few times a minute per delivery, as
-// at the concurrency cap.
-func (p *retryPlan) beyondHorizon(d time.Duration) time.Duration {
-	return withJitter(min(max(d, p.busyDelay), maxBusyWait))
-}
-
-// grown returns base doubled n times, at most limit (and at least base).
-func grown(base time.Duration, n int, limit time.Duration) time.Duration {
-	d := base
-	for range n {
-		if d >= limit/2 {
-			return max(limit, base)
-		}
-		d *= 2
-	}
-	return min(d, max(limit, base))
-}
-
-// withJitter adds up to 25% to d.
-func withJitter(d time.Duration) time.Duration {
-	return d + time.Duration(rand.Int64N(int64(d)/4+1)) //nolint:gosec // jitter needs no crypto
 }
 
 // snoozeCount returns how often River has snoozed job: the "snoozes" count

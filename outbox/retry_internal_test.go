@@ -65,34 +65,8 @@ func TestRetryPlan(t *testing.T) {
 		require.Equal(t, now, at)
 		_, ok = plan.take(7)
 		require.False(t, ok)
-		busy := plan.busy()
-		require.GreaterOrEqual(t, busy, time.Second)
-		require.LessOrEqual(t, busy, time.Second+time.Second/4)
 		require.Equal(t, time.Duration(0), plan.firstDelay())
 		require.Equal(t, time.Minute, newRetryPlan(&Config{RetrySchedule: []time.Duration{time.Minute, 0}}).firstDelay())
-	})
-
-	t.Run("SnoozesGrowToTheirCaps", func(t *testing.T) {
-		t.Parallel()
-		plan := newRetryPlan(&Config{RetrySchedule: []time.Duration{0}, BusyRetryDelay: time.Second})
-		within := func(got, base time.Duration) {
-			t.Helper()
-			require.GreaterOrEqual(t, got, base)
-			require.LessOrEqual(t, got, base+base/4, "at most 25%% jitter")
-		}
-		for snoozes, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
-			16 * time.Second, 32 * time.Second, time.Minute, time.Minute} {
-			within(plan.capped(snoozes), want)
-		}
-		within(plan.capped(1_000_000), time.Minute)
-		for snoozes, want := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 10 * time.Second} {
-			within(plan.dbError(snoozes), want)
-		}
-		within(plan.dbError(64), 10*time.Second)
-		within(plan.busy(), time.Second)
-
-		slow := newRetryPlan(&Config{RetrySchedule: []time.Duration{0}, BusyRetryDelay: 2 * time.Minute})
-		within(slow.capped(3), 2*time.Minute) // a delay above the cap is kept
 	})
 
 	t.Run("AttemptLimitIsTheJobsAsWellAsTheSchedules", func(t *testing.T) {

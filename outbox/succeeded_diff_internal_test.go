@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
@@ -51,7 +52,7 @@ func TestRecordSucceededMatchesPerAttempt(t *testing.T) {
 			slots:  []int32{0, 1, 2},
 			mutate: func(ps []*dbsqlc.OutboxAttemptRecordParams) { ps[0].Generation++ }},
 		{name: "leases", setup: `UPDATE wharf_outbox_leases SET delivery_id = ($3::uuid[])[3], expires_at = $2::timestamptz + interval '1 hour'
-			WHERE endpoint_id = $1 AND slot = 3`, slots: []int32{3, noLease, 1}},
+			WHERE endpoint_id = $1 AND slot = 3`, slots: []int32{3, admission.NoSlot, 1}},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
