@@ -281,8 +281,14 @@ type Ticket struct {
 	recorded, judged bool
 }
 
-// Slot is the slot the ticket holds, NoSlot for none: the record frees it.
-func (t *Ticket) Slot() int32 { return t.slot }
+// Slot is the slot the ticket holds, NoSlot for none (a nil ticket: an
+// attempt never admitted): the record frees it.
+func (t *Ticket) Slot() int32 {
+	if t == nil {
+		return NoSlot
+	}
+	return t.slot
+}
 
 // Probe reports whether the attempt is its endpoint's circuit probe.
 func (t *Ticket) Probe() bool { return t.probe }
@@ -312,7 +318,11 @@ func (t *Ticket) AwaitToken(ctx context.Context) error {
 func (t *Ticket) Sent(verdict bool) { t.judged = verdict }
 
 // Recorded says the attempt's record freed the slot.
-func (t *Ticket) Recorded() { t.recorded = true }
+func (t *Ticket) Recorded() {
+	if t != nil {
+		t.recorded = true
+	}
+}
 
 // Release gives back what the ticket still holds: the slot unless the
 // record freed it, the probe unless the record settles it. Giving back
