@@ -1,9 +1,6 @@
 package outbox
 
 import (
-	"context"
-	"log/slog"
-
 	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
@@ -27,16 +24,3 @@ const (
 	// endpoint; the others wait for its outcome.
 	CircuitHalfOpen CircuitState = outboxtype.CircuitHalfOpen
 )
-
-// circuitChanged logs and counts an attempt's change of its endpoint's
-// circuit.
-func (o *Outbox) circuitChanged(ctx context.Context, log *slog.Logger, row *outboxtype.Delivery, changed *recorded) {
-	switch {
-	case changed.circuitOpened:
-		o.metrics.openings.Add(ctx, 1, o.metrics.byEndpoint.Of(row.EndpointID.String()))
-		log.WarnContext(ctx, "outbox: circuit opened; the endpoint's deliveries wait without using attempts",
-			"openings", changed.circuitOpenings, "cooldown", o.gate.Cooldown(changed.circuitOpenings))
-	case changed.circuitClosed:
-		log.InfoContext(ctx, "outbox: circuit closed")
-	}
-}

@@ -484,7 +484,7 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- lease are still settled: the request was real). No row means that, or
 -- that the delivery no longer exists. endpoint_version is the endpoint's
 -- version as locked here, before this attempt's own health write: a batch
--- job that loaded another hands the rest of its deliveries on.
+-- job that loaded another hands the rest of its deliveries over.
 --
 -- A failure disables the endpoint when gone (410) or when it has been
 -- failing since before disable_before (NULL: never), decided once in
@@ -769,11 +769,12 @@ SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
        (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit;
 
--- name: OutboxDeliveryHandOff :many
--- Moves unfinished deliveries of a batch job, each still at the generation
--- the job was inserted for, to the next generation, for the new jobs the
--- caller inserts in the same transaction; the batch job's later
--- runs then leave them alone, as a replay's. Returns the deliveries moved,
+-- name: OutboxDeliveryHandOver :many
+-- Hands unfinished deliveries of a batch job (or Rescue's) over: each
+-- still at the generation the job was inserted for moves to the next
+-- generation, for the new jobs the caller inserts in the same
+-- transaction; the batch job's later runs then leave them alone, as a
+-- replay's. Returns the deliveries moved,
 -- with their new generation, how many attempts they have had and when the
 -- next is due.
 UPDATE wharf_outbox_deliveries d

@@ -578,7 +578,7 @@ func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, ids []string) ([
 	return items, nil
 }
 
-const outboxDeliveryHandOff = `-- name: OutboxDeliveryHandOff :many
+const outboxDeliveryHandOver = `-- name: OutboxDeliveryHandOver :many
 UPDATE wharf_outbox_deliveries d
 SET generation = d.generation + 1, updated_at = $1::timestamptz
 FROM (SELECT unnest($2::text[])::uuid AS id, unnest($3::int[]) AS generation) i
@@ -588,34 +588,35 @@ WHERE d.id = i.id AND d.generation = i.generation
 RETURNING d.id, d.generation, d.attempts, d.next_attempt_at
 `
 
-type OutboxDeliveryHandOffParams struct {
+type OutboxDeliveryHandOverParams struct {
 	Now         time.Time
 	Ids         []string
 	Generations []int32
 }
 
-type OutboxDeliveryHandOffRow struct {
+type OutboxDeliveryHandOverRow struct {
 	ID            uuid.UUID
 	Generation    int32
 	Attempts      int32
 	NextAttemptAt *time.Time
 }
 
-// Moves unfinished deliveries of a batch job, each still at the generation
-// the job was inserted for, to the next generation, for the new jobs the
-// caller inserts in the same transaction; the batch job's later
-// runs then leave them alone, as a replay's. Returns the deliveries moved,
+// Hands unfinished deliveries of a batch job (or Rescue's) over: each
+// still at the generation the job was inserted for moves to the next
+// generation, for the new jobs the caller inserts in the same
+// transaction; the batch job's later runs then leave them alone, as a
+// replay's. Returns the deliveries moved,
 // with their new generation, how many attempts they have had and when the
 // next is due.
-func (q *Queries) OutboxDeliveryHandOff(ctx context.Context, arg OutboxDeliveryHandOffParams) ([]OutboxDeliveryHandOffRow, error) {
-	rows, err := q.db.Query(ctx, outboxDeliveryHandOff, arg.Now, arg.Ids, arg.Generations)
+func (q *Queries) OutboxDeliveryHandOver(ctx context.Context, arg OutboxDeliveryHandOverParams) ([]OutboxDeliveryHandOverRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveryHandOver, arg.Now, arg.Ids, arg.Generations)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxDeliveryHandOffRow
+	var items []OutboxDeliveryHandOverRow
 	for rows.Next() {
-		var i OutboxDeliveryHandOffRow
+		var i OutboxDeliveryHandOverRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Generation,

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"context"
@@ -27,12 +27,12 @@ import (
 // (to lock it, to update it), and a few more rows at most.
 func TestRecordSucceededReadsOnlyItsDeliveries(t *testing.T) {
 	t.Parallel()
-	backlogPlans(t, func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
+	backlogPlans(t, func(t *testing.T, e *Engine, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
 		ctx := context.Background()
 		params := make([]*dbsqlc.OutboxAttemptRecordParams, combineMax)
 		group := make([]int, len(params))
 		for i := range params {
-			params[i] = combineParams(t, o, rows[i*len(rows)/combineMax], admission.NoSlot, true)
+			params[i] = combineParams(t, e, rows[i*len(rows)/combineMax], admission.NoSlot, true)
 			group[i] = i
 		}
 		before := fetched()
@@ -46,23 +46,23 @@ func TestRecordSucceededReadsOnlyItsDeliveries(t *testing.T) {
 	})
 }
 
-// TestHandOffReadsOnlyItsDeliveries hands a batch job's deliveries
+// TestHandOverReadsOnlyItsDeliveries hands a batch job's deliveries
 // (combineMax of them) over to new jobs, as a split does, on a backlog
 // whose statistics lag (see backlogPlans), and counts the delivery rows
 // the statement read: those it moves, a few more at most. On statistics
 // taken while every delivery had succeeded, both plans read every
 // unfinished delivery through the partial index of unfinished deliveries.
-func TestHandOffReadsOnlyItsDeliveries(t *testing.T) {
+func TestHandOverReadsOnlyItsDeliveries(t *testing.T) {
 	t.Parallel()
-	backlogPlans(t, func(t *testing.T, _ *Outbox, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
-		arg := dbsqlc.OutboxDeliveryHandOffParams{Now: time.Now()}
+	backlogPlans(t, func(t *testing.T, _ *Engine, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
+		arg := dbsqlc.OutboxDeliveryHandOverParams{Now: time.Now()}
 		for i := range combineMax {
 			row := rows[i*len(rows)/combineMax]
 			arg.Ids = append(arg.Ids, row.ID.String())
 			arg.Generations = append(arg.Generations, row.Generation)
 		}
 		before := fetched()
-		moved, err := dbsqlc.New(tx).OutboxDeliveryHandOff(context.Background(), arg)
+		moved, err := dbsqlc.New(tx).OutboxDeliveryHandOver(context.Background(), arg)
 		require.NoError(t, err)
 		require.Len(t, moved, combineMax)
 		require.Less(t, fetched()-before, int64(combineMax+30), "delivery rows read to hand %d over, with %d unfinished", combineMax, len(rows))
@@ -81,9 +81,9 @@ func TestHandOffReadsOnlyItsDeliveries(t *testing.T) {
 // as the others are.
 func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 	t.Parallel()
-	statements := map[string]func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery){
-		"OutboxAttemptRecord": func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
-			results := q.OutboxAttemptRecord(context.Background(), []dbsqlc.OutboxAttemptRecordParams{*combineParams(t, o, row, admission.NoSlot, true)})
+	statements := map[string]func(t *testing.T, e *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery){
+		"OutboxAttemptRecord": func(t *testing.T, e *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery) {
+			results := q.OutboxAttemptRecord(context.Background(), []dbsqlc.OutboxAttemptRecordParams{*combineParams(t, e, row, admission.NoSlot, true)})
 			recorded := 0
 			results.QueryRow(func(_ int, _ dbsqlc.OutboxAttemptRecordRow, err error) {
 				require.NoError(t, err)
@@ -92,20 +92,20 @@ func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 			require.NoError(t, results.Close())
 			require.Equal(t, 1, recorded)
 		},
-		"OutboxDeliveryMarkDead": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
+		"OutboxDeliveryMarkDead": func(t *testing.T, _ *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			_, err := q.OutboxDeliveryMarkDead(context.Background(), dbsqlc.OutboxDeliveryMarkDeadParams{
 				Reason: "test", Now: time.Now(), ID: row.ID, Generation: row.Generation,
 			})
 			require.NoError(t, err)
 		},
-		"OutboxDeliveryThrottle": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
+		"OutboxDeliveryThrottle": func(t *testing.T, _ *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			n, err := q.OutboxDeliveryThrottle(context.Background(), dbsqlc.OutboxDeliveryThrottleParams{
 				TurnInSeconds: 1, ID: row.ID, Generation: row.Generation,
 			})
 			require.NoError(t, err)
 			require.Equal(t, int64(1), n)
 		},
-		"OutboxDeliveryRequeue": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *outboxtype.Delivery) {
+		"OutboxDeliveryRequeue": func(t *testing.T, _ *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			generation, err := q.OutboxDeliveryRequeue(context.Background(), dbsqlc.OutboxDeliveryRequeueParams{
 				Now: time.Now(), ID: row.ID, OrphanedGeneration: &row.Generation,
 			})
@@ -113,12 +113,12 @@ func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 			require.Equal(t, row.Generation+1, generation)
 		},
 	}
-	backlogPlans(t, func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
+	backlogPlans(t, func(t *testing.T, e *Engine, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
 		i := 0
 		for name, run := range statements {
 			i++
 			before := fetched()
-			run(t, o, dbsqlc.New(tx), rows[i*len(rows)/(len(statements)+1)])
+			run(t, e, dbsqlc.New(tx), rows[i*len(rows)/(len(statements)+1)])
 			assert.Less(t, fetched()-before, int64(10), "%s: delivery rows read for one, with %d unfinished", name, len(rows))
 		}
 	})
@@ -135,12 +135,12 @@ const backlogSize = 30000
 // outage). Each runs under a generic and a custom plan. check gets the
 // deliveries and a function returning how many delivery rows the
 // transaction has read so far, through indexes or sequential scans.
-func backlogPlans(t *testing.T, check func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64)) {
+func backlogPlans(t *testing.T, check func(t *testing.T, e *Engine, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64)) {
 	for _, stats := range []string{"never_analyzed", "analyzed_all_succeeded"} {
 		t.Run(stats, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			o, pool, _, rows := combineSetup(t, []int{100}, backlogSize)
+			e, pool, _, rows := combineSetup(t, []int32{100}, backlogSize)
 			if stats == "analyzed_all_succeeded" {
 				for _, stmt := range []string{
 					`UPDATE wharf_outbox_deliveries SET status = 'succeeded'`,
@@ -158,7 +158,7 @@ func backlogPlans(t *testing.T, check func(t *testing.T, o *Outbox, tx pgx.Tx, r
 					defer func() { _ = tx.Rollback(ctx) }()
 					_, err = tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode)
 					require.NoError(t, err)
-					check(t, o, tx, rows, func() int64 { return testdb.RowsRead(t, tx, "wharf_outbox_deliveries") })
+					check(t, e, tx, rows, func() int64 { return testdb.RowsRead(t, tx, "wharf_outbox_deliveries") })
 				})
 			}
 		})

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"context"
@@ -11,14 +11,6 @@ import (
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/telemetry"
-)
-
-// Deferral reasons, the reason label of wharf_outbox_deferred_total: why
-// a delivery's run ended without an attempt, to run again later (beside
-// admission's: rate_limit, circuit_open, concurrency).
-const (
-	deferOrdering = "ordering" // an earlier delivery with its ordering key is unfinished
-	deferDatabase = "database" // a transient database error
 )
 
 const gaugeTimeout = 5 * time.Second
@@ -109,6 +101,9 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 	errs = append(errs, err)
 	return m, errors.Join(errs...)
 }
+
+// CountPublished counts n events published (PublishManyTx).
+func (e *Engine) CountPublished(ctx context.Context, n int) { e.metrics.published.Add(ctx, int64(n)) }
 
 // attempt records one attempt and, when it delivered, the event's latency.
 func (m *metrics) attempt(ctx context.Context, out *egress.Outcome, publishedAt time.Time, dead bool) {

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"errors"
@@ -25,9 +25,8 @@ func TestRetryPlan(t *testing.T) {
 
 	t.Run("DefaultScheduleWithJitter", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := (*Config)(nil).withDefaults()
-		require.NoError(t, err)
-		plan := newRetryPlan(cfg)
+		cfg := (*Config)(nil).withDefaults()
+		plan := newRetryPlan(&cfg)
 		require.Equal(t, 8, plan.attempts())
 		for attempt := 1; attempt < 8; attempt++ {
 			want := DefaultRetrySchedule[attempt]
@@ -41,9 +40,8 @@ func TestRetryPlan(t *testing.T) {
 
 	t.Run("ThrottlingAndRetryAfter", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := (&Config{RetrySchedule: []time.Duration{0, time.Second, time.Second}, RetryJitter: -1}).withDefaults()
-		require.NoError(t, err)
-		plan := newRetryPlan(cfg)
+		cfg := (&Config{RetrySchedule: []time.Duration{0, time.Second, time.Second}, RetryJitter: -1}).withDefaults()
+		plan := newRetryPlan(&cfg)
 		require.Equal(t, time.Second, plan.wait(1, &egress.Outcome{StatusCode: 500}))
 		require.Equal(t, time.Minute, plan.wait(1, &egress.Outcome{StatusCode: http.StatusTooManyRequests}))
 		require.Equal(t, time.Minute, plan.wait(1, &egress.Outcome{TimedOut: true}))
@@ -51,20 +49,20 @@ func TestRetryPlan(t *testing.T) {
 		require.Equal(t, time.Hour, plan.wait(1, &egress.Outcome{StatusCode: 429, RetryAfter: 48 * time.Hour}), "capped")
 		require.Equal(t, time.Minute, plan.wait(1, &egress.Outcome{StatusCode: 429, RetryAfter: time.Second}), "never shorter than the throttle minimum")
 
-		ignoring, err := (&Config{RetrySchedule: []time.Duration{0, time.Second}, RetryJitter: -1, RetryAfterMax: -1, ThrottledRetryMin: -1}).withDefaults()
-		require.NoError(t, err)
-		require.Equal(t, time.Second, newRetryPlan(ignoring).wait(1, &egress.Outcome{StatusCode: 429, RetryAfter: time.Hour}))
+		ignoring := (&Config{RetrySchedule: []time.Duration{0, time.Second}, RetryJitter: -1, RetryAfterMax: -1, ThrottledRetryMin: -1}).withDefaults()
+		require.Equal(t, time.Second, newRetryPlan(&ignoring).wait(1, &egress.Outcome{StatusCode: 429, RetryAfter: time.Hour}))
 	})
 
-	t.Run("DecisionsAreTakenOnce", func(t *testing.T) {
+	t.Run("WorksDecisionIsNextRetrys", func(t *testing.T) {
 		t.Parallel()
-		plan := newRetryPlan(&Config{RetrySchedule: []time.Duration{0}, BusyRetryDelay: time.Second})
-		plan.decide(7, now)
-		at, ok := plan.take(7)
-		require.True(t, ok)
-		require.Equal(t, now, at)
-		_, ok = plan.take(7)
-		require.False(t, ok)
+		cfg := (&Config{RetrySchedule: []time.Duration{0, time.Hour}, RetryJitter: -1}).withDefaults()
+		w := &Worker{engine: &Engine{config: cfg, retries: newRetryPlan(&cfg)}}
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{Attempt: 1}}
+		job.Args.retryAt = now
+		require.Equal(t, now, w.NextRetry(job), "the time Work decided")
+		rescued := &river.Job[Args]{JobRow: &rivertype.JobRow{Attempt: 1}}
+		require.WithinDuration(t, time.Now().Add(time.Hour), w.NextRetry(rescued), time.Minute, "a job Work did not finish: the schedule")
+		plan := newRetryPlan(&Config{RetrySchedule: []time.Duration{0}})
 		require.Equal(t, time.Duration(0), plan.firstDelay())
 		require.Equal(t, time.Minute, newRetryPlan(&Config{RetrySchedule: []time.Duration{time.Minute, 0}}).firstDelay())
 	})
@@ -72,8 +70,8 @@ func TestRetryPlan(t *testing.T) {
 	t.Run("AttemptLimitIsTheJobsAsWellAsTheSchedules", func(t *testing.T) {
 		t.Parallel()
 		plan := newRetryPlan(&Config{RetrySchedule: make([]time.Duration, 8)})
-		job := func(maxAttempts int) *river.Job[DeliveryArgs] {
-			return &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{MaxAttempts: maxAttempts}}
+		job := func(maxAttempts int) *river.Job[Args] {
+			return &river.Job[Args]{JobRow: &rivertype.JobRow{MaxAttempts: maxAttempts}}
 		}
 		require.Equal(t, 8, plan.attemptLimit(job(8+spareRuns)), "inserted under this schedule")
 		require.Equal(t, 4, plan.attemptLimit(job(2+spareRuns)), "inserted under a shorter one")
@@ -84,54 +82,21 @@ func TestRetryPlan(t *testing.T) {
 
 	t.Run("SnoozeCountFromMetadata", func(t *testing.T) {
 		t.Parallel()
-		job := func(metadata string) *river.Job[DeliveryArgs] {
-			return &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{Metadata: []byte(metadata)}}
+		job := func(metadata string) *river.Job[Args] {
+			return &river.Job[Args]{JobRow: &rivertype.JobRow{Metadata: []byte(metadata)}}
 		}
 		require.Equal(t, 3, snoozeCount(job(`{"snoozes": 3, "other": true}`)))
 		require.Zero(t, snoozeCount(job(`{}`)))
 		require.Zero(t, snoozeCount(job(``)))
 		require.Zero(t, snoozeCount(job(`{"snoozes": "x"}`)))
-		require.Zero(t, snoozeCount(&river.Job[DeliveryArgs]{}))
+		require.Zero(t, snoozeCount(&river.Job[Args]{}))
 	})
 
 }
 
-func TestConfigValidation(t *testing.T) {
-	t.Parallel()
-	cfg, err := (*Config)(nil).withDefaults()
-	require.NoError(t, err)
-	require.Equal(t, DefaultQueue, cfg.Queue)
-	require.Equal(t, DefaultRetrySchedule, cfg.RetrySchedule)
-	require.Equal(t, 256<<10, cfg.MaxPayloadBytes)
-	require.Equal(t, 16<<10, cfg.ResponseBodyLimit)
-	require.Equal(t, 16<<10, cfg.ResponseHeaderLimit)
-	require.Equal(t, 24*time.Hour, cfg.SecretRotationOverlap)
-	require.Equal(t, 5*24*time.Hour, cfg.DisableAfter)
-	require.Equal(t, 64, cfg.DeliveryBatchSize)
-	require.Equal(t, time.Second, cfg.DeliveryBatchSpan)
-
-	for name, bad := range map[string]*Config{
-		"empty schedule":    {RetrySchedule: []time.Duration{}},
-		"negative schedule": {RetrySchedule: []time.Duration{0, -time.Second}},
-		"jitter":            {RetryJitter: 1.5},
-		"timeout":           {EndpointTimeout: time.Hour},
-		"max in flight":     {MaxInFlight: -3},
-		"payload":           {MaxPayloadBytes: -1},
-		"header limit":      {ResponseHeaderLimit: -1},
-		"disable after":     {DisableAfter: -2},
-		"batch size":        {DeliveryBatchSize: -1},
-		"huge batch size":   {DeliveryBatchSize: maxDeliveryBatchSize + 1},
-		"negative span":     {DeliveryBatchSpan: -time.Millisecond},
-		"long span":         {DeliveryBatchSpan: time.Hour},
-	} {
-		_, err := bad.withDefaults()
-		require.ErrorIs(t, err, ErrInvalidConfig, name)
-	}
-}
-
 func TestBatchSizes(t *testing.T) {
 	t.Parallel()
-	o := &Outbox{config: &Config{DeliveryBatchSize: 64}}
+	e := &Engine{config: Config{DeliveryBatchSize: 64}}
 	for _, c := range []struct {
 		n           int
 		maxInFlight int32
@@ -148,10 +113,10 @@ func TestBatchSizes(t *testing.T) {
 		{64, 0, []int{16, 16, 16, 16}}, // no cap: a job per 16
 		{17, 0, []int{9, 8}},
 	} {
-		got := o.batchSizes(c.n, c.maxInFlight)
+		got := e.batchSizes(c.n, c.maxInFlight)
 		require.Equal(t, c.want, got, "%d deliveries, cap %d", c.n, c.maxInFlight)
 	}
-	small := &Outbox{config: &Config{DeliveryBatchSize: 4}}
+	small := &Engine{config: Config{DeliveryBatchSize: 4}}
 	require.Equal(t, []int{4, 4, 4, 4, 4}, small.batchSizes(20, 6), "a job per batch size at most, when it is under 16")
 }
 
