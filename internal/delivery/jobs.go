@@ -33,13 +33,17 @@ type Args struct {
 	// over to a job of its own.
 	AttemptOffset int `json:"attempt_offset,omitempty"`
 
-	// retryAt is when Work decided the next attempt goes (the schedule,
-	// stretched by Retry-After or throttling): River asks the worker's
-	// NextRetry right after Work returns an error, with the same *Job
-	// (river's wrapperWorkUnit), and only Work has seen the response. A
-	// job River rescues after a crash was never seen by Work: it is zero,
-	// and NextRetry falls back to the plain schedule. It is not encoded.
-	retryAt time.Time
+	// retryIn is the wait Work decided before the next attempt (the
+	// schedule, stretched by Retry-After or throttling): River asks the
+	// worker's NextRetry right after Work returns an error, with the same
+	// *Job (river's wrapperWorkUnit), and only Work has seen the response.
+	// NextRetry adds it to its own clock: River refuses a time before the
+	// clock it read after Work returned, and a wait of 0 decided as a time
+	// was always before it. A job River rescues after a crash was never
+	// seen by Work: retrySet is false, and NextRetry falls back to the
+	// plain schedule. Neither is encoded.
+	retryIn  time.Duration
+	retrySet bool
 }
 
 // Kind returns Kind.

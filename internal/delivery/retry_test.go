@@ -21,8 +21,6 @@ import (
 
 func TestRetryPlan(t *testing.T) {
 	t.Parallel()
-	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-
 	t.Run("DefaultScheduleWithJitter", func(t *testing.T) {
 		t.Parallel()
 		cfg := (*Config)(nil).withDefaults()
@@ -58,8 +56,11 @@ func TestRetryPlan(t *testing.T) {
 		cfg := (&Config{RetrySchedule: []time.Duration{0, time.Hour}, RetryJitter: -1}).withDefaults()
 		w := &Worker{engine: &Engine{config: cfg, retries: newRetryPlan(&cfg)}}
 		job := &river.Job[Args]{JobRow: &rivertype.JobRow{Attempt: 1}}
-		job.Args.retryAt = now
-		require.Equal(t, now, w.NextRetry(job), "the time Work decided")
+		job.Args.retryIn, job.Args.retrySet = 2*time.Hour, true
+		require.WithinDuration(t, time.Now().Add(2*time.Hour), w.NextRetry(job), time.Minute, "the wait Work decided")
+		job.Args.retryIn = 0
+		before := time.Now()
+		require.False(t, w.NextRetry(job).Before(before), "a wait of 0 is due at once, not before River's clock")
 		rescued := &river.Job[Args]{JobRow: &rivertype.JobRow{Attempt: 1}}
 		require.WithinDuration(t, time.Now().Add(time.Hour), w.NextRetry(rescued), time.Minute, "a job Work did not finish: the schedule")
 		plan := newRetryPlan(&Config{RetrySchedule: []time.Duration{0}})

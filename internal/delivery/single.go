@@ -41,8 +41,8 @@ func (w *Worker) Timeout(*river.Job[Args]) time.Duration {
 // schedule, stretched by Retry-After or throttling), or the plain schedule
 // for a job Work did not finish (rescued after a crash).
 func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
-	if !job.Args.retryAt.IsZero() {
-		return job.Args.retryAt
+	if job.Args.retrySet {
+		return time.Now().Add(job.Args.retryIn)
 	}
 	return time.Now().Add(w.engine.retries.scheduled(attemptOf(job)))
 }
@@ -163,7 +163,7 @@ func (e *Engine) finish(ctx context.Context, log *slog.Logger, job *river.Job[Ar
 	case outboxtype.StatusDead:
 		return river.JobCancel(fmt.Errorf("outbox: dead after attempt %d: %s", attempt, out.errorText()))
 	case outboxtype.StatusRetrying:
-		job.Args.retryAt = time.Now().Add(s.wait)
+		job.Args.retryIn, job.Args.retrySet = s.wait, true
 		return fmt.Errorf("outbox: attempt %d failed: %s", attempt, out.errorText())
 	}
 	return nil
