@@ -387,7 +387,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// withDefaults validates c and returns a copy with every default filled in.
+// withDefaults validates c and returns a copy with every default filled in,
+// with cmp.Or as each engine's New fills its own (the defaults the engines
+// share are theirs, re-exported above).
 func (c *Config) withDefaults() (*Config, error) {
 	var out Config
 	if c != nil {
@@ -414,12 +416,8 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
 	out.CircuitBreakerThreshold = cmp.Or(out.CircuitBreakerThreshold, DefaultCircuitBreakerThreshold)
 	out.CircuitBreakerCooldown = cmp.Or(out.CircuitBreakerCooldown, DefaultCircuitBreakerCooldown)
-	if out.CircuitBreakerMaxCooldown == 0 {
-		out.CircuitBreakerMaxCooldown = max(DefaultCircuitBreakerMaxCooldown, out.CircuitBreakerCooldown)
-	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
+	out.CircuitBreakerMaxCooldown = cmp.Or(out.CircuitBreakerMaxCooldown, max(DefaultCircuitBreakerMaxCooldown, out.CircuitBreakerCooldown))
+	out.Logger = cmp.Or(out.Logger, slog.Default())
 	if out.Now == nil {
 		out.Now = time.Now
 	}

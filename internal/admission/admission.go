@@ -207,6 +207,19 @@ func (g *Gate) admit(ctx context.Context, d *outboxtype.Delivery, req Request, t
 	return nil
 }
 
+// turn reads a delivery's turn for a token: queued when it has come (the
+// delivery then goes before those that have not waited), else how long to
+// snooze first when it is more than rateMaxSleep away.
+func turn(d *outboxtype.Delivery) (queued bool, early time.Duration) {
+	if d.ThrottledUntil == nil {
+		return false, 0
+	}
+	if in := d.ThrottledUntil.Sub(d.DBNow); in > rateMaxSleep {
+		return false, turnWake(in)
+	}
+	return true, 0
+}
+
 // Busy returns how long to snooze a delivery that must wait its turn (for
 // an ordered predecessor, for another delivery's probe): BusyRetryDelay
 // plus up to 25% jitter.

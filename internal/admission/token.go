@@ -50,19 +50,6 @@ func turnWake(d time.Duration) time.Duration {
 // seconds converts a number of seconds from the database to a duration.
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// turn reads a delivery's turn for a token: queued when it has come (the
-// delivery then goes before those that have not waited), else how long to
-// snooze first when it is more than rateMaxSleep away.
-func turn(d *outboxtype.Delivery) (queued bool, early time.Duration) {
-	if d.ThrottledUntil == nil {
-		return false, 0
-	}
-	if in := d.ThrottledUntil.Sub(d.DBNow); in > rateMaxSleep {
-		return false, turnWake(in)
-	}
-	return true, 0
-}
-
 // takeToken takes a token of the endpoint's rate limit (OutboxRateTake)
 // into t: admitted when one is due soon (t's sleep: wait for it in the
 // worker) or the endpoint has no limit (any more), else a turn to snooze

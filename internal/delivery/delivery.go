@@ -7,11 +7,15 @@
 // delivery job; and Rescue, which settles the deliveries no job will
 // attempt.
 //
-// A delivery's attempt, from the worker's Work to its record:
+// A delivery's attempt, from the worker's Work to its record, reads two
+// files of this package:
 //
-//	single.go   Work: load (attempt.go), gate, Admit, send, settle
-//	attempt.go  load (group commit), the attempt value, the gate, the send's span
+//	attempt.go  Work: load (group commit) into the attempt value, gate,
+//	            admission.Gate.Admit, send (egress.Client.Send, in a span)
 //	record.go   settle: the record (group commit), hooks, logs, metrics
+//
+// and batch.go, handover.go, jobs.go and rescue.go what a batch job, a
+// hand-over, an insertion and Rescue add.
 //
 // The public outbox package builds the Engine from its Config (New) and
 // converts at the seam: its job args are aliases of this package's, and

@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
-	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
@@ -104,15 +103,3 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 
 // CountPublished counts n events published (PublishManyTx).
 func (e *Engine) CountPublished(ctx context.Context, n int) { e.metrics.published.Add(ctx, int64(n)) }
-
-// attempt records one attempt and, when it delivered, the event's latency.
-func (m *metrics) attempt(ctx context.Context, out *egress.Outcome, publishedAt time.Time, dead bool) {
-	m.attempts.Add(ctx, 1, m.byOutcome.Of(out.Label()))
-	m.duration.Record(ctx, out.Duration.Seconds())
-	if out.Succeeded() {
-		m.latency.Record(ctx, time.Since(publishedAt).Seconds())
-	}
-	if dead {
-		m.dead.Add(ctx, 1)
-	}
-}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/shared"
 )
@@ -89,6 +90,18 @@ func (e *Engine) settle(ctx context.Context, log *slog.Logger, attempt, limit in
 		log.InfoContext(ctx, "outbox: attempt failed; will retry", append(attrs, "error", out.errorText(), "retry_in", wait)...)
 	}
 	return settled{status: rec.status, wait: wait, endpointVersion: changed.endpointVersion}, nil
+}
+
+// attempt records one attempt and, when it delivered, the event's latency.
+func (m *metrics) attempt(ctx context.Context, out *egress.Outcome, publishedAt time.Time, dead bool) {
+	m.attempts.Add(ctx, 1, m.byOutcome.Of(out.Label()))
+	m.duration.Record(ctx, out.Duration.Seconds())
+	if out.Succeeded() {
+		m.latency.Record(ctx, time.Since(publishedAt).Seconds())
+	}
+	if dead {
+		m.dead.Add(ctx, 1)
+	}
 }
 
 // Reasons recorded when an attempt disables its endpoint.
