@@ -127,9 +127,10 @@ func (e *Engine) work(ctx context.Context, job *river.Job[Args]) error {
 		}
 	}
 	if err := v.openErr(); err != nil {
-		// A key missing from Config.SecretKeys, or a value altered, makes
-		// an attempt that sends nothing, whose error says which, retried
-		// on the schedule (the key may be on its way to this node).
+		// A key missing from outbox.Config.SecretKeys, or a value
+		// altered, makes an attempt that sends nothing, whose error says
+		// which, retried on the schedule (the key may be on its way to
+		// this node).
 		return e.finish(context.WithoutCancel(ctx), log, job, d, nil, e.now(), &outcome{Outcome: &egress.Outcome{Err: err}})
 	}
 

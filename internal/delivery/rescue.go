@@ -21,9 +21,9 @@ import (
 const RescueInterval = 5 * time.Minute
 
 // RescueAfter is how long a delivery must have been left unchanged, and
-// overdue, before Rescue treats it as stranded (outbox.RescueAfter): the transactions that give
-// deliveries jobs commit in moments, and one a moment old may be in the
-// middle of one.
+// overdue, before Rescue treats it as stranded (outbox.RescueAfter): the
+// transactions that give deliveries jobs commit in moments, and one a
+// moment old may be in the middle of one.
 const RescueAfter = time.Minute
 
 // maxRescue bounds the deliveries one Rescue settles; the next run takes

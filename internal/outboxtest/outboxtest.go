@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/partition"
@@ -30,6 +29,12 @@ const Secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 // ids in publish order.
 func Seed(t testing.TB, pool *pgxpool.Pool, caps []int32, events int) (endpoints, deliveries []uuid.UUID) {
 	t.Helper()
+	check := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("outboxtest: seed: %v", err)
+		}
+	}
 	ctx := context.Background()
 	q := dbsqlc.New(pool)
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -38,12 +43,12 @@ func Seed(t testing.TB, pool *pgxpool.Pool, caps []int32, events int) (endpoints
 			ID: uuid.Must(uuid.NewV7()), Url: "https://example.com/hook", EventTypes: []string{}, Secret: Secret,
 			MaxInFlight: c, TimeoutMs: 15000, Headers: json.RawMessage(`{}`), Auth: json.RawMessage(`{}`), Now: now,
 		})
-		require.NoError(t, err)
+		check(err)
 		endpoints = append(endpoints, ep.ID)
 	}
 	partitions := partition.NewCache(pool)
-	require.NoError(t, partitions.Ensure(ctx, nil, "wharf_outbox_events", now))
-	require.NoError(t, partitions.Ensure(ctx, nil, "wharf_outbox_attempts", now))
+	check(partitions.Ensure(ctx, nil, "wharf_outbox_events", now))
+	check(partitions.Ensure(ctx, nil, "wharf_outbox_attempts", now))
 	params := dbsqlc.OutboxPublishParams{CreatedAt: now, FirstAttemptAt: now}
 	for range events {
 		params.Ids = append(params.Ids, uuid.Must(uuid.NewV7()).String())
@@ -53,10 +58,10 @@ func Seed(t testing.TB, pool *pgxpool.Pool, caps []int32, events int) (endpoints
 		params.Tenants = append(params.Tenants, "")
 	}
 	_, err := q.OutboxPublish(ctx, params)
-	require.NoError(t, err)
+	check(err)
 	rows, err := pool.Query(ctx, `SELECT id FROM wharf_outbox_deliveries ORDER BY seq`)
-	require.NoError(t, err)
+	check(err)
 	deliveries, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	require.NoError(t, err)
+	check(err)
 	return endpoints, deliveries
 }
