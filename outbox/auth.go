@@ -1,13 +1,15 @@
 package outbox
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/wharfhq/wharf/internal/egress"
+	"github.com/wharfhq/wharf/internal/outboxtype"
+	"github.com/wharfhq/wharf/internal/secretbox"
 )
 
 // AuthKind names how deliveries authenticate to an endpoint.
@@ -16,12 +18,12 @@ type AuthKind string
 // Authentication kinds.
 const (
 	// AuthBearer sends a static token: "Authorization: Bearer <token>".
-	AuthBearer AuthKind = "bearer"
+	AuthBearer AuthKind = outboxtype.AuthBearer
 	// AuthBasic sends HTTP basic authentication (RFC 7617).
-	AuthBasic AuthKind = "basic"
+	AuthBasic AuthKind = outboxtype.AuthBasic
 	// AuthOAuth2ClientCredentials fetches an access token with the OAuth 2.0
 	// client credentials grant (RFC 6749 section 4.4) and sends it.
-	AuthOAuth2ClientCredentials AuthKind = "oauth2_client_credentials"
+	AuthOAuth2ClientCredentials AuthKind = outboxtype.AuthOAuth2ClientCredentials
 )
 
 // Bounds of an endpoint's credentials.
@@ -95,6 +97,10 @@ type OAuth2ClientCredentials struct {
 	CredentialsInBody bool
 }
 
+// ErrTokenFetch is matched (errors.Is) by the error of an attempt that
+// failed because no OAuth 2.0 access token could be fetched.
+var ErrTokenFetch = egress.ErrTokenFetch
+
 // EndpointAuthInfo describes an endpoint's authentication without its
 // secrets.
 type EndpointAuthInfo struct {
@@ -147,28 +153,11 @@ func (c OAuth2ClientCredentials) GoString() string { return c.String() }
 // LogValue is String, for slog.
 func (c OAuth2ClientCredentials) LogValue() slog.Value { return slog.StringValue(c.String()) }
 
-// storedAuth is an endpoint's authentication as its auth column holds it;
-// the zero value is none.
-type storedAuth struct {
-	Kind              AuthKind `json:"kind,omitempty"`
-	Token             string   `json:"token,omitempty"`
-	Username          string   `json:"username,omitempty"`
-	Password          string   `json:"password,omitempty"`
-	TokenURL          string   `json:"token_url,omitempty"`
-	ClientID          string   `json:"client_id,omitempty"`
-	ClientSecret      string   `json:"client_secret,omitempty"`
-	Scopes            []string `json:"scopes,omitempty"`
-	CredentialsInBody bool     `json:"credentials_in_body,omitempty"`
-}
-
-// String never shows a credential.
-func (s *storedAuth) String() string { return "auth(" + string(s.Kind) + ")" }
-
 // checkAuth validates a (nil for none) and returns its stored form, or an
 // ErrInvalidEndpoint error that never quotes a credential.
-func (g *ssrfGuard) checkAuth(a *EndpointAuth) (*storedAuth, error) {
+func checkAuth(e *egress.Client, a *EndpointAuth) (*outboxtype.Auth, error) {
 	if a == nil {
-		return &storedAuth{}, nil
+		return &outboxtype.Auth{}, nil
 	}
 	set := 0
 	for _, ok := range []bool{a.BearerToken != "", a.Basic != nil, a.OAuth2 != nil} {
@@ -176,7 +165,7 @@ func (g *ssrfGuard) checkAuth(a *EndpointAuth) (*storedAuth, error) {
 			set++
 		}
 	}
-	var s *storedAuth
+	var s *outboxtype.Auth
 	var err error
 	switch {
 	case set > 1:
@@ -186,11 +175,11 @@ func (g *ssrfGuard) checkAuth(a *EndpointAuth) (*storedAuth, error) {
 	case a.Basic != nil:
 		s, err = checkBasic(a.Basic)
 	case a.OAuth2 != nil:
-		s, err = g.checkOAuth2(a.OAuth2)
+		s, err = checkOAuth2(e, a.OAuth2)
 	default:
-		s = &storedAuth{}
+		s = &outboxtype.Auth{}
 	}
-	if err == nil && s.sealedCredential() {
+	if err == nil && secretbox.Sealed(s) {
 		err = errors.New(`a credential must not begin with "wharfenc:", the prefix of encrypted values`)
 	}
 	if err != nil {
@@ -202,7 +191,7 @@ func (g *ssrfGuard) checkAuth(a *EndpointAuth) (*storedAuth, error) {
 	return s, nil
 }
 
-func checkBearer(token string) (*storedAuth, error) {
+func checkBearer(token string) (*outboxtype.Auth, error) {
 	if len(token) > maxCredentialLen {
 		return nil, fmt.Errorf("bearer token longer than %d bytes", maxCredentialLen)
 	}
@@ -211,10 +200,10 @@ func checkBearer(token string) (*storedAuth, error) {
 			return nil, fmt.Errorf("bearer token must be visible ASCII (byte %d is not)", i)
 		}
 	}
-	return &storedAuth{Kind: AuthBearer, Token: token}, nil
+	return &outboxtype.Auth{Kind: outboxtype.AuthBearer, Token: token}, nil
 }
 
-func checkBasic(b *BasicAuth) (*storedAuth, error) {
+func checkBasic(b *BasicAuth) (*outboxtype.Auth, error) {
 	if err := checkCredential("basic username", b.Username, maxIdentifierLen); err != nil {
 		return nil, err
 	}
@@ -226,14 +215,14 @@ func checkBasic(b *BasicAuth) (*storedAuth, error) {
 			return nil, err
 		}
 	}
-	return &storedAuth{Kind: AuthBasic, Username: b.Username, Password: b.Password}, nil
+	return &outboxtype.Auth{Kind: outboxtype.AuthBasic, Username: b.Username, Password: b.Password}, nil
 }
 
-func (g *ssrfGuard) checkOAuth2(c *OAuth2ClientCredentials) (*storedAuth, error) {
+func checkOAuth2(e *egress.Client, c *OAuth2ClientCredentials) (*outboxtype.Auth, error) {
 	if err := checkURL("OAuth2 token URL", c.TokenURL); err != nil {
 		return nil, err
 	}
-	if err := g.literalBlocked(c.TokenURL); err != nil {
+	if err := literalBlocked(e, c.TokenURL); err != nil {
 		return nil, fmt.Errorf("OAuth2 token URL: %w", err)
 	}
 	if err := checkCredential("OAuth2 client id", c.ClientID, maxIdentifierLen); err != nil {
@@ -254,8 +243,8 @@ func (g *ssrfGuard) checkOAuth2(c *OAuth2ClientCredentials) (*storedAuth, error)
 			scopes = append(scopes, scope)
 		}
 	}
-	return &storedAuth{
-		Kind: AuthOAuth2ClientCredentials, TokenURL: c.TokenURL, ClientID: c.ClientID, ClientSecret: c.ClientSecret,
+	return &outboxtype.Auth{
+		Kind: outboxtype.AuthOAuth2ClientCredentials, TokenURL: c.TokenURL, ClientID: c.ClientID, ClientSecret: c.ClientSecret,
 		Scopes: scopes, CredentialsInBody: c.CredentialsInBody,
 	}, nil
 }
@@ -285,51 +274,12 @@ func validScope(s string) bool {
 	return true
 }
 
-// encode returns the stored form of checked auth.
-func (s *storedAuth) encode() (json.RawMessage, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: encode auth: %w", err)
-	}
-	return b, nil
-}
-
-// decodeAuth reads an endpoint's auth column.
-func decodeAuth(raw json.RawMessage) (*storedAuth, error) {
-	s := &storedAuth{}
-	if len(raw) == 0 {
-		return s, nil
-	}
-	if err := json.Unmarshal(raw, s); err != nil {
-		return nil, errors.New("outbox: the endpoint's stored auth does not decode")
-	}
-	return s, nil
-}
-
-// info describes s without its secrets; nil for none.
-func (s *storedAuth) info() *EndpointAuthInfo {
+// authInfo describes s without its secrets; nil for none.
+func authInfo(s *outboxtype.Auth) *EndpointAuthInfo {
 	if s.Kind == "" {
 		return nil
 	}
 	return &EndpointAuthInfo{
-		Kind: s.Kind, Username: s.Username, TokenURL: s.TokenURL, ClientID: s.ClientID, Scopes: slices.Clone(s.Scopes),
-	}
-}
-
-// equal reports whether s and o authenticate alike.
-func (s *storedAuth) equal(o *storedAuth) bool {
-	return s.Kind == o.Kind && s.Token == o.Token && s.Username == o.Username && s.Password == o.Password &&
-		s.TokenURL == o.TokenURL && s.ClientID == o.ClientID && s.ClientSecret == o.ClientSecret &&
-		slices.Equal(s.Scopes, o.Scopes) && s.CredentialsInBody == o.CredentialsInBody
-}
-
-// setStatic sets the Authorization header of a bearer or basic auth.
-func (s *storedAuth) setStatic(h http.Header) {
-	switch s.Kind {
-	case AuthBearer:
-		h.Set("Authorization", "Bearer "+s.Token)
-	case AuthBasic:
-		r := http.Request{Header: h}
-		r.SetBasicAuth(s.Username, s.Password)
+		Kind: AuthKind(s.Kind), Username: s.Username, TokenURL: s.TokenURL, ClientID: s.ClientID, Scopes: slices.Clone(s.Scopes),
 	}
 }

@@ -543,6 +543,14 @@ func TestBatchJobs(t *testing.T) {
 			require.Empty(t, b.ownJobs(t, d.ID), "nothing goes on after a cancellation")
 		}
 		require.Len(t, receiver.all(), 1)
+		// OnDead runs after the statement that made a delivery dead has
+		// committed, so a delivery can read dead a moment before its hook
+		// has run: await the hooks.
+		require.Eventually(t, func() bool {
+			deadMu.Lock()
+			defer deadMu.Unlock()
+			return len(dead) == 3
+		}, awaitTimeout, 10*time.Millisecond, "OnDead learns of every delivery the cancellation made dead")
 		deadMu.Lock()
 		defer deadMu.Unlock()
 		require.Len(t, dead, 3, "OnDead learns of every delivery the cancellation made dead")

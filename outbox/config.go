@@ -18,46 +18,42 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/wharfhq/wharf/internal/admission"
+	"github.com/wharfhq/wharf/internal/delivery"
+	"github.com/wharfhq/wharf/internal/egress"
+	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // DefaultQueue is the River queue delivery jobs go to unless Config.Queue
 // says otherwise.
-const DefaultQueue = "wharf_outbox"
+const DefaultQueue = delivery.DefaultQueue
 
 // DefaultRetrySchedule is the wait before each delivery attempt: the first
 // is immediate, the eighth comes about 28 hours after the first. After the
 // last attempt fails the delivery is dead-lettered.
-var DefaultRetrySchedule = []time.Duration{
-	0,
-	5 * time.Second,
-	5 * time.Minute,
-	30 * time.Minute,
-	2 * time.Hour,
-	5 * time.Hour,
-	10 * time.Hour,
-	10 * time.Hour,
-}
+var DefaultRetrySchedule = delivery.DefaultRetrySchedule
 
-// Defaults of the Config fields that have one.
+// Defaults of the Config fields that have one (the engines' own, which
+// apply them when they are built alone).
 const (
 	DefaultMaxPayloadBytes           = 256 << 10
-	DefaultResponseBodyLimit         = 16 << 10
-	DefaultResponseHeaderLimit       = 16 << 10
+	DefaultResponseBodyLimit         = egress.DefaultResponseBodyLimit
+	DefaultResponseHeaderLimit       = egress.DefaultResponseHeaderLimit
 	DefaultEndpointTimeout           = 15 * time.Second
-	DefaultMaxEndpointTimeout        = time.Minute
+	DefaultMaxEndpointTimeout        = delivery.DefaultMaxEndpointTimeout
 	DefaultMaxInFlight               = 10
-	DefaultDeliveryBatchSize         = 64
-	DefaultDeliveryBatchSpan         = time.Second
-	DefaultBusyRetryDelay            = time.Second
-	DefaultRetryJitter               = 0.2
-	DefaultThrottledRetryMin         = time.Minute
-	DefaultRetryAfterMax             = time.Hour
+	DefaultDeliveryBatchSize         = delivery.DefaultDeliveryBatchSize
+	DefaultDeliveryBatchSpan         = delivery.DefaultDeliveryBatchSpan
+	DefaultBusyRetryDelay            = admission.DefaultBusyRetryDelay
+	DefaultRetryJitter               = delivery.DefaultRetryJitter
+	DefaultThrottledRetryMin         = delivery.DefaultThrottledRetryMin
+	DefaultRetryAfterMax             = delivery.DefaultRetryAfterMax
 	DefaultSecretRotationOverlap     = 24 * time.Hour
-	DefaultDisableAfter              = 5 * 24 * time.Hour
-	DefaultCircuitBreakerThreshold   = 10
-	DefaultCircuitBreakerCooldown    = 30 * time.Second
-	DefaultCircuitBreakerMaxCooldown = 10 * time.Minute
+	DefaultDisableAfter              = delivery.DefaultDisableAfter
+	DefaultCircuitBreakerThreshold   = delivery.DefaultCircuitThreshold
+	DefaultCircuitBreakerCooldown    = admission.DefaultCircuitBreakerCooldown
+	DefaultCircuitBreakerMaxCooldown = admission.DefaultCircuitBreakerMaxCooldown
 )
 
 // maxRetryScheduleLen bounds the schedule, so a typo cannot make a delivery
@@ -391,7 +387,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// withDefaults validates c and returns a copy with every default filled in.
+// withDefaults validates c and returns a copy with every default filled in,
+// with cmp.Or as each engine's New fills its own (the defaults the engines
+// share are theirs, re-exported above).
 func (c *Config) withDefaults() (*Config, error) {
 	var out Config
 	if c != nil {
@@ -415,24 +413,11 @@ func (c *Config) withDefaults() (*Config, error) {
 	out.DeliveryBatchSize = cmp.Or(out.DeliveryBatchSize, DefaultDeliveryBatchSize)
 	out.DeliveryBatchSpan = cmp.Or(out.DeliveryBatchSpan, DefaultDeliveryBatchSpan)
 	out.SecretRotationOverlap = cmp.Or(out.SecretRotationOverlap, DefaultSecretRotationOverlap)
-	out.SecretKeys = cloneSecretKeys(out.SecretKeys)
 	out.DisableAfter = cmp.Or(out.DisableAfter, DefaultDisableAfter)
 	out.CircuitBreakerThreshold = cmp.Or(out.CircuitBreakerThreshold, DefaultCircuitBreakerThreshold)
 	out.CircuitBreakerCooldown = cmp.Or(out.CircuitBreakerCooldown, DefaultCircuitBreakerCooldown)
-	if out.CircuitBreakerMaxCooldown == 0 {
-		out.CircuitBreakerMaxCooldown = max(DefaultCircuitBreakerMaxCooldown, out.CircuitBreakerCooldown)
-	}
-	out.AllowedNetworks = slices.Clone(out.AllowedNetworks)
-	if out.Proxy != nil {
-		proxy := *out.Proxy
-		out.Proxy = &proxy
-	}
-	if out.Dialer == nil {
-		out.Dialer = &net.Dialer{Timeout: 10 * time.Second}
-	}
-	if out.Logger == nil {
-		out.Logger = slog.Default()
-	}
+	out.CircuitBreakerMaxCooldown = cmp.Or(out.CircuitBreakerMaxCooldown, max(DefaultCircuitBreakerMaxCooldown, out.CircuitBreakerCooldown))
+	out.Logger = cmp.Or(out.Logger, slog.Default())
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -495,7 +480,7 @@ func (c *Config) validate() error {
 	if c.SecretRotationOverlap < 0 {
 		bad("SecretRotationOverlap must not be negative")
 	}
-	checkSecretKeys(c.SecretKeys, bad)
+	secretbox.CheckKeys(ringKeys(c.SecretKeys), bad)
 	if c.DisableAfter < -1 {
 		bad("DisableAfter must not be negative (-1 never disables)")
 	}
@@ -533,15 +518,6 @@ func checkTimeout(d, limit time.Duration) error {
 	}
 	return nil
 }
-
-// retryAfterEnabled reports whether Retry-After headers are honoured.
-func (c *Config) retryAfterEnabled() bool { return c.RetryAfterMax > 0 }
-
-// jitter returns the configured jitter fraction, 0 when disabled.
-func (c *Config) jitter() float64 { return max(c.RetryJitter, 0) }
-
-// throttledMin returns the least wait after a timeout or 429, 0 when disabled.
-func (c *Config) throttledMin() time.Duration { return max(c.ThrottledRetryMin, 0) }
 
 // now returns the configured clock's time in UTC at Postgres' precision.
 func (c *Config) now() time.Time { return shared.Micro(c.Now()) }

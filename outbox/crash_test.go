@@ -198,7 +198,7 @@ func TestCrashInTheLastRunOfABatch(t *testing.T) {
 	awaitLockWait(t, bundle.pool) // the last run's hand-over waits for the row
 	node.Kill()
 	require.NoError(t, tx.Rollback(ctx))
-	awaitSessionGone(t, bundle.pool, "OutboxDeliveryHandOff")
+	awaitSessionGone(t, bundle.pool, "OutboxDeliveryHandOver")
 	var dead deadLog
 	n, err := rescuer(t, bundle.pool, &dead).Rescue(ctx)
 	require.NoError(t, err)

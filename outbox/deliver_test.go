@@ -430,3 +430,25 @@ func TestDelivery(t *testing.T) {
 			"each event is sent only after the one before it succeeded")
 	})
 }
+
+// A retry the schedule says is due at once goes at once. Work decided the
+// retry's time, and River compares it with its clock read after Work
+// returned: a time decided as "now" was already past, and River used its
+// own policy instead (1 s, then 16 s, then 81 s…). Three attempts with no
+// wait between them now end long before River's policy would have made
+// the third.
+func TestZeroRetryWaitRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig()
+	cfg.RetrySchedule = []time.Duration{0, 0, 0}
+	b := setup(t, cfg)
+	failing := newSink(t, status(http.StatusServiceUnavailable))
+	ep := b.endpoint(t, failing.URL(), nil)
+	res := b.publish(t, &outbox.Event{Type: "x"})
+	startRiver(t, b.pool, b.outbox)
+	require.Eventually(t, func() bool {
+		list, err := b.outbox.DeliveryList(context.Background(), &outbox.DeliveryListParams{EndpointID: &ep.ID, EventID: res[0].EventID})
+		require.NoError(t, err)
+		return len(list) == 1 && list[0].Status == outbox.StatusDead && list[0].Attempts == 3
+	}, 12*time.Second, 10*time.Millisecond, "three attempts 0 s apart take 17 s under River's own retry policy")
+}

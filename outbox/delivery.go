@@ -2,20 +2,39 @@ package outbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/delivery"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/pgxtx"
 	"github.com/wharfhq/wharf/internal/shared"
 )
+
+// DeliveryStatus is where a delivery stands.
+type DeliveryStatus string
+
+// Delivery statuses.
+const (
+	// StatusPending: waiting for its first attempt, or being attempted.
+	StatusPending DeliveryStatus = outboxtype.StatusPending
+	// StatusRetrying: an attempt failed and another is scheduled.
+	StatusRetrying DeliveryStatus = outboxtype.StatusRetrying
+	// StatusSucceeded: an attempt was answered 2xx.
+	StatusSucceeded DeliveryStatus = outboxtype.StatusSucceeded
+	// StatusDead: attempts are exhausted, the endpoint answered 410 or was
+	// disabled, or the event is gone. Dead deliveries can be replayed.
+	StatusDead DeliveryStatus = outboxtype.StatusDead
+)
+
+// attemptSucceeded is a succeeded attempt's stored status.
+const attemptSucceeded = "succeeded"
 
 // Delivery is one event's delivery to one endpoint.
 type Delivery struct {
@@ -106,15 +125,15 @@ func DeliveryCursor(d *Delivery) string { return shared.EncodeSeqCursor(d.Seq) }
 // DeliveryGet returns a delivery, or an error where errors.Is(err,
 // ErrNotFound) is true.
 func (o *Outbox) DeliveryGet(ctx context.Context, id uuid.UUID) (*Delivery, error) {
-	return o.deliveryGet(ctx, o.pool, id)
+	return deliveryGet(ctx, o.pool, id)
 }
 
 // DeliveryGetTx is DeliveryGet in tx.
 func (o *Outbox) DeliveryGetTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Delivery, error) {
-	return o.deliveryGet(ctx, tx, id)
+	return deliveryGet(ctx, tx, id)
 }
 
-func (o *Outbox) deliveryGet(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*Delivery, error) {
+func deliveryGet(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*Delivery, error) {
 	row, err := dbsqlc.New(db).OutboxDeliveryGet(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: delivery %s: %w", id, translateError(err))
@@ -177,15 +196,15 @@ func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) (
 // AttemptList returns a delivery's recorded attempts, oldest first (those
 // retention has not dropped).
 func (o *Outbox) AttemptList(ctx context.Context, deliveryID uuid.UUID) ([]*Attempt, error) {
-	return o.attemptList(ctx, o.pool, deliveryID)
+	return attemptList(ctx, o.pool, deliveryID)
 }
 
 // AttemptListTx is AttemptList in tx.
 func (o *Outbox) AttemptListTx(ctx context.Context, tx pgx.Tx, deliveryID uuid.UUID) ([]*Attempt, error) {
-	return o.attemptList(ctx, tx, deliveryID)
+	return attemptList(ctx, tx, deliveryID)
 }
 
-func (o *Outbox) attemptList(ctx context.Context, db dbsqlc.DBTX, deliveryID uuid.UUID) ([]*Attempt, error) {
+func attemptList(ctx context.Context, db dbsqlc.DBTX, deliveryID uuid.UUID) ([]*Attempt, error) {
 	rows, err := dbsqlc.New(db).OutboxAttemptList(ctx, deliveryID)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list attempts: %w", err)
@@ -241,9 +260,9 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 			return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
 		}
 		if status := DeliveryStatus(row.Status); status != StatusPending && status != StatusRetrying {
-			return o.whyNotReplayable(ctx, q, id)
+			return whyNotReplayable(ctx, q, id)
 		}
-		job, err := o.liveJob(ctx, tx, id, row.Generation)
+		job, err := o.engine.LiveJob(ctx, tx, id, row.Generation)
 		if err != nil {
 			return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
 		}
@@ -254,7 +273,7 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 		requeue.OrphanedGeneration = &row.Generation
 		generation, err = q.OutboxDeliveryRequeue(ctx, requeue)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return o.whyNotReplayable(ctx, q, id)
+			return whyNotReplayable(ctx, q, id)
 		}
 		if err != nil {
 			return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
@@ -264,62 +283,21 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 	} else if err != nil {
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
 	}
-	return o.insertDeliveryJobs(ctx, tx, []pendingDelivery{{id: id, generation: generation}}, 0)
-}
-
-// liveJob returns a job of the delivery's generation that River may still
-// run (waiting, scheduled, retryable or running): a job of its own or a
-// batch job, or nil. It looks the job up by kind and args; River indexes
-// args (GIN), so this is no scan.
-func (o *Outbox) liveJob(ctx context.Context, tx pgx.Tx, id uuid.UUID, generation int32) (*rivertype.JobRow, error) {
-	// The containment documents go as JSON text: pgx cannot encode a
-	// struct in the text format of its exec and simple_protocol modes
-	// (PgBouncer in transaction mode).
-	own, err := json.Marshal(DeliveryArgs{DeliveryID: id})
-	if err != nil {
-		return nil, err
-	}
-	inBatch, err := json.Marshal(map[string]any{"deliveries": []DeliveryRef{{DeliveryID: id}}})
-	if err != nil {
-		return nil, err
-	}
-	params := river.NewJobListParams().
-		Kinds(DeliveryKind, DeliveryBatchKind).
-		States(rivertype.JobStateAvailable, rivertype.JobStatePending, rivertype.JobStateRetryable,
-			rivertype.JobStateRunning, rivertype.JobStateScheduled).
-		Where("(args @> @own_args::jsonb OR args @> @batch_args::jsonb)",
-			river.NamedArgs{"own_args": string(own), "batch_args": string(inBatch)}).
-		First(100)
-	res, err := o.inserter.JobListTx(ctx, tx, params)
-	if err != nil {
-		return nil, fmt.Errorf("look up its jobs: %w", err)
-	}
-	for _, job := range res.Jobs {
-		if jobHolds(job, id, int(generation)) {
-			return job, nil
-		}
-	}
-	return nil, nil
-}
-
-// jobHolds reports whether job, a delivery job or a batch job, is for
-// delivery id at generation.
-func jobHolds(job *rivertype.JobRow, id uuid.UUID, generation int) bool {
-	if job.Kind == DeliveryBatchKind {
-		_, ok := refOf(job.EncodedArgs, id, generation)
-		return ok
-	}
-	var args DeliveryArgs
-	return json.Unmarshal(job.EncodedArgs, &args) == nil && args.DeliveryID == id && args.Generation == generation
+	return o.engine.InsertJobs(ctx, tx, []delivery.Pending{{ID: id, Generation: generation}}, 0)
 }
 
 // whyNotReplayable returns the error of a replay of a delivery that could
 // not be requeued.
-func (o *Outbox) whyNotReplayable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) error {
-	row, err := q.OutboxDeliveryGetForWork(ctx, id)
-	switch {
-	case err != nil:
+func whyNotReplayable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) error {
+	rows, err := q.OutboxDeliveryGetForWork(ctx, pgxtx.UUIDTexts([]uuid.UUID{id}))
+	if err == nil && len(rows) == 0 {
+		err = pgx.ErrNoRows
+	}
+	if err != nil {
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
+	}
+	row := rows[0]
+	switch {
 	case !row.Enabled:
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, ErrEndpointDisabled)
 	case row.Payload == nil:
@@ -363,14 +341,14 @@ func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID
 	if err != nil {
 		return 0, fmt.Errorf("outbox: replay dead deliveries of endpoint %s: %w", endpointID, err)
 	}
-	jobs := make([]pendingDelivery, len(rows))
+	jobs := make([]delivery.Pending, len(rows))
 	for i, row := range rows {
-		jobs[i] = pendingDelivery{
-			id: row.ID, endpointID: endpointID, generation: row.Generation, orderingKey: row.OrderingKey, attempts: row.Attempts,
-			endpoint: shapeOf(&endpoint),
+		jobs[i] = delivery.Pending{
+			ID: row.ID, EndpointID: endpointID, Generation: row.Generation, OrderingKey: row.OrderingKey, Attempts: row.Attempts,
+			Endpoint: shapeOf(&endpoint),
 		}
 	}
-	if err := o.insertDeliveryJobs(ctx, tx, jobs, 0); err != nil {
+	if err := o.engine.InsertJobs(ctx, tx, jobs, 0); err != nil {
 		return 0, err
 	}
 	return len(rows), nil
@@ -380,7 +358,7 @@ func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery) *Delivery {
 	return &Delivery{
 		Seq:            row.Seq,
 		ID:             row.ID,
-		EventID:        formatEventID(row.EventID),
+		EventID:        outboxtype.FormatEventID(row.EventID),
 		EndpointID:     row.EndpointID,
 		Status:         DeliveryStatus(row.Status),
 		Attempts:       int(row.Attempts),

@@ -12,6 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/delivery"
+	"github.com/wharfhq/wharf/internal/egress"
+	"github.com/wharfhq/wharf/internal/outboxtype"
+	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/shared"
 )
 
@@ -22,7 +26,7 @@ const (
 	maxURLLen         = 2048
 	maxDescriptionLen = 1024
 	maxEventTypes     = 100
-	maxMaxInFlight    = 1000
+	maxMaxInFlight    = delivery.MaxInFlightLimit
 	defaultListLimit  = 100
 	maxListLimit      = 10000
 )
@@ -202,21 +206,31 @@ type EndpointListParams struct {
 // EndpointListParams.After to list the endpoints after e.
 func EndpointCursor(e *Endpoint) string { return shared.EncodeTimeCursor(e.CreatedAt, e.ID) }
 
+// endpoints writes and reads endpoints: it checks their parameters, seals
+// their secrets and judges their URLs by the SSRF guard. Its methods take
+// the pool or the caller's transaction, for the Endpoint… methods and
+// their …Tx twins.
+type endpoints struct {
+	config *Config
+	keys   *secretbox.Ring
+	egress *egress.Client
+}
+
 // EndpointCreate creates an endpoint and returns it with its secret. Bad
 // parameters return an error where errors.Is(err, ErrInvalidEndpoint) is
 // true.
 func (o *Outbox) EndpointCreate(ctx context.Context, params *EndpointParams) (*EndpointWithSecret, error) {
-	return o.endpointCreate(ctx, o.pool, params)
+	return o.endpoints.create(ctx, o.pool, params)
 }
 
 // EndpointCreateTx is EndpointCreate in tx. Parameters it refuses return an error
 // before any statement runs, so tx stays usable.
 func (o *Outbox) EndpointCreateTx(ctx context.Context, tx pgx.Tx, params *EndpointParams) (*EndpointWithSecret, error) {
-	return o.endpointCreate(ctx, tx, params)
+	return o.endpoints.create(ctx, tx, params)
 }
 
-func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *EndpointParams) (*EndpointWithSecret, error) {
-	want, err := o.checkEndpointParams(params)
+func (s *endpoints) create(ctx context.Context, db dbsqlc.DBTX, params *EndpointParams) (*EndpointWithSecret, error) {
+	want, err := s.check(params)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +238,7 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 	if err != nil {
 		return nil, err
 	}
-	headers, err := encodeHeaders(want.headers)
+	headers, err := outboxtype.EncodeHeaders(want.headers)
 	if err != nil {
 		return nil, err
 	}
@@ -232,11 +246,11 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 	if err != nil {
 		return nil, fmt.Errorf("outbox: endpoint id: %w", err)
 	}
-	stored, err := o.keys.seal(id, fieldSecret, secret)
+	stored, err := s.keys.Seal(id, secretbox.FieldSecret, secret)
 	if err != nil {
 		return nil, err
 	}
-	auth, err := o.encodeAuth(id, want.auth)
+	auth, err := s.keys.EncodeAuth(id, want.auth)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +268,7 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 		Auth:               auth,
 		RateLimitPerSecond: want.ratePerSecond,
 		RateLimitBurst:     want.rateBurst,
-		Now:                o.config.now(),
+		Now:                s.config.now(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: create endpoint: %w", err)
@@ -265,7 +279,7 @@ func (o *Outbox) endpointCreate(ctx context.Context, db dbsqlc.DBTX, params *End
 // EndpointGet returns an endpoint, or an error where errors.Is(err,
 // ErrNotFound) is true.
 func (o *Outbox) EndpointGet(ctx context.Context, id uuid.UUID) (*Endpoint, error) {
-	row, err := o.endpointRow(ctx, o.pool, id)
+	row, err := endpointRow(ctx, o.pool, id)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +288,7 @@ func (o *Outbox) EndpointGet(ctx context.Context, id uuid.UUID) (*Endpoint, erro
 
 // EndpointGetTx is EndpointGet in tx.
 func (o *Outbox) EndpointGetTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Endpoint, error) {
-	row, err := o.endpointRow(ctx, tx, id)
+	row, err := endpointRow(ctx, tx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -285,23 +299,23 @@ func (o *Outbox) EndpointGetTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*E
 // when Config.SecretKeys sealed it; a secret it cannot decrypt returns an
 // error where errors.Is(err, ErrSecretDecrypt) is true.
 func (o *Outbox) EndpointSecret(ctx context.Context, id uuid.UUID) (string, error) {
-	return o.endpointSecret(ctx, o.pool, id)
+	return o.endpoints.secret(ctx, o.pool, id)
 }
 
 // EndpointSecretTx is EndpointSecret in tx.
 func (o *Outbox) EndpointSecretTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (string, error) {
-	return o.endpointSecret(ctx, tx, id)
+	return o.endpoints.secret(ctx, tx, id)
 }
 
-func (o *Outbox) endpointSecret(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (string, error) {
-	row, err := o.endpointRow(ctx, db, id)
+func (s *endpoints) secret(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (string, error) {
+	row, err := endpointRow(ctx, db, id)
 	if err != nil {
 		return "", err
 	}
-	return o.keys.open(row.ID, fieldSecret, row.Secret)
+	return s.keys.Open(row.ID, secretbox.FieldSecret, row.Secret)
 }
 
-func (o *Outbox) endpointRow(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*dbsqlc.WharfOutboxEndpoint, error) {
+func endpointRow(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*dbsqlc.WharfOutboxEndpoint, error) {
 	row, err := dbsqlc.New(db).OutboxEndpointGet(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: endpoint %s: %w", id, translateError(err))
@@ -347,25 +361,25 @@ func (o *Outbox) EndpointList(ctx context.Context, params *EndpointListParams) (
 // an error where errors.Is(err, ErrInvalidEndpoint) is true and change
 // nothing.
 func (o *Outbox) EndpointUpdate(ctx context.Context, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
-	return o.endpointUpdate(ctx, o.pool, id, params)
+	return o.endpoints.update(ctx, o.pool, id, params)
 }
 
 // EndpointUpdateTx is EndpointUpdate in tx. Parameters it refuses return an error
 // before any statement runs, so tx stays usable.
 func (o *Outbox) EndpointUpdateTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
-	return o.endpointUpdate(ctx, tx, id, params)
+	return o.endpoints.update(ctx, tx, id, params)
 }
 
-func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
+func (s *endpoints) update(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
 	if params == nil {
 		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
 	}
-	update := dbsqlc.OutboxEndpointUpdateParams{ID: id, Now: o.config.now(), Url: params.URL, Description: params.Description, Ordered: params.Ordered}
+	update := dbsqlc.OutboxEndpointUpdateParams{ID: id, Now: s.config.now(), Url: params.URL, Description: params.Description, Ordered: params.Ordered}
 	if params.URL != nil {
 		if err := checkURL("URL", *params.URL); err != nil {
 			return nil, err
 		}
-		if err := o.guard.checkLiteral(*params.URL); err != nil {
+		if err := checkLiteral(s.egress, *params.URL); err != nil {
 			return nil, err
 		}
 	}
@@ -385,14 +399,14 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		if *params.MaxInFlight == 0 {
 			return nil, fmt.Errorf("%w: MaxInFlight must be positive, or -1 for no cap", ErrInvalidEndpoint)
 		}
-		maxInFlight, err := o.maxInFlight(*params.MaxInFlight)
+		maxInFlight, err := s.maxInFlight(*params.MaxInFlight)
 		if err != nil {
 			return nil, err
 		}
 		update.MaxInFlight = &maxInFlight
 	}
 	if params.Timeout != nil {
-		if err := checkTimeout(*params.Timeout, o.config.MaxEndpointTimeout); err != nil {
+		if err := checkTimeout(*params.Timeout, s.config.MaxEndpointTimeout); err != nil {
 			return nil, fmt.Errorf("%w: timeout %w", ErrInvalidEndpoint, err)
 		}
 		ms := int32(*params.Timeout / time.Millisecond)
@@ -403,16 +417,16 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 		if err != nil {
 			return nil, err
 		}
-		if update.Headers, err = encodeHeaders(headers); err != nil {
+		if update.Headers, err = outboxtype.EncodeHeaders(headers); err != nil {
 			return nil, err
 		}
 	}
 	if params.Auth != nil {
-		auth, err := o.guard.checkAuth(params.Auth)
+		auth, err := checkAuth(s.egress, params.Auth)
 		if err != nil {
 			return nil, err
 		}
-		if update.Auth, err = o.encodeAuth(id, auth); err != nil {
+		if update.Auth, err = s.keys.EncodeAuth(id, auth); err != nil {
 			return nil, err
 		}
 	}
@@ -436,23 +450,23 @@ func (o *Outbox) endpointUpdate(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 // NUL byte returns an error where errors.Is(err, ErrInvalidEndpoint) is
 // true and changes nothing.
 func (o *Outbox) EndpointDisable(ctx context.Context, id uuid.UUID, reason string) (*Endpoint, error) {
-	return o.endpointDisable(ctx, o.pool, id, reason)
+	return o.endpoints.disable(ctx, o.pool, id, reason)
 }
 
 // EndpointDisableTx is EndpointDisable in tx. Parameters it refuses return an error
 // before any statement runs, so tx stays usable.
 func (o *Outbox) EndpointDisableTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason string) (*Endpoint, error) {
-	return o.endpointDisable(ctx, tx, id, reason)
+	return o.endpoints.disable(ctx, tx, id, reason)
 }
 
-func (o *Outbox) endpointDisable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, reason string) (*Endpoint, error) {
+func (s *endpoints) disable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, reason string) (*Endpoint, error) {
 	if reason == "" {
 		reason = "disabled by the application"
 	}
 	if err := checkText("reason", reason); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
-	row, err := dbsqlc.New(db).OutboxEndpointDisable(ctx, dbsqlc.OutboxEndpointDisableParams{ID: id, Reason: shared.Text(reason, 1024), Now: o.config.now()})
+	row, err := dbsqlc.New(db).OutboxEndpointDisable(ctx, dbsqlc.OutboxEndpointDisableParams{ID: id, Reason: shared.Text(reason, 1024), Now: s.config.now()})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: disable endpoint %s: %w", id, translateError(err))
 	}
@@ -463,16 +477,16 @@ func (o *Outbox) endpointDisable(ctx context.Context, db dbsqlc.DBTX, id uuid.UU
 // closes its circuit (also when it is enabled: an operator's way to let
 // deliveries go at once to an endpoint known to be back).
 func (o *Outbox) EndpointEnable(ctx context.Context, id uuid.UUID) (*Endpoint, error) {
-	return o.endpointEnable(ctx, o.pool, id)
+	return o.endpoints.enable(ctx, o.pool, id)
 }
 
 // EndpointEnableTx is EndpointEnable in tx.
 func (o *Outbox) EndpointEnableTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) (*Endpoint, error) {
-	return o.endpointEnable(ctx, tx, id)
+	return o.endpoints.enable(ctx, tx, id)
 }
 
-func (o *Outbox) endpointEnable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*Endpoint, error) {
-	row, err := dbsqlc.New(db).OutboxEndpointEnable(ctx, dbsqlc.OutboxEndpointEnableParams{ID: id, Now: o.config.now()})
+func (s *endpoints) enable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*Endpoint, error) {
+	row, err := dbsqlc.New(db).OutboxEndpointEnable(ctx, dbsqlc.OutboxEndpointEnableParams{ID: id, Now: s.config.now()})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: enable endpoint %s: %w", id, translateError(err))
 	}
@@ -482,19 +496,19 @@ func (o *Outbox) endpointEnable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUI
 // EndpointDelete deletes an endpoint with its deliveries; their jobs finish
 // without sending. Attempt logs stay until retention drops them.
 func (o *Outbox) EndpointDelete(ctx context.Context, id uuid.UUID) error {
-	return o.endpointDelete(ctx, o.pool, id)
+	return endpointDelete(ctx, o.pool, id)
 }
 
 // EndpointDeleteTx is EndpointDelete in tx.
 func (o *Outbox) EndpointDeleteTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
-	return o.endpointDelete(ctx, tx, id)
+	return endpointDelete(ctx, tx, id)
 }
 
 // endpointDelete locks the endpoint's row, then (by ON DELETE CASCADE) its
 // deliveries' and its leases' rows: the lock order every statement that
 // locks more than one of these rows keeps (see OutboxAttemptRecord), so
 // that a deletion and an attempt being recorded cannot deadlock.
-func (o *Outbox) endpointDelete(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) error {
+func endpointDelete(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) error {
 	n, err := dbsqlc.New(db).OutboxEndpointDelete(ctx, id)
 	if err != nil {
 		return fmt.Errorf("outbox: delete endpoint %s: %w", id, err)
@@ -519,22 +533,22 @@ type RotateSecretParams struct {
 // previous secret keeps signing for the overlap, so receivers can switch at
 // their pace; a rotation during an overlap ends that overlap's old secret.
 func (o *Outbox) EndpointRotateSecret(ctx context.Context, id uuid.UUID, params *RotateSecretParams) (*EndpointWithSecret, error) {
-	return o.endpointRotateSecret(ctx, o.pool, id, params)
+	return o.endpoints.rotateSecret(ctx, o.pool, id, params)
 }
 
 // EndpointRotateSecretTx is EndpointRotateSecret in tx.
 func (o *Outbox) EndpointRotateSecretTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, params *RotateSecretParams) (*EndpointWithSecret, error) {
-	return o.endpointRotateSecret(ctx, tx, id, params)
+	return o.endpoints.rotateSecret(ctx, tx, id, params)
 }
 
-func (o *Outbox) endpointRotateSecret(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, params *RotateSecretParams) (*EndpointWithSecret, error) {
+func (s *endpoints) rotateSecret(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, params *RotateSecretParams) (*EndpointWithSecret, error) {
 	if params == nil {
 		params = &RotateSecretParams{}
 	}
 	overlap := params.Overlap
 	switch {
 	case overlap == 0:
-		overlap = o.config.SecretRotationOverlap
+		overlap = s.config.SecretRotationOverlap
 	case overlap == -1:
 		overlap = 0
 	case overlap < 0:
@@ -544,11 +558,11 @@ func (o *Outbox) endpointRotateSecret(ctx context.Context, db dbsqlc.DBTX, id uu
 	if err != nil {
 		return nil, err
 	}
-	stored, err := o.keys.seal(id, fieldSecret, secret)
+	stored, err := s.keys.Seal(id, secretbox.FieldSecret, secret)
 	if err != nil {
 		return nil, err
 	}
-	now := o.config.now()
+	now := s.config.now()
 	row, err := dbsqlc.New(db).OutboxEndpointRotateSecret(ctx, dbsqlc.OutboxEndpointRotateSecretParams{
 		ID: id, Secret: stored, PreviousExpiresAt: now.Add(overlap), Now: now,
 	})
@@ -580,7 +594,7 @@ func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
 		CircuitOpenedAt:         row.CircuitOpenedAt,
 		CircuitOpenUntil:        row.CircuitOpenUntil,
 		CircuitOpenings:         int(row.CircuitOpenings),
-		Headers:                 decodeHeaders(row.Headers),
+		Headers:                 outboxtype.DecodeHeaders(row.Headers),
 		PreviousSecretExpiresAt: row.PreviousSecretExpiresAt,
 		CreatedAt:               row.CreatedAt,
 		UpdatedAt:               row.UpdatedAt,
@@ -588,18 +602,18 @@ func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
 	if ep.EventTypes == nil {
 		ep.EventTypes = []string{}
 	}
-	if auth, err := decodeAuth(row.Auth); err == nil {
-		ep.Auth = auth.info()
+	if auth, err := outboxtype.DecodeAuth(row.Auth); err == nil {
+		ep.Auth = authInfo(auth)
 	}
 	return ep
 }
 
 // maxInFlight resolves an endpoint's MaxInFlight parameter to its stored
 // form (0 for no cap).
-func (o *Outbox) maxInFlight(n int) (int32, error) {
+func (s *endpoints) maxInFlight(n int) (int32, error) {
 	switch {
 	case n == 0:
-		return int32(o.config.MaxInFlight), nil
+		return int32(s.config.MaxInFlight), nil
 	case n == NoMaxInFlight:
 		return 0, nil
 	case n < 0 || n > maxMaxInFlight:
@@ -617,11 +631,11 @@ func maxInFlightFromRow(n int32) int {
 	return int(n)
 }
 
-func (o *Outbox) timeout(d time.Duration) (time.Duration, error) {
+func (s *endpoints) timeout(d time.Duration) (time.Duration, error) {
 	if d == 0 {
-		return o.config.EndpointTimeout, nil
+		return s.config.EndpointTimeout, nil
 	}
-	if err := checkTimeout(d, o.config.MaxEndpointTimeout); err != nil {
+	if err := checkTimeout(d, s.config.MaxEndpointTimeout); err != nil {
 		return 0, fmt.Errorf("%w: timeout %w", ErrInvalidEndpoint, err)
 	}
 	return d, nil

@@ -11,7 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/secretbox"
 )
 
 // ensureLockClass namespaces EndpointEnsure's advisory locks ("whre").
@@ -62,7 +64,12 @@ func (o *Outbox) EndpointEnsure(ctx context.Context, params *EndpointParams) (*E
 // EndpointEnsureTx is EndpointEnsure in tx. Parameters it refuses return an
 // error before any statement runs, so tx stays usable.
 func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *EndpointParams) (*EndpointEnsureResult, error) {
-	want, err := o.checkEndpointParams(params)
+	return o.endpoints.ensure(ctx, tx, params)
+}
+
+// ensure is EndpointEnsureTx.
+func (s *endpoints) ensure(ctx context.Context, tx pgx.Tx, params *EndpointParams) (*EndpointEnsureResult, error) {
+	want, err := s.check(params)
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +90,7 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 	}
 	switch len(rows) {
 	case 0:
-		created, err := o.endpointCreate(ctx, tx, params)
+		created, err := s.create(ctx, tx, params)
 		if err != nil {
 			return nil, err
 		}
@@ -93,7 +100,7 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 		return nil, fmt.Errorf("%w: the tenant has several endpoints with URL %s; delete all but one (EndpointDelete)", ErrAmbiguousEndpoint, params.URL)
 	}
 	row := rows[0]
-	secret, err := o.keys.open(row.ID, fieldSecret, row.Secret)
+	secret, err := s.keys.Open(row.ID, secretbox.FieldSecret, row.Secret)
 	if err != nil {
 		return nil, err
 	}
@@ -127,14 +134,14 @@ func (o *Outbox) EndpointEnsureTx(ctx context.Context, tx pgx.Tx, params *Endpoi
 	if row.RateLimitPerSecond != want.ratePerSecond || row.RateLimitBurst != want.rateBurst {
 		update.RateLimit, changed = &RateLimit{PerSecond: want.ratePerSecond, Burst: int(want.rateBurst)}, true
 	}
-	if stored, err := o.openStoredAuth(row.ID, row.Auth); err != nil || !stored.equal(want.auth) {
+	if stored, err := s.keys.DecodeAuth(row.ID, row.Auth); err != nil || !stored.Equal(want.auth) {
 		update.Auth, changed = params.Auth, true
 		if update.Auth == nil {
 			update.Auth = &EndpointAuth{}
 		}
 	}
 	if changed {
-		if current, err = o.endpointUpdate(ctx, tx, current.ID, &update); err != nil {
+		if current, err = s.update(ctx, tx, current.ID, &update); err != nil {
 			return nil, err
 		}
 	}
@@ -148,23 +155,22 @@ type endpointSettings struct {
 	storedCap   int32 // as stored: 0 is no cap
 	timeout     time.Duration
 	headers     http.Header
-	auth        *storedAuth
+	auth        *outboxtype.Auth
 	// ratePerSecond and rateBurst are the rate limit as stored: 0 and 0
 	// for none.
 	ratePerSecond float64
 	rateBurst     int32
 }
 
-// checkEndpointParams checks params as EndpointCreate does, before any
-// statement.
-func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings, error) {
+// check checks params as EndpointCreate does, before any statement.
+func (s *endpoints) check(params *EndpointParams) (*endpointSettings, error) {
 	if params == nil {
 		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
 	}
 	if err := checkURL("URL", params.URL); err != nil {
 		return nil, err
 	}
-	if err := o.guard.checkLiteral(params.URL); err != nil {
+	if err := checkLiteral(s.egress, params.URL); err != nil {
 		return nil, err
 	}
 	if err := checkDescription(params.Description); err != nil {
@@ -177,11 +183,11 @@ func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings,
 	if err := checkTenant(params.Tenant); err != nil {
 		return nil, err
 	}
-	maxInFlight, err := o.maxInFlight(params.MaxInFlight)
+	maxInFlight, err := s.maxInFlight(params.MaxInFlight)
 	if err != nil {
 		return nil, err
 	}
-	timeout, err := o.timeout(params.Timeout)
+	timeout, err := s.timeout(params.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +200,7 @@ func (o *Outbox) checkEndpointParams(params *EndpointParams) (*endpointSettings,
 	if err != nil {
 		return nil, err
 	}
-	auth, err := o.guard.checkAuth(params.Auth)
+	auth, err := checkAuth(s.egress, params.Auth)
 	if err != nil {
 		return nil, err
 	}

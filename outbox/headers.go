@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -114,26 +113,4 @@ func validHeaderValue(v string) bool {
 		}
 	}
 	return true
-}
-
-// encodeHeaders returns the stored form of checked headers.
-func encodeHeaders(h http.Header) (json.RawMessage, error) {
-	if h == nil {
-		h = http.Header{}
-	}
-	b, err := json.Marshal(h)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: encode headers: %w", err)
-	}
-	return b, nil
-}
-
-// decodeHeaders reads stored headers; an empty or unreadable column is no
-// headers (never a failure to read the endpoint).
-func decodeHeaders(raw json.RawMessage) http.Header {
-	h := http.Header{}
-	if len(raw) > 0 {
-		_ = json.Unmarshal(raw, &h)
-	}
-	return h
 }

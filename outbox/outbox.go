@@ -4,26 +4,28 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/delivery"
+	"github.com/wharfhq/wharf/internal/egress"
 	"github.com/wharfhq/wharf/internal/partition"
+	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
-// Partitioned tables the outbox inserts into.
-const (
-	eventsTable   = "wharf_outbox_events"
-	attemptsTable = "wharf_outbox_attempts"
-)
+// UserAgent is sent with every delivery.
+const UserAgent = egress.UserAgent
+
+// eventsTable is the partitioned table the outbox publishes into.
+const eventsTable = "wharf_outbox_events"
 
 var (
 	// ErrNotFound is returned when an endpoint, delivery or event does not
@@ -57,20 +59,20 @@ var (
 
 // Outbox publishes events and manages endpoints and deliveries. It is safe
 // for concurrent use.
+//
+// It is a facade: what it does is done by the engines New builds from its
+// Config (internal/secretbox seals secrets, internal/egress sends,
+// internal/admission admits attempts, internal/delivery works the jobs),
+// and it converts between their types and the public ones at its seams.
 type Outbox struct {
 	pool       *pgxpool.Pool
 	queries    *dbsqlc.Queries
 	config     *Config
-	inserter   *river.Client[pgx.Tx]
 	partitions *partition.Cache
-	http       *http.Client
-	tokens     *tokenCache
-	keys       *keyRing
-	retries    *retryPlan
-	metrics    *metrics
 	tracer     trace.Tracer
-	guard      *ssrfGuard
-	combined   *combiners
+	keys       *secretbox.Ring
+	endpoints  *endpoints
+	engine     *delivery.Engine
 }
 
 // New returns an Outbox storing its state through pool. cfg may be nil for
@@ -88,35 +90,81 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: config.Logger})
+	keys, err := secretbox.New(&secretbox.Config{Keys: ringKeys(config.SecretKeys)})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: river insert client: %w", err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	m, err := newMetrics(config.MeterProvider, pool)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: metrics: %w", err)
-	}
-	keys, err := newKeyRing(config.SecretKeys)
+	sender := egress.New(&egress.Config{
+		AllowPrivateNetworks: config.AllowPrivateNetworks,
+		AllowedNetworks:      config.AllowedNetworks,
+		Dialer:               config.Dialer,
+		Transport:            config.Transport,
+		WrapTransport:        config.WrapTransport,
+		Proxy:                config.Proxy,
+		ResponseBodyLimit:    config.ResponseBodyLimit,
+		ResponseHeaderLimit:  config.ResponseHeaderLimit,
+		Now:                  config.Now,
+	})
+	gate := admission.New(pool, &admission.Config{
+		BusyRetryDelay:            config.BusyRetryDelay,
+		CircuitBreakerThreshold:   config.CircuitBreakerThreshold,
+		CircuitBreakerCooldown:    config.CircuitBreakerCooldown,
+		CircuitBreakerMaxCooldown: config.CircuitBreakerMaxCooldown,
+		Logger:                    config.Logger,
+	})
+	engine, err := delivery.New(pool, &delivery.Config{
+		Queue:                     config.Queue,
+		RetrySchedule:             config.RetrySchedule,
+		RetryJitter:               config.RetryJitter,
+		ThrottledRetryMin:         config.ThrottledRetryMin,
+		RetryAfterMax:             config.RetryAfterMax,
+		MaxEndpointTimeout:        config.MaxEndpointTimeout,
+		DeliveryBatchSize:         config.DeliveryBatchSize,
+		DeliveryBatchSpan:         config.DeliveryBatchSpan,
+		DisableAfter:              config.DisableAfter,
+		CircuitBreakerThreshold:   config.CircuitBreakerThreshold,
+		CircuitBreakerCooldown:    config.CircuitBreakerCooldown,
+		CircuitBreakerMaxCooldown: config.CircuitBreakerMaxCooldown,
+		OnDead:                    deadHook(config.OnDead),
+		OnEndpointDisabled:        disabledHook(config.OnEndpointDisabled),
+		Logger:                    config.Logger,
+		TracerProvider:            config.TracerProvider,
+		MeterProvider:             config.MeterProvider,
+		Now:                       config.Now,
+		Keys:                      keys,
+		Egress:                    sender,
+		Admission:                 gate,
+	})
 	if err != nil {
 		return nil, err
 	}
-	client := newHTTPClient(config)
-	o := &Outbox{
+	return &Outbox{
 		pool:       pool,
 		queries:    dbsqlc.New(pool),
 		config:     config,
-		inserter:   inserter,
 		partitions: partition.NewCache(pool),
-		http:       client,
-		tokens:     newTokenCache(client, config.Now),
-		keys:       keys,
-		retries:    newRetryPlan(config),
-		metrics:    m,
 		tracer:     telemetry.Tracer(config.TracerProvider, "outbox"),
-		guard:      newSSRFGuard(config),
+		keys:       keys,
+		endpoints:  &endpoints{config: config, keys: keys, egress: sender},
+		engine:     engine,
+	}, nil
+}
+
+// deadHook is Config.OnDead as the delivery engine calls it (nil: none).
+func deadHook(hook func(context.Context, DeadDelivery)) func(context.Context, delivery.Dead) {
+	if hook == nil {
+		return nil
 	}
-	o.combined = o.newCombiners()
-	return o, nil
+	return func(ctx context.Context, d delivery.Dead) { hook(ctx, DeadDelivery(d)) }
+}
+
+// disabledHook is Config.OnEndpointDisabled as the delivery engine calls
+// it (nil: none).
+func disabledHook(hook func(context.Context, DisabledEndpoint)) func(context.Context, delivery.Disabled) {
+	if hook == nil {
+		return nil
+	}
+	return func(ctx context.Context, e delivery.Disabled) { hook(ctx, DisabledEndpoint(e)) }
 }
 
 // AddWorkers registers the outbox's delivery workers (a delivery per job,
@@ -127,16 +175,7 @@ func (o *Outbox) AddWorkers(workers *river.Workers) error {
 	if workers == nil {
 		return errors.New("outbox: AddWorkers: nil workers")
 	}
-	if err := river.AddWorkerSafely(workers, &deliveryWorker{outbox: o}); err != nil {
-		return fmt.Errorf("outbox: add delivery worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &batchWorker{outbox: o}); err != nil {
-		return fmt.Errorf("outbox: add batch delivery worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &rescueWorker{outbox: o}); err != nil {
-		return fmt.Errorf("outbox: add rescue worker: %w", err)
-	}
-	return nil
+	return o.engine.AddWorkers(workers)
 }
 
 // Queue returns the River queue the outbox's jobs go to.

@@ -11,17 +11,18 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/delivery"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/telemetry"
 )
 
 // EventIDPrefix starts every event id. The rest is a UUIDv7, so ids sort by
 // publication time.
-const EventIDPrefix = "evt_"
+const EventIDPrefix = outboxtype.EventIDPrefix
 
 const (
 	maxEventTypeLen   = 256
@@ -98,7 +99,7 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 		return nil, nil
 	}
 	now := o.config.now()
-	firstDelay := o.retries.firstDelay()
+	firstDelay := o.engine.FirstDelay()
 	ids := make([]uuid.UUID, len(events))
 	params := dbsqlc.OutboxPublishParams{
 		CreatedAt:      now,
@@ -110,7 +111,7 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 		Tenants:        make([]string, len(events)),
 	}
 	for i, event := range events {
-		body, err := o.encodeEvent(event, now)
+		body, err := encodeEvent(event, now, o.config.MaxPayloadBytes)
 		if err != nil {
 			if len(events) > 1 {
 				return nil, fmt.Errorf("events[%d]: %w", i, err)
@@ -142,156 +143,43 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 	if err != nil {
 		return nil, fmt.Errorf("outbox: publish: %w", err)
 	}
-	if err := o.insertDeliveryJobs(ctx, tx, publishedJobs(rows), firstDelay); err != nil {
+	if err := o.engine.InsertJobs(ctx, tx, publishedJobs(rows), firstDelay); err != nil {
 		return nil, err
 	}
 
-	o.metrics.published.Add(ctx, int64(len(events)))
+	o.engine.CountPublished(ctx, len(events))
 	perEvent := make(map[uuid.UUID]int, len(events))
 	for _, row := range rows {
 		perEvent[row.EventID]++
 	}
 	results := make([]*PublishResult, len(events))
 	for i, id := range ids {
-		results[i] = &PublishResult{EventID: formatEventID(id), Deliveries: perEvent[id]}
+		results[i] = &PublishResult{EventID: outboxtype.FormatEventID(id), Deliveries: perEvent[id]}
 	}
 	return results, nil
 }
 
-// pendingDelivery is a delivery that needs a job.
-type pendingDelivery struct {
-	id, endpointID uuid.UUID
-	generation     int32
-	orderingKey    string
-	attempts       int32 // of earlier generations (a replay's)
-	endpoint       endpointShape
+// shapeOf is what the grouping of an endpoint's deliveries into jobs
+// heeds of it.
+func shapeOf(row *dbsqlc.WharfOutboxEndpoint) delivery.Shape {
+	return delivery.Shape{MaxInFlight: row.MaxInFlight, RateLimited: row.RateLimitPerSecond > 0}
 }
 
-// endpointShape is what the grouping of deliveries into jobs heeds of
-// their endpoint.
-type endpointShape struct {
-	// maxInFlight is the endpoint's stored cap (0: none).
-	maxInFlight int32
-	// rateLimited endpoints get a job per delivery: a batch job would hand
-	// each over (see batchable).
-	rateLimited bool
-}
-
-func shapeOf(row *dbsqlc.WharfOutboxEndpoint) endpointShape {
-	return endpointShape{maxInFlight: row.MaxInFlight, rateLimited: row.RateLimitPerSecond > 0}
-}
-
-// minSpreadBatch bounds how far insertDeliveryJobs spreads an endpoint's
-// deliveries over the jobs its cap lets run at once: no more than one job
-// per minSpreadBatch deliveries (rounded up).
-const minSpreadBatch = 16
-
-// insertDeliveryJobs inserts the jobs of deliveries, to run after delay, in
-// one round trip: batch jobs (DeliveryBatchArgs) for the deliveries to one
-// endpoint without an ordering key, in their order, and a job of its own
-// for any other (and for a batch of one).
-//
-// An endpoint's n deliveries go to ceil(n/Config.DeliveryBatchSize) batch
-// jobs of about the same size, or, when its cap lets more requests run at
-// once than that, to as many jobs as its cap (no cap counts as the largest
-// one, 1,000) but no more than ceil(n/minSpreadBatch): a burst to an
-// endpoint whose requests take a while is then sent by as many workers as
-// it allows, while a burst to one that answers at once still costs a job
-// per batch.
-func (o *Outbox) insertDeliveryJobs(ctx context.Context, tx pgx.Tx, deliveries []pendingDelivery, delay time.Duration) error {
-	if len(deliveries) == 0 {
-		return nil
-	}
-	opts := o.jobInsertOpts(delay)
-	var params []river.InsertManyParams
-	single := func(d pendingDelivery) {
-		params = append(params, river.InsertManyParams{
-			Args: DeliveryArgs{DeliveryID: d.id, Generation: int(d.generation)}, InsertOpts: opts,
-		})
-	}
-	perEndpoint := make(map[uuid.UUID][]pendingDelivery)
-	var endpoints []uuid.UUID
-	for _, d := range deliveries {
-		if d.orderingKey != "" || d.endpoint.rateLimited || o.config.DeliveryBatchSize == 1 {
-			single(d)
-			continue
-		}
-		if _, ok := perEndpoint[d.endpointID]; !ok {
-			endpoints = append(endpoints, d.endpointID)
-		}
-		perEndpoint[d.endpointID] = append(perEndpoint[d.endpointID], d)
-	}
-	for _, id := range endpoints {
-		batch := perEndpoint[id]
-		for _, size := range o.batchSizes(len(batch), batch[0].endpoint.maxInFlight) {
-			if size == 1 {
-				single(batch[0])
-			} else {
-				args := DeliveryBatchArgs{EndpointID: id, Deliveries: make([]DeliveryRef, size)}
-				for i, d := range batch[:size] {
-					args.Deliveries[i] = DeliveryRef{DeliveryID: d.id, Generation: int(d.generation), AttemptsBefore: int(d.attempts)}
-				}
-				params = append(params, river.InsertManyParams{Args: args, InsertOpts: opts})
-			}
-			batch = batch[size:]
-		}
-	}
-	if _, err := o.inserter.InsertManyFastTx(ctx, tx, params); err != nil {
-		return fmt.Errorf("outbox: insert delivery jobs: %w", err)
-	}
-	return nil
-}
-
-// batchSizes splits n deliveries to an endpoint with the stored cap
-// maxInFlight among batch jobs, as insertDeliveryJobs says: the sizes, in
-// order, which differ by at most one.
-func (o *Outbox) batchSizes(n int, maxInFlight int32) []int {
-	size := o.config.DeliveryBatchSize
-	jobs := (n + size - 1) / size
-	parallel := int(maxInFlight)
-	if parallel == 0 {
-		parallel = maxMaxInFlight
-	}
-	if jobs < parallel {
-		floor := min(minSpreadBatch, size)
-		jobs = max(jobs, min(parallel, (n+floor-1)/floor))
-	}
-	sizes := make([]int, jobs)
-	for i := range sizes {
-		sizes[i] = n / jobs
-		if i < n%jobs {
-			sizes[i]++
-		}
-	}
-	return sizes
-}
-
-// jobInsertOpts returns the options of delivery jobs that first run after
-// delay. MaxAttempts is the schedule's length plus spareRuns: runs past the
-// schedule (after a run that recorded nothing: a crash, a panic, a failure
-// to record) dead-letter the delivery instead of River discarding the job
-// with the delivery still unfinished.
-func (o *Outbox) jobInsertOpts(delay time.Duration) *river.InsertOpts {
-	opts := &river.InsertOpts{Queue: o.config.Queue, MaxAttempts: len(o.config.RetrySchedule) + spareRuns}
-	if delay > 0 {
-		opts.ScheduledAt = time.Now().Add(delay)
-	}
-	return opts
-}
-
-func publishedJobs(rows []dbsqlc.OutboxPublishRow) []pendingDelivery {
-	jobs := make([]pendingDelivery, len(rows))
+// publishedJobs are the deliveries PublishManyTx stored, to give jobs.
+func publishedJobs(rows []dbsqlc.OutboxPublishRow) []delivery.Pending {
+	jobs := make([]delivery.Pending, len(rows))
 	for i, row := range rows {
-		jobs[i] = pendingDelivery{
-			id: row.ID, endpointID: row.EndpointID, orderingKey: row.OrderingKey,
-			endpoint: endpointShape{maxInFlight: row.MaxInFlight, rateLimited: row.RateLimited},
+		jobs[i] = delivery.Pending{
+			ID: row.ID, EndpointID: row.EndpointID, OrderingKey: row.OrderingKey,
+			Endpoint: delivery.Shape{MaxInFlight: row.MaxInFlight, RateLimited: row.RateLimited},
 		}
 	}
 	return jobs
 }
 
-// encodeEvent validates event and returns the body to send.
-func (o *Outbox) encodeEvent(event *Event, now time.Time) ([]byte, error) {
+// encodeEvent validates event and returns the body to send, at most
+// maxBytes long.
+func encodeEvent(event *Event, now time.Time, maxBytes int) ([]byte, error) {
 	if event == nil {
 		return nil, fmt.Errorf("%w: nil event", ErrInvalidEvent)
 	}
@@ -318,8 +206,8 @@ func (o *Outbox) encodeEvent(event *Event, now time.Time) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
-	if len(body) > o.config.MaxPayloadBytes {
-		return nil, fmt.Errorf("%w: event %q is %d bytes, the limit is %d", ErrPayloadTooLarge, event.Type, len(body), o.config.MaxPayloadBytes)
+	if len(body) > maxBytes {
+		return nil, fmt.Errorf("%w: event %q is %d bytes, the limit is %d", ErrPayloadTooLarge, event.Type, len(body), maxBytes)
 	}
 	return body, nil
 }
@@ -347,8 +235,6 @@ func checkEventType(t string) error {
 	}
 	return nil
 }
-
-func formatEventID(id uuid.UUID) string { return EventIDPrefix + id.String() }
 
 // ParseEventID returns the UUID of an event id made by PublishTx. A malformed
 // id returns an error where errors.Is(err, ErrNotFound) is true: no event

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/delivery"
 )
 
 // recoverBatch is how many events EndpointRecover handles per statement
@@ -86,21 +87,21 @@ type recoverCursor struct {
 	id        uuid.UUID
 }
 
-func (o *Outbox) checkRecover(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, since time.Time) (endpointShape, error) {
+func (o *Outbox) checkRecover(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, since time.Time) (delivery.Shape, error) {
 	if since.IsZero() {
-		return endpointShape{}, fmt.Errorf("outbox: recover endpoint %s: since is required (the oldest event to consider)", id)
+		return delivery.Shape{}, fmt.Errorf("outbox: recover endpoint %s: since is required (the oldest event to consider)", id)
 	}
-	row, err := o.endpointRow(ctx, db, id)
+	row, err := endpointRow(ctx, db, id)
 	if err != nil {
-		return endpointShape{}, err
+		return delivery.Shape{}, err
 	}
 	if !row.Enabled {
-		return endpointShape{}, fmt.Errorf("outbox: recover endpoint %s: %w; enable it first", id, ErrEndpointDisabled)
+		return delivery.Shape{}, fmt.Errorf("outbox: recover endpoint %s: %w; enable it first", id, ErrEndpointDisabled)
 	}
 	return shapeOf(row), nil
 }
 
-func (o *Outbox) recoverBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID, shape endpointShape, since time.Time, after recoverCursor) (int, recoverCursor, error) {
+func (o *Outbox) recoverBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID, shape delivery.Shape, since time.Time, after recoverCursor) (int, recoverCursor, error) {
 	if after.createdAt.IsZero() {
 		after.createdAt = since.Add(-time.Microsecond)
 	}
@@ -118,11 +119,11 @@ func (o *Outbox) recoverBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID, shap
 	if len(rows) == 0 {
 		return 0, after, nil
 	}
-	jobs := make([]pendingDelivery, len(rows))
+	jobs := make([]delivery.Pending, len(rows))
 	for i, row := range rows {
-		jobs[i] = pendingDelivery{id: row.ID, endpointID: id, orderingKey: row.OrderingKey, endpoint: shape}
+		jobs[i] = delivery.Pending{ID: row.ID, EndpointID: id, OrderingKey: row.OrderingKey, Endpoint: shape}
 	}
-	if err := o.insertDeliveryJobs(ctx, tx, jobs, 0); err != nil {
+	if err := o.engine.InsertJobs(ctx, tx, jobs, 0); err != nil {
 		return 0, after, err
 	}
 	last := rows[len(rows)-1]

@@ -171,7 +171,7 @@ func TestRescue(t *testing.T) {
 
 	// A delivery given a new job (here by a replay) after Rescue's query
 	// saw it stranded and before Rescue locked it is left to that job:
-	// neither handed on again nor made dead.
+	// neither handed over again nor made dead.
 	recheck := func(t *testing.T, kind, state string, n int) {
 		b := setup(t, testConfig())
 		ep := b.endpoint(t, okSink(t).URL(), nil)

@@ -3,9 +3,7 @@ package outbox
 import (
 	"fmt"
 	"strings"
-	"time"
 
-	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -40,23 +38,4 @@ func secretOrNew(secret string) (string, error) {
 		return "", fmt.Errorf("%w: secret key must be %d to %d bytes, is %d", ErrInvalidEndpoint, minSecretBytes, maxSecretBytes, len(key))
 	}
 	return secret, nil
-}
-
-// signingSecrets returns the secrets a delivery at now is signed with,
-// decrypted: the current one and, during a rotation's overlap, the
-// previous one. Its errors match ErrSecretDecrypt.
-func (o *Outbox) signingSecrets(row *dbsqlc.OutboxDeliveryGetForWorkRow, now time.Time) ([]string, error) {
-	secret, err := o.keys.open(row.EndpointID, fieldSecret, row.Secret)
-	if err != nil {
-		return nil, err
-	}
-	secrets := []string{secret}
-	if row.PreviousSecret != nil && row.PreviousSecretExpiresAt != nil && now.Before(*row.PreviousSecretExpiresAt) {
-		previous, err := o.keys.open(row.EndpointID, fieldSecret, *row.PreviousSecret)
-		if err != nil {
-			return nil, err
-		}
-		secrets = append(secrets, previous)
-	}
-	return secrets, nil
 }

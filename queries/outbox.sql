@@ -147,28 +147,12 @@ FROM stored
 JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id
 ORDER BY stored.seq;
 
--- name: OutboxDeliveryGetForWork :one
--- Everything a delivery attempt needs; payload is NULL when the event row is
--- gone or its payload was scrubbed by retention. db_now is the database's
--- clock, which the circuit's and the rate limit's times are set by: waits
--- are measured against it, never a node's clock.
-SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts, d.generation, d.throttled_until,
-       ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
-       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
-       ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
-       ep.version AS endpoint_version,
-       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
-       COALESCE(ev.trace_context, '')::text AS trace_context,
-       now()::timestamptz AS db_now
-FROM wharf_outbox_deliveries d
-JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
-LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
-WHERE d.id = @id::uuid;
-
--- name: OutboxDeliveryGetForWorkMany :many
--- OutboxDeliveryGetForWork of many deliveries at once, for the jobs that
--- start together: a row per delivery that still exists.
+-- name: OutboxDeliveryGetForWork :many
+-- Everything an attempt of each delivery needs (a row per delivery that
+-- still exists), for the jobs that start together; payload is NULL when
+-- the event row is gone or its payload was scrubbed by retention. db_now
+-- is the database's clock, which the circuit's and the rate limit's times
+-- are set by: waits are measured against it, never a node's clock.
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
        d.status, d.attempts, d.generation, d.throttled_until,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
@@ -500,7 +484,7 @@ WHERE endpoint_id = @endpoint_id::uuid AND slot = @slot::int AND delivery_id = @
 -- lease are still settled: the request was real). No row means that, or
 -- that the delivery no longer exists. endpoint_version is the endpoint's
 -- version as locked here, before this attempt's own health write: a batch
--- job that loaded another hands the rest of its deliveries on.
+-- job that loaded another hands the rest of its deliveries over.
 --
 -- A failure disables the endpoint when gone (410) or when it has been
 -- failing since before disable_before (NULL: never), decided once in
@@ -785,11 +769,12 @@ SELECT delivery.id::uuid AS delivery_id, delivery.attempts,
        (SELECT el.version FROM endpoint_lock el)::bigint AS endpoint_version
 FROM delivery, async_commit;
 
--- name: OutboxDeliveryHandOff :many
--- Moves unfinished deliveries of a batch job, each still at the generation
--- the job was inserted for, to the next generation, for the new jobs the
--- caller inserts in the same transaction; the batch job's later
--- runs then leave them alone, as a replay's. Returns the deliveries moved,
+-- name: OutboxDeliveryHandOver :many
+-- Hands unfinished deliveries of a batch job (or Rescue's) over: each
+-- still at the generation the job was inserted for moves to the next
+-- generation, for the new jobs the caller inserts in the same
+-- transaction; the batch job's later runs then leave them alone, as a
+-- replay's. Returns the deliveries moved,
 -- with their new generation, how many attempts they have had and when the
 -- next is due.
 UPDATE wharf_outbox_deliveries d

@@ -191,7 +191,7 @@ type OutboxAttemptRecordRow struct {
 // lease are still settled: the request was real). No row means that, or
 // that the delivery no longer exists. endpoint_version is the endpoint's
 // version as locked here, before this attempt's own health write: a batch
-// job that loaded another hands the rest of its deliveries on.
+// job that loaded another hands the rest of its deliveries over.
 //
 // A failure disables the endpoint when gone (410) or when it has been
 // failing since before disable_before (NULL: never), decided once in

@@ -477,7 +477,7 @@ func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (WharfOut
 	return i, err
 }
 
-const outboxDeliveryGetForWork = `-- name: OutboxDeliveryGetForWork :one
+const outboxDeliveryGetForWork = `-- name: OutboxDeliveryGetForWork :many
 SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
        d.status, d.attempts, d.generation, d.throttled_until,
        ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
@@ -490,7 +490,7 @@ SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_ke
 FROM wharf_outbox_deliveries d
 JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
-WHERE d.id = $1::uuid
+WHERE d.id = ANY(($1::text[])::uuid[])
 `
 
 type OutboxDeliveryGetForWorkRow struct {
@@ -524,104 +524,20 @@ type OutboxDeliveryGetForWorkRow struct {
 	DbNow                   time.Time
 }
 
-// Everything a delivery attempt needs; payload is NULL when the event row is
-// gone or its payload was scrubbed by retention. db_now is the database's
-// clock, which the circuit's and the rate limit's times are set by: waits
-// are measured against it, never a node's clock.
-func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, id uuid.UUID) (OutboxDeliveryGetForWorkRow, error) {
-	row := q.db.QueryRow(ctx, outboxDeliveryGetForWork, id)
-	var i OutboxDeliveryGetForWorkRow
-	err := row.Scan(
-		&i.ID,
-		&i.Seq,
-		&i.EventID,
-		&i.EventCreatedAt,
-		&i.EndpointID,
-		&i.OrderingKey,
-		&i.Status,
-		&i.Attempts,
-		&i.Generation,
-		&i.ThrottledUntil,
-		&i.Url,
-		&i.Secret,
-		&i.PreviousSecret,
-		&i.PreviousSecretExpiresAt,
-		&i.MaxInFlight,
-		&i.TimeoutMs,
-		&i.Ordered,
-		&i.Enabled,
-		&i.Headers,
-		&i.Auth,
-		&i.RateLimitPerSecond,
-		&i.CircuitState,
-		&i.CircuitOpenUntil,
-		&i.CircuitProbeExpiresAt,
-		&i.EndpointVersion,
-		&i.Payload,
-		&i.TraceContext,
-		&i.DbNow,
-	)
-	return i, err
-}
-
-const outboxDeliveryGetForWorkMany = `-- name: OutboxDeliveryGetForWorkMany :many
-SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key,
-       d.status, d.attempts, d.generation, d.throttled_until,
-       ep.url, ep.secret, ep.previous_secret, ep.previous_secret_expires_at,
-       ep.max_in_flight, ep.timeout_ms, ep.ordered, ep.enabled, ep.headers, ep.auth,
-       ep.rate_limit_per_second, ep.circuit_state, ep.circuit_open_until, ep.circuit_probe_expires_at,
-       ep.version AS endpoint_version,
-       (CASE WHEN ev.scrubbed_at IS NULL THEN ev.payload END)::bytea AS payload,
-       COALESCE(ev.trace_context, '')::text AS trace_context,
-       now()::timestamptz AS db_now
-FROM wharf_outbox_deliveries d
-JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
-LEFT JOIN wharf_outbox_events ev ON ev.created_at = d.event_created_at AND ev.id = d.event_id
-WHERE d.id = ANY(($1::text[])::uuid[])
-`
-
-type OutboxDeliveryGetForWorkManyRow struct {
-	ID                      uuid.UUID
-	Seq                     int64
-	EventID                 uuid.UUID
-	EventCreatedAt          time.Time
-	EndpointID              uuid.UUID
-	OrderingKey             string
-	Status                  string
-	Attempts                int32
-	Generation              int32
-	ThrottledUntil          *time.Time
-	Url                     string
-	Secret                  string
-	PreviousSecret          *string
-	PreviousSecretExpiresAt *time.Time
-	MaxInFlight             int32
-	TimeoutMs               int32
-	Ordered                 bool
-	Enabled                 bool
-	Headers                 json.RawMessage
-	Auth                    json.RawMessage
-	RateLimitPerSecond      float64
-	CircuitState            string
-	CircuitOpenUntil        *time.Time
-	CircuitProbeExpiresAt   *time.Time
-	EndpointVersion         int64
-	Payload                 []byte
-	TraceContext            string
-	DbNow                   time.Time
-}
-
-// OutboxDeliveryGetForWork of many deliveries at once, for the jobs that
-// start together: a row per delivery that still exists.
-func (q *Queries) OutboxDeliveryGetForWorkMany(ctx context.Context, ids []string) ([]OutboxDeliveryGetForWorkManyRow, error) {
-	rows, err := q.db.Query(ctx, outboxDeliveryGetForWorkMany, ids)
+// Everything an attempt of each delivery needs (a row per delivery that
+// still exists), for the jobs that start together; payload is NULL when
+// the event row is gone or its payload was scrubbed by retention. db_now
+// is the database's clock, which the circuit's and the rate limit's times
+// are set by: waits are measured against it, never a node's clock.
+func (q *Queries) OutboxDeliveryGetForWork(ctx context.Context, ids []string) ([]OutboxDeliveryGetForWorkRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveryGetForWork, ids)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxDeliveryGetForWorkManyRow
+	var items []OutboxDeliveryGetForWorkRow
 	for rows.Next() {
-		var i OutboxDeliveryGetForWorkManyRow
+		var i OutboxDeliveryGetForWorkRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Seq,
@@ -662,7 +578,7 @@ func (q *Queries) OutboxDeliveryGetForWorkMany(ctx context.Context, ids []string
 	return items, nil
 }
 
-const outboxDeliveryHandOff = `-- name: OutboxDeliveryHandOff :many
+const outboxDeliveryHandOver = `-- name: OutboxDeliveryHandOver :many
 UPDATE wharf_outbox_deliveries d
 SET generation = d.generation + 1, updated_at = $1::timestamptz
 FROM (SELECT unnest($2::text[])::uuid AS id, unnest($3::int[]) AS generation) i
@@ -672,34 +588,35 @@ WHERE d.id = i.id AND d.generation = i.generation
 RETURNING d.id, d.generation, d.attempts, d.next_attempt_at
 `
 
-type OutboxDeliveryHandOffParams struct {
+type OutboxDeliveryHandOverParams struct {
 	Now         time.Time
 	Ids         []string
 	Generations []int32
 }
 
-type OutboxDeliveryHandOffRow struct {
+type OutboxDeliveryHandOverRow struct {
 	ID            uuid.UUID
 	Generation    int32
 	Attempts      int32
 	NextAttemptAt *time.Time
 }
 
-// Moves unfinished deliveries of a batch job, each still at the generation
-// the job was inserted for, to the next generation, for the new jobs the
-// caller inserts in the same transaction; the batch job's later
-// runs then leave them alone, as a replay's. Returns the deliveries moved,
+// Hands unfinished deliveries of a batch job (or Rescue's) over: each
+// still at the generation the job was inserted for moves to the next
+// generation, for the new jobs the caller inserts in the same
+// transaction; the batch job's later runs then leave them alone, as a
+// replay's. Returns the deliveries moved,
 // with their new generation, how many attempts they have had and when the
 // next is due.
-func (q *Queries) OutboxDeliveryHandOff(ctx context.Context, arg OutboxDeliveryHandOffParams) ([]OutboxDeliveryHandOffRow, error) {
-	rows, err := q.db.Query(ctx, outboxDeliveryHandOff, arg.Now, arg.Ids, arg.Generations)
+func (q *Queries) OutboxDeliveryHandOver(ctx context.Context, arg OutboxDeliveryHandOverParams) ([]OutboxDeliveryHandOverRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveryHandOver, arg.Now, arg.Ids, arg.Generations)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []OutboxDeliveryHandOffRow
+	var items []OutboxDeliveryHandOverRow
 	for rows.Next() {
-		var i OutboxDeliveryHandOffRow
+		var i OutboxDeliveryHandOverRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Generation,

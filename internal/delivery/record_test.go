@@ -1,9 +1,8 @@
-package outbox
+package delivery
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"sort"
@@ -15,7 +14,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/egress"
+	"github.com/wharfhq/wharf/internal/outboxtest"
+	"github.com/wharfhq/wharf/internal/outboxtype"
+	"github.com/wharfhq/wharf/internal/pgxtx"
+	"github.com/wharfhq/wharf/internal/secretbox"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -46,55 +51,48 @@ func TestCombinedStatements(t *testing.T) {
 
 func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	ctx := context.Background()
-	o, err := New(pool, &Config{AllowPrivateNetworks: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	ep, err := o.EndpointCreate(ctx, &EndpointParams{URL: "https://example.com/hook", MaxInFlight: 3})
-	require.NoError(t, err)
-	events := make([]*Event, 5)
-	for i := range events {
-		events[i] = &Event{Type: "combined.test", Data: json.RawMessage(`{}`)}
-	}
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := o.PublishManyTx(ctx, tx, events)
-		return err
-	}))
-	var ids []uuid.UUID
-	rows, err := pool.Query(ctx, `SELECT id FROM wharf_outbox_deliveries ORDER BY seq`)
-	require.NoError(t, err)
-	ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	require.NoError(t, err)
+	e := testEngine(t, pool)
+	eps, ids := outboxtest.Seed(t, pool, []int32{3}, 5)
 	require.Len(t, ids, 5)
 
 	// Load.
 	missing := uuid.New()
-	loaded, errs := o.loadMany(ctx, append([]uuid.UUID{missing}, ids...))
+	loaded, errs := e.loadMany(ctx, append([]uuid.UUID{missing}, ids...))
 	require.ErrorIs(t, errs[0], pgx.ErrNoRows)
 	require.Nil(t, loaded[0])
 	for i, id := range ids {
 		require.NoError(t, errs[i+1])
 		require.Equal(t, id, loaded[i+1].ID)
-		require.Equal(t, ep.ID, loaded[i+1].EndpointID)
+		require.Equal(t, eps[0], loaded[i+1].EndpointID)
 	}
 
 	// Lease: the slots exist once the single-delivery path created them.
-	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: ep.ID, LastSlot: 2}))
-	asks := make([]leaseAsk, len(ids))
+	require.NoError(t, e.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 2}))
+	// (admission's TestTakeSlots checks this statement.)
+	taken, err := e.queries.OutboxLeaseAcquireMany(ctx, dbsqlc.OutboxLeaseAcquireManyParams{
+		EndpointID: eps[0], DeliveryIds: pgxtx.UUIDTexts(ids), LeaseSeconds: 60,
+	})
+	require.NoError(t, err)
+	slots := make([]int32, len(ids))
 	for i, id := range ids {
-		asks[i] = leaseAsk{endpointID: ep.ID, deliveryID: id, seconds: 60}
+		slots[i] = admission.NoSlot
+		for _, l := range taken {
+			if l.DeliveryID == id {
+				slots[i] = l.Slot
+			}
+		}
 	}
-	slots, errs := o.leaseMany(ctx, asks)
-	require.Nil(t, errs)
-	require.ElementsMatch(t, []int32{0, 1, 2, noLease, noLease}, slots, "three slots under the cap of 3, then none")
+	require.ElementsMatch(t, []int32{0, 1, 2, admission.NoSlot, admission.NoSlot}, slots, "three slots under the cap of 3, then none")
 	var held int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE expires_at > now() AND delivery_id IS NOT NULL`).Scan(&held))
 	require.Equal(t, 3, held)
 
 	// Record: four attempts in one batch; the third's day has no partition.
 	record := func(i int, at time.Time) *dbsqlc.OutboxAttemptRecordParams {
-		require.NoError(t, o.partitions.Ensure(ctx, nil, attemptsTable, time.Now()))
-		p, err := o.attemptParams(&attemptRecord{
-			row: loaded[i+1], slot: slots[i], attemptedAt: at, status: StatusSucceeded,
-			out: &sendOutcome{statusCode: 204, duration: time.Millisecond},
+		require.NoError(t, e.partitions.Ensure(ctx, nil, "wharf_outbox_attempts", time.Now()))
+		p, err := e.attemptParams(&attemptRecord{
+			row: loaded[i+1], slot: slots[i], attemptedAt: at, status: outboxtype.StatusSucceeded,
+			out: &outcome{Outcome: &egress.Outcome{StatusCode: 204, Duration: time.Millisecond}},
 		})
 		require.NoError(t, err)
 		return p
@@ -102,7 +100,7 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	now := time.Now()
 	params := []*dbsqlc.OutboxAttemptRecordParams{record(0, now), record(1, now), record(2, now.AddDate(-30, 0, 0)), record(3, now)}
 	params[3].Generation++ // a replay superseded this attempt's job
-	outs, errs := o.recordMany(ctx, params)
+	outs, errs := e.recordMany(ctx, params)
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	require.NotNil(t, outs[0])
@@ -111,7 +109,7 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	require.ErrorIs(t, errs[3], pgx.ErrNoRows)
 
 	statuses := map[uuid.UUID]string{}
-	rows, err = pool.Query(ctx, `SELECT id, status FROM wharf_outbox_deliveries`)
+	rows, err := pool.Query(ctx, `SELECT id, status FROM wharf_outbox_deliveries`)
 	require.NoError(t, err)
 	for rows.Next() {
 		var id uuid.UUID
@@ -135,12 +133,12 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	// (reported by one attempt), and the superseded attempt records
 	// nothing.
 	_, err = pool.Exec(ctx, `UPDATE wharf_outbox_endpoints SET consecutive_failures = 3, failing_since = now(),
-		circuit_state = 'open', circuit_opened_at = now(), circuit_open_until = now(), circuit_openings = 1 WHERE id = $1`, ep.ID)
+		circuit_state = 'open', circuit_opened_at = now(), circuit_open_until = now(), circuit_openings = 1 WHERE id = $1`, eps[0])
 	require.NoError(t, err)
 	params = []*dbsqlc.OutboxAttemptRecordParams{record(2, now), record(3, now), record(4, now)}
 	params[2].Generation++
 	require.True(t, allSucceeded(params, []int{0, 1, 2}))
-	outs, errs = o.recordMany(ctx, params)
+	outs, errs = e.recordMany(ctx, params)
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	require.ErrorIs(t, errs[2], pgx.ErrNoRows)
@@ -148,7 +146,7 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	require.True(t, outs[0].CircuitClosed != outs[1].CircuitClosed, "one attempt reports the circuit closed")
 	var state string
 	var failures int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT circuit_state, consecutive_failures FROM wharf_outbox_endpoints WHERE id = $1`, ep.ID).Scan(&state, &failures))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT circuit_state, consecutive_failures FROM wharf_outbox_endpoints WHERE id = $1`, eps[0]).Scan(&state, &failures))
 	require.Equal(t, "closed", state)
 	require.Zero(t, failures)
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_attempts`).Scan(&attempts))
@@ -160,48 +158,49 @@ func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {
 	require.Zero(t, held, "every recorded attempt gave its slot back")
 }
 
-func combineSetup(t *testing.T, maxInFlight []int, events int) (*Outbox, *pgxpool.Pool, []uuid.UUID, []*dbsqlc.OutboxDeliveryGetForWorkRow) {
+// combineSetup seeds an endpoint of each stored cap (0: none) and events
+// events, each delivered to every endpoint, and returns the engine, its
+// pool, the endpoints and the deliveries as loaded.
+func combineSetup(t *testing.T, caps []int32, events int) (*Engine, *pgxpool.Pool, []uuid.UUID, []*outboxtype.Delivery) {
 	ctx := context.Background()
 	pool := testdb.New(t)
-	o, err := New(pool, &Config{AllowPrivateNetworks: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	var eps []uuid.UUID
-	for _, m := range maxInFlight {
-		ep, err := o.EndpointCreate(ctx, &EndpointParams{URL: "https://example.com/hook", MaxInFlight: m})
+	e := testEngine(t, pool)
+	eps, ids := outboxtest.Seed(t, pool, caps, events)
+	loaded, errs := e.loadMany(ctx, ids)
+	for _, err := range errs {
 		require.NoError(t, err)
-		eps = append(eps, ep.ID)
 	}
-	evs := make([]*Event, events)
-	for i := range evs {
-		evs[i] = &Event{Type: "combine.test", Data: json.RawMessage(`{}`)}
-	}
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := o.PublishManyTx(ctx, tx, evs)
-		return err
-	}))
-	rows, err := pool.Query(ctx, `SELECT id FROM wharf_outbox_deliveries ORDER BY seq`)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-	require.NoError(t, err)
-	loaded, errs := o.loadMany(ctx, ids)
-	for _, e := range errs {
-		require.NoError(t, e)
-	}
-	require.NoError(t, o.partitions.Ensure(ctx, nil, attemptsTable, time.Now()))
-	return o, pool, eps, loaded
+	require.NoError(t, e.partitions.Ensure(ctx, nil, "wharf_outbox_attempts", time.Now()))
+	return e, pool, eps, loaded
 }
 
-func combineParams(t *testing.T, o *Outbox, row *dbsqlc.OutboxDeliveryGetForWorkRow, slot int32, ok bool) *dbsqlc.OutboxAttemptRecordParams {
-	out := &sendOutcome{statusCode: 204, duration: time.Millisecond}
-	status := StatusSucceeded
+// testEngine is an engine on pool with every default, private networks
+// allowed and no logs.
+func testEngine(t testing.TB, pool *pgxpool.Pool) *Engine {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	keys, err := secretbox.New(nil)
+	require.NoError(t, err)
+	e, err := New(pool, &Config{
+		Logger:    quiet,
+		Keys:      keys,
+		Egress:    egress.New(&egress.Config{AllowPrivateNetworks: true}),
+		Admission: admission.New(pool, &admission.Config{Logger: quiet}),
+	})
+	require.NoError(t, err)
+	return e
+}
+
+func combineParams(t *testing.T, e *Engine, row *outboxtype.Delivery, slot int32, ok bool) *dbsqlc.OutboxAttemptRecordParams {
+	out := &outcome{Outcome: &egress.Outcome{StatusCode: 204, Duration: time.Millisecond}}
+	status := outboxtype.StatusSucceeded
 	var next *time.Time
 	if !ok {
-		out = &sendOutcome{statusCode: 500, duration: time.Millisecond}
-		status = StatusRetrying
+		out = &outcome{Outcome: &egress.Outcome{StatusCode: 500, Duration: time.Millisecond}}
+		status = outboxtype.StatusRetrying
 		n := time.Now().Add(time.Minute)
 		next = &n
 	}
-	p, err := o.attemptParams(&attemptRecord{row: row, slot: slot, attemptedAt: time.Now(), status: status, out: out, nextAttemptAt: next})
+	p, err := e.attemptParams(&attemptRecord{row: row, slot: slot, attemptedAt: time.Now(), status: status, out: out, nextAttemptAt: next})
 	require.NoError(t, err)
 	return p
 }
@@ -221,9 +220,9 @@ func waitLocked(t *testing.T, pool *pgxpool.Pool, n int) {
 func TestRecordBatchLocksSlotsInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o, pool, eps, rows := combineSetup(t, []int{4}, 3)
+	e, pool, eps, rows := combineSetup(t, []int32{4}, 3)
 	require.Len(t, rows, 3)
-	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 3}))
+	require.NoError(t, e.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 3}))
 	sort.Slice(rows[:2], func(i, j int) bool { return bytes.Compare(rows[i].ID[:], rows[j].ID[:]) < 0 })
 	first, second, third := rows[0], rows[1], rows[2]
 	// first holds slot 3, second slot 1.
@@ -247,13 +246,13 @@ func TestRecordBatchLocksSlotsInOrder(t *testing.T) {
 	go func() {
 		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
 		defer cancel()
-		_, errs := o.recordMany(bctx, []*dbsqlc.OutboxAttemptRecordParams{combineParams(t, o, first, 3, true), combineParams(t, o, second, 1, true)})
+		_, errs := e.recordMany(bctx, []*dbsqlc.OutboxAttemptRecordParams{combineParams(t, e, first, 3, true), combineParams(t, e, second, 1, true)})
 		batchDone <- res{errs}
 	}()
 	waitLocked(t, pool, 1)
 	countedDone := make(chan error, 1)
 	go func() {
-		_, err := o.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{EndpointID: eps[0], DeliveryID: third.ID, LeaseSeconds: 60})
+		_, err := e.queries.OutboxLeaseAcquireCounted(ctx, dbsqlc.OutboxLeaseAcquireCountedParams{EndpointID: eps[0], DeliveryID: third.ID, LeaseSeconds: 60})
 		countedDone <- err
 	}()
 	// The batch holds none of the endpoint's slots while it waits for a
@@ -279,25 +278,6 @@ func TestRecordBatchLocksSlotsInOrder(t *testing.T) {
 	require.Zero(t, deadlocks1-deadlocks0, "deadlock between a record batch and OutboxLeaseAcquireCounted")
 }
 
-// TestLeaseManyDeliveryAskingTwice: two runs of one delivery's job asking
-// in one lease batch do not both get the same slot (and leave a second one
-// held until it expired, found by review): the second gets none from the
-// batch.
-func TestLeaseManyDeliveryAskingTwice(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	o, pool, eps, rows := combineSetup(t, []int{3}, 1)
-	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 2}))
-	ask := leaseAsk{endpointID: eps[0], deliveryID: rows[0].ID, seconds: 60}
-	slots, errs := o.leaseMany(ctx, []leaseAsk{ask, ask})
-	require.Nil(t, errs)
-	var held int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM wharf_outbox_leases WHERE expires_at > now()`).Scan(&held))
-	require.NotEqual(t, int32(noLease), slots[0])
-	require.Equal(t, int32(noLease), slots[1], "the second ask takes the single-delivery path")
-	require.Equal(t, 1, held)
-}
-
 // TestRecordBatchOneEndpointEach: an application transaction that updates
 // endpoint B, then A, does not deadlock with recording attempts of A and B
 // together (one transaction held A's row while it waited for B's, found by
@@ -306,8 +286,8 @@ func TestLeaseManyDeliveryAskingTwice(t *testing.T) {
 func TestRecordBatchOneEndpointEach(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o, pool, eps, rows := combineSetup(t, []int{0, 0}, 1)
-	byEP := map[uuid.UUID]*dbsqlc.OutboxDeliveryGetForWorkRow{}
+	e, pool, eps, rows := combineSetup(t, []int32{10, 10}, 1) // EndpointCreate's default cap
+	byEP := map[uuid.UUID]*outboxtype.Delivery{}
 	for _, r := range rows {
 		byEP[r.EndpointID] = r
 	}
@@ -319,17 +299,17 @@ func TestRecordBatchOneEndpointEach(t *testing.T) {
 	require.NoError(t, pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&d0))
 	app, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	_, err = o.EndpointUpdateTx(ctx, app, hi, &EndpointUpdateParams{})
+	_, err = dbsqlc.New(app).OutboxEndpointUpdate(ctx, dbsqlc.OutboxEndpointUpdateParams{ID: hi, Now: time.Now()})
 	require.NoError(t, err)
 	batchDone := make(chan []error, 1)
 	go func() {
 		bctx, cancel := context.WithTimeout(ctx, recordTimeout)
 		defer cancel()
-		_, errs := o.recordMany(bctx, []*dbsqlc.OutboxAttemptRecordParams{combineParams(t, o, byEP[lo], noLease, false), combineParams(t, o, byEP[hi], noLease, false)})
+		_, errs := e.recordMany(bctx, []*dbsqlc.OutboxAttemptRecordParams{combineParams(t, e, byEP[lo], admission.NoSlot, false), combineParams(t, e, byEP[hi], admission.NoSlot, false)})
 		batchDone <- errs
 	}()
 	waitLocked(t, pool, 1)
-	_, appErr := o.EndpointUpdateTx(ctx, app, lo, &EndpointUpdateParams{})
+	_, appErr := dbsqlc.New(app).OutboxEndpointUpdate(ctx, dbsqlc.OutboxEndpointUpdateParams{ID: lo, Now: time.Now()})
 	_ = app.Rollback(ctx)
 	errs := <-batchDone
 	require.NoError(t, pool.QueryRow(ctx, `SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()`).Scan(&d1))
@@ -348,8 +328,8 @@ func TestRecordBatchOneEndpointEach(t *testing.T) {
 func TestRecordCombinerPerEndpoint(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	o, pool, eps, rows := combineSetup(t, []int{0, 0}, 1)
-	byEP := map[uuid.UUID]*dbsqlc.OutboxDeliveryGetForWorkRow{}
+	e, pool, eps, rows := combineSetup(t, []int32{10, 10}, 1) // EndpointCreate's default cap
+	byEP := map[uuid.UUID]*outboxtype.Delivery{}
 	for _, r := range rows {
 		byEP[r.EndpointID] = r
 	}
@@ -361,13 +341,13 @@ func TestRecordCombinerPerEndpoint(t *testing.T) {
 
 	bDone := make(chan error, 1)
 	go func() {
-		p := combineParams(t, o, b, noLease, false)
-		_, err := o.combined.record.Do(ctx, p.EndpointID, p)
+		p := combineParams(t, e, b, admission.NoSlot, false)
+		_, err := e.records.Do(ctx, p.EndpointID, p)
 		bDone <- err
 	}()
 	waitLocked(t, pool, 1)
-	p := combineParams(t, o, a, noLease, false)
-	_, err = o.combined.record.Do(ctx, p.EndpointID, p)
+	p := combineParams(t, e, a, admission.NoSlot, false)
+	_, err = e.records.Do(ctx, p.EndpointID, p)
 	require.NoError(t, err)
 	select {
 	case err := <-bDone:

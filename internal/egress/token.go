@@ -1,23 +1,23 @@
-package outbox
+package egress
 
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"golang.org/x/oauth2"
 	"golang.org/x/oauth2/clientcredentials"
+
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
-// Token reuse (OAuth2ClientCredentials documents it).
+// Token reuse (outbox.OAuth2ClientCredentials documents it).
 const (
 	// tokenReuseWithoutExpiry is how long a token without expires_in is
 	// reused.
@@ -31,7 +31,8 @@ const (
 )
 
 // ErrTokenFetch is matched (errors.Is) by the error of an attempt that
-// failed because no OAuth 2.0 access token could be fetched.
+// failed because no OAuth 2.0 access token could be fetched
+// (outbox.ErrTokenFetch).
 var ErrTokenFetch = errors.New("outbox: OAuth2 token fetch failed")
 
 // tokenCache holds one OAuth 2.0 access token per endpoint, and fetches
@@ -65,7 +66,7 @@ func newTokenCache(client *http.Client, now func() time.Time) *tokenCache {
 // cached or the cached one is due for refresh. A failure returns an error
 // where errors.Is(err, ErrTokenFetch) is true, which never holds a
 // credential.
-func (c *tokenCache) token(ctx context.Context, endpointID uuid.UUID, a *storedAuth) (*oauth2.Token, error) {
+func (c *tokenCache) token(ctx context.Context, endpointID uuid.UUID, a *outboxtype.Auth) (*oauth2.Token, error) {
 	e := c.entry(endpointID, a)
 	if tok := c.fresh(e); tok != nil {
 		return tok, nil
@@ -96,8 +97,8 @@ func (c *tokenCache) token(ctx context.Context, endpointID uuid.UUID, a *storedA
 
 // entry returns the endpoint's entry for credentials a, replacing one made
 // for other credentials.
-func (c *tokenCache) entry(endpointID uuid.UUID, a *storedAuth) *cachedToken {
-	fingerprint := a.fingerprint()
+func (c *tokenCache) entry(endpointID uuid.UUID, a *outboxtype.Auth) *cachedToken {
+	fingerprint := a.Fingerprint()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.entries[endpointID]; ok && e.fingerprint == fingerprint {
@@ -135,9 +136,9 @@ func (c *tokenCache) forget(endpointID uuid.UUID, tok *oauth2.Token) {
 	}
 }
 
-// fetch makes one token request with the outbox's HTTP client (SSRF
+// fetch makes one token request with the Client's HTTP client (SSRF
 // guard, proxy, transport, no redirects).
-func (c *tokenCache) fetch(ctx context.Context, a *storedAuth) (*oauth2.Token, error) {
+func (c *tokenCache) fetch(ctx context.Context, a *outboxtype.Auth) (*oauth2.Token, error) {
 	conf := &clientcredentials.Config{
 		ClientID:     a.ClientID,
 		ClientSecret: a.ClientSecret,
@@ -192,30 +193,4 @@ func oauthErrorCode(code string) string {
 		}
 	}
 	return code
-}
-
-// fingerprint identifies s's credentials without keeping them in the clear.
-func (s *storedAuth) fingerprint() [sha256.Size]byte {
-	b, _ := json.Marshal(s)
-	return sha256.Sum256(b)
-}
-
-// authorize sets the request's Authorization header from the endpoint's
-// auth, fetching an OAuth 2.0 token when needed; it returns that token.
-func (o *Outbox) authorize(ctx context.Context, req *http.Request, endpointID uuid.UUID, a *storedAuth) (*oauth2.Token, error) {
-	switch a.Kind {
-	case "":
-		return nil, nil
-	case AuthBearer, AuthBasic:
-		a.setStatic(req.Header)
-		return nil, nil
-	case AuthOAuth2ClientCredentials:
-		tok, err := o.tokens.token(ctx, endpointID, a)
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", tok.Type()+" "+tok.AccessToken)
-		return tok, nil
-	}
-	return nil, fmt.Errorf("unknown auth kind %s", strings.ToValidUTF8(string(a.Kind), "?"))
 }

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
@@ -25,12 +27,12 @@ import (
 // (to lock it, to update it), and a few more rows at most.
 func TestRecordSucceededReadsOnlyItsDeliveries(t *testing.T) {
 	t.Parallel()
-	backlogPlans(t, func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*dbsqlc.OutboxDeliveryGetForWorkRow, fetched func() int64) {
+	backlogPlans(t, func(t *testing.T, e *Engine, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
 		ctx := context.Background()
 		params := make([]*dbsqlc.OutboxAttemptRecordParams, combineMax)
 		group := make([]int, len(params))
 		for i := range params {
-			params[i] = combineParams(t, o, rows[i*len(rows)/combineMax], noLease, true)
+			params[i] = combineParams(t, e, rows[i*len(rows)/combineMax], admission.NoSlot, true)
 			group[i] = i
 		}
 		before := fetched()
@@ -44,23 +46,23 @@ func TestRecordSucceededReadsOnlyItsDeliveries(t *testing.T) {
 	})
 }
 
-// TestHandOffReadsOnlyItsDeliveries hands a batch job's deliveries
+// TestHandOverReadsOnlyItsDeliveries hands a batch job's deliveries
 // (combineMax of them) over to new jobs, as a split does, on a backlog
 // whose statistics lag (see backlogPlans), and counts the delivery rows
 // the statement read: those it moves, a few more at most. On statistics
 // taken while every delivery had succeeded, both plans read every
 // unfinished delivery through the partial index of unfinished deliveries.
-func TestHandOffReadsOnlyItsDeliveries(t *testing.T) {
+func TestHandOverReadsOnlyItsDeliveries(t *testing.T) {
 	t.Parallel()
-	backlogPlans(t, func(t *testing.T, _ *Outbox, tx pgx.Tx, rows []*dbsqlc.OutboxDeliveryGetForWorkRow, fetched func() int64) {
-		arg := dbsqlc.OutboxDeliveryHandOffParams{Now: time.Now()}
+	backlogPlans(t, func(t *testing.T, _ *Engine, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
+		arg := dbsqlc.OutboxDeliveryHandOverParams{Now: time.Now()}
 		for i := range combineMax {
 			row := rows[i*len(rows)/combineMax]
 			arg.Ids = append(arg.Ids, row.ID.String())
 			arg.Generations = append(arg.Generations, row.Generation)
 		}
 		before := fetched()
-		moved, err := dbsqlc.New(tx).OutboxDeliveryHandOff(context.Background(), arg)
+		moved, err := dbsqlc.New(tx).OutboxDeliveryHandOver(context.Background(), arg)
 		require.NoError(t, err)
 		require.Len(t, moved, combineMax)
 		require.Less(t, fetched()-before, int64(combineMax+30), "delivery rows read to hand %d over, with %d unfinished", combineMax, len(rows))
@@ -79,9 +81,9 @@ func TestHandOffReadsOnlyItsDeliveries(t *testing.T) {
 // as the others are.
 func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 	t.Parallel()
-	statements := map[string]func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow){
-		"OutboxAttemptRecord": func(t *testing.T, o *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
-			results := q.OutboxAttemptRecord(context.Background(), []dbsqlc.OutboxAttemptRecordParams{*combineParams(t, o, row, noLease, true)})
+	statements := map[string]func(t *testing.T, e *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery){
+		"OutboxAttemptRecord": func(t *testing.T, e *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery) {
+			results := q.OutboxAttemptRecord(context.Background(), []dbsqlc.OutboxAttemptRecordParams{*combineParams(t, e, row, admission.NoSlot, true)})
 			recorded := 0
 			results.QueryRow(func(_ int, _ dbsqlc.OutboxAttemptRecordRow, err error) {
 				require.NoError(t, err)
@@ -90,20 +92,20 @@ func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 			require.NoError(t, results.Close())
 			require.Equal(t, 1, recorded)
 		},
-		"OutboxDeliveryMarkDead": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
+		"OutboxDeliveryMarkDead": func(t *testing.T, _ *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			_, err := q.OutboxDeliveryMarkDead(context.Background(), dbsqlc.OutboxDeliveryMarkDeadParams{
 				Reason: "test", Now: time.Now(), ID: row.ID, Generation: row.Generation,
 			})
 			require.NoError(t, err)
 		},
-		"OutboxDeliveryThrottle": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
+		"OutboxDeliveryThrottle": func(t *testing.T, _ *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			n, err := q.OutboxDeliveryThrottle(context.Background(), dbsqlc.OutboxDeliveryThrottleParams{
 				TurnInSeconds: 1, ID: row.ID, Generation: row.Generation,
 			})
 			require.NoError(t, err)
 			require.Equal(t, int64(1), n)
 		},
-		"OutboxDeliveryRequeue": func(t *testing.T, _ *Outbox, q *dbsqlc.Queries, row *dbsqlc.OutboxDeliveryGetForWorkRow) {
+		"OutboxDeliveryRequeue": func(t *testing.T, _ *Engine, q *dbsqlc.Queries, row *outboxtype.Delivery) {
 			generation, err := q.OutboxDeliveryRequeue(context.Background(), dbsqlc.OutboxDeliveryRequeueParams{
 				Now: time.Now(), ID: row.ID, OrphanedGeneration: &row.Generation,
 			})
@@ -111,12 +113,12 @@ func TestDeliveryStatementsReadOnlyTheirDelivery(t *testing.T) {
 			require.Equal(t, row.Generation+1, generation)
 		},
 	}
-	backlogPlans(t, func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*dbsqlc.OutboxDeliveryGetForWorkRow, fetched func() int64) {
+	backlogPlans(t, func(t *testing.T, e *Engine, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64) {
 		i := 0
 		for name, run := range statements {
 			i++
 			before := fetched()
-			run(t, o, dbsqlc.New(tx), rows[i*len(rows)/(len(statements)+1)])
+			run(t, e, dbsqlc.New(tx), rows[i*len(rows)/(len(statements)+1)])
 			assert.Less(t, fetched()-before, int64(10), "%s: delivery rows read for one, with %d unfinished", name, len(rows))
 		}
 	})
@@ -133,12 +135,12 @@ const backlogSize = 30000
 // outage). Each runs under a generic and a custom plan. check gets the
 // deliveries and a function returning how many delivery rows the
 // transaction has read so far, through indexes or sequential scans.
-func backlogPlans(t *testing.T, check func(t *testing.T, o *Outbox, tx pgx.Tx, rows []*dbsqlc.OutboxDeliveryGetForWorkRow, fetched func() int64)) {
+func backlogPlans(t *testing.T, check func(t *testing.T, e *Engine, tx pgx.Tx, rows []*outboxtype.Delivery, fetched func() int64)) {
 	for _, stats := range []string{"never_analyzed", "analyzed_all_succeeded"} {
 		t.Run(stats, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			o, pool, _, rows := combineSetup(t, []int{100}, backlogSize)
+			e, pool, _, rows := combineSetup(t, []int32{100}, backlogSize)
 			if stats == "analyzed_all_succeeded" {
 				for _, stmt := range []string{
 					`UPDATE wharf_outbox_deliveries SET status = 'succeeded'`,
@@ -156,48 +158,9 @@ func backlogPlans(t *testing.T, check func(t *testing.T, o *Outbox, tx pgx.Tx, r
 					defer func() { _ = tx.Rollback(ctx) }()
 					_, err = tx.Exec(ctx, "SELECT set_config('plan_cache_mode', $1, true)", mode)
 					require.NoError(t, err)
-					check(t, o, tx, rows, func() int64 { return testdb.RowsRead(t, tx, "wharf_outbox_deliveries") })
+					check(t, e, tx, rows, func() int64 { return testdb.RowsRead(t, tx, "wharf_outbox_deliveries") })
 				})
 			}
 		})
 	}
-}
-
-// TestLeaseUpdatesStayHOT takes concurrency slots and frees them, and
-// checks that every one of those updates was a heap-only tuple update: no
-// new index entries. With expires_at indexed, each wrote an entry in both
-// of the table's indexes, so that a busy endpoint's few slot rows gathered
-// dead entries by the thousand for every later search to step over.
-func TestLeaseUpdatesStayHOT(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	o, pool, eps, rows := combineSetup(t, []int{10}, 5)
-	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 9}))
-	tx, err := pool.Begin(ctx)
-	require.NoError(t, err)
-	defer func() { _ = tx.Rollback(ctx) }()
-	// Counted from here: pg_stat_xact_user_tables also holds the counts of
-	// earlier transactions on this connection not yet reported.
-	const counts = `SELECT coalesce(sum(n_tup_upd), 0)::bigint, coalesce(sum(n_tup_hot_upd), 0)::bigint
-		FROM pg_stat_xact_user_tables WHERE relname = 'wharf_outbox_leases'`
-	var updates0, hot0 int64
-	require.NoError(t, tx.QueryRow(ctx, counts).Scan(&updates0, &hot0))
-	q := dbsqlc.New(tx)
-	for round := range 3 {
-		ids := make([]string, len(rows))
-		for i, r := range rows {
-			ids[i] = r.ID.String()
-		}
-		taken, err := q.OutboxLeaseAcquireMany(ctx, dbsqlc.OutboxLeaseAcquireManyParams{EndpointID: eps[0], DeliveryIds: ids, LeaseSeconds: 60})
-		require.NoError(t, err)
-		require.Len(t, taken, len(rows), "round %d", round)
-		for _, l := range taken {
-			require.NoError(t, q.OutboxLeaseRelease(ctx, dbsqlc.OutboxLeaseReleaseParams{EndpointID: eps[0], Slot: l.Slot, DeliveryID: l.DeliveryID}))
-		}
-	}
-	var updates, hot int64
-	require.NoError(t, tx.QueryRow(ctx, counts).Scan(&updates, &hot))
-	updates, hot = updates-updates0, hot-hot0
-	require.Equal(t, int64(2*3*len(rows)), updates)
-	require.Equal(t, updates, hot, "lease updates that were HOT")
 }

@@ -1,4 +1,4 @@
-package outbox
+package egress
 
 import (
 	"context"
@@ -63,16 +63,16 @@ func TestSSRFGuardCheck(t *testing.T) {
 		{"2606:4700:4700::1111", ""},
 		{"::ffff:8.8.8.8", ""},
 	}
-	strict := &ssrfGuard{}
+	strict := &guard{}
 	for _, c := range cases {
 		err := strict.check(netip.MustParseAddr(c.addr))
 		if c.reason == "" {
 			require.NoError(t, err, c.addr)
 			continue
 		}
-		var blocked *BlockedAddressError
+		var blocked *Refusal
 		require.ErrorAs(t, err, &blocked, c.addr)
-		require.ErrorIs(t, err, ErrBlockedAddress)
+		require.ErrorIs(t, err, ErrBlocked)
 		require.Equal(t, c.reason, blocked.Reason, c.addr)
 	}
 
@@ -80,21 +80,21 @@ func TestSSRFGuardCheck(t *testing.T) {
 	require.ErrorContains(t, strict.check(netip.MustParseAddr("127.0.0.1")), "set Config.AllowPrivateNetworks")
 	require.ErrorContains(t, strict.check(netip.MustParseAddr("169.254.169.254")), "only listing it in Config.AllowedNetworks")
 
-	private := &ssrfGuard{allowPrivate: true}
+	private := &guard{allowPrivate: true}
 	for _, allowed := range []string{"127.0.0.1", "::1", "10.0.0.1", "fd12::1", "169.254.1.1", "100.64.0.1"} {
 		require.NoError(t, private.check(netip.MustParseAddr(allowed)), allowed)
 	}
 	for _, refused := range []string{"169.254.169.254", "169.254.169.7", "168.63.129.16", "fd00:ec2::254", "::ffff:169.254.169.254", "0.0.0.0", "224.0.0.1"} {
-		require.ErrorIs(t, private.check(netip.MustParseAddr(refused)), ErrBlockedAddress, refused)
+		require.ErrorIs(t, private.check(netip.MustParseAddr(refused)), ErrBlocked, refused)
 	}
 
-	listed := &ssrfGuard{allowed: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("169.254.169.254/32"), netip.MustParsePrefix("168.63.129.16/32")}}
+	listed := &guard{allowed: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("169.254.169.254/32"), netip.MustParsePrefix("168.63.129.16/32")}}
 	require.NoError(t, listed.check(netip.MustParseAddr("10.1.2.3")))
 	require.NoError(t, listed.check(netip.MustParseAddr("::ffff:10.1.2.3")))
 	require.NoError(t, listed.check(netip.MustParseAddr("169.254.169.254")))
 	require.NoError(t, listed.check(netip.MustParseAddr("168.63.129.16")))
-	require.ErrorIs(t, listed.check(netip.MustParseAddr("169.254.169.253")), ErrBlockedAddress, "only the listed metadata address")
-	require.ErrorIs(t, listed.check(netip.MustParseAddr("10.2.0.1")), ErrBlockedAddress)
+	require.ErrorIs(t, listed.check(netip.MustParseAddr("169.254.169.253")), ErrBlocked, "only the listed metadata address")
+	require.ErrorIs(t, listed.check(netip.MustParseAddr("10.2.0.1")), ErrBlocked)
 }
 
 // TestSSRFGuardDial checks the guard at the transport: a refused address
@@ -105,15 +105,13 @@ func TestSSRFGuardDial(t *testing.T) {
 	t.Parallel()
 	var reached []string
 	errInner := errors.New("inner control reached")
-	cfg, err := (&Config{Dialer: &net.Dialer{
+	client := New(&Config{Dialer: &net.Dialer{
 		Timeout: time.Second,
 		Control: func(_, address string, _ syscall.RawConn) error {
 			reached = append(reached, address)
 			return errInner
 		},
-	}}).withDefaults()
-	require.NoError(t, err)
-	client := newHTTPClient(cfg)
+	}}).http
 
 	for _, url := range []string{
 		"http://127.0.0.1:9/",
@@ -129,7 +127,7 @@ func TestSSRFGuardDial(t *testing.T) {
 		if resp != nil {
 			_ = resp.Body.Close()
 		}
-		require.ErrorIs(t, err, ErrBlockedAddress, url)
+		require.ErrorIs(t, err, ErrBlocked, url)
 	}
 	require.Empty(t, reached)
 }

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"context"
@@ -10,27 +10,6 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/telemetry"
-)
-
-// Attempt outcomes, the outcome label of wharf_outbox_attempts_total.
-const (
-	outcome2xx     = "2xx"
-	outcome3xx     = "3xx"
-	outcome4xx     = "4xx"
-	outcome5xx     = "5xx"
-	outcomeTimeout = "timeout"
-	outcomeRefused = "refused" // the SSRF guard refused the address
-	outcomeError   = "error"   // no answer: connection refused, reset, TLS…
-)
-
-// Deferral reasons, the reason label of wharf_outbox_deferred_total: why
-// a delivery's run ended without an attempt, to run again later.
-const (
-	deferRateLimit   = "rate_limit"   // its endpoint's token is not due yet
-	deferCircuit     = "circuit_open" // its endpoint's circuit is open, or another delivery probes
-	deferConcurrency = "concurrency"  // its endpoint has MaxInFlight requests in flight
-	deferOrdering    = "ordering"     // an earlier delivery with its ordering key is unfinished
-	deferDatabase    = "database"     // a transient database error
 )
 
 const gaugeTimeout = 5 * time.Second
@@ -122,34 +101,5 @@ func newMetrics(mp metric.MeterProvider, pool *pgxpool.Pool) (*metrics, error) {
 	return m, errors.Join(errs...)
 }
 
-// outcome is the outcome label of an attempt.
-func (s *sendOutcome) outcome() string {
-	switch {
-	case s.timedOut:
-		return outcomeTimeout
-	case errors.Is(s.err, ErrBlockedAddress):
-		return outcomeRefused
-	case s.err != nil || s.statusCode == 0:
-		return outcomeError
-	case s.statusCode < 300:
-		return outcome2xx
-	case s.statusCode < 400:
-		return outcome3xx
-	case s.statusCode < 500:
-		return outcome4xx
-	default:
-		return outcome5xx
-	}
-}
-
-// attempt records one attempt and, when it delivered, the event's latency.
-func (m *metrics) attempt(ctx context.Context, out *sendOutcome, publishedAt time.Time, dead bool) {
-	m.attempts.Add(ctx, 1, m.byOutcome.Of(out.outcome()))
-	m.duration.Record(ctx, out.duration.Seconds())
-	if out.succeeded() {
-		m.latency.Record(ctx, time.Since(publishedAt).Seconds())
-	}
-	if dead {
-		m.dead.Add(ctx, 1)
-	}
-}
+// CountPublished counts n events published (PublishManyTx).
+func (e *Engine) CountPublished(ctx context.Context, n int) { e.metrics.published.Add(ctx, int64(n)) }

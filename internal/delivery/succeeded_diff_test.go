@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"cmp"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/admission"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/pgxtx"
 )
@@ -51,7 +52,7 @@ func TestRecordSucceededMatchesPerAttempt(t *testing.T) {
 			slots:  []int32{0, 1, 2},
 			mutate: func(ps []*dbsqlc.OutboxAttemptRecordParams) { ps[0].Generation++ }},
 		{name: "leases", setup: `UPDATE wharf_outbox_leases SET delivery_id = ($3::uuid[])[3], expires_at = $2::timestamptz + interval '1 hour'
-			WHERE endpoint_id = $1 AND slot = 3`, slots: []int32{3, noLease, 1}},
+			WHERE endpoint_id = $1 AND slot = 3`, slots: []int32{3, admission.NoSlot, 1}},
 	}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
@@ -59,8 +60,8 @@ func TestRecordSucceededMatchesPerAttempt(t *testing.T) {
 			t0 := time.Now().Add(-time.Minute).Truncate(time.Microsecond)
 			run := func(combined bool) string {
 				ctx := context.Background()
-				o, pool, eps, rows := combineSetup(t, []int{4}, 3)
-				require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 3}))
+				e, pool, eps, rows := combineSetup(t, []int32{4}, 3)
+				require.NoError(t, e.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 3}))
 				ids := make([]uuid.UUID, len(rows))
 				for i, r := range rows {
 					ids[i] = r.ID
@@ -79,7 +80,7 @@ func TestRecordSucceededMatchesPerAttempt(t *testing.T) {
 				require.NoError(t, err)
 				params := make([]*dbsqlc.OutboxAttemptRecordParams, len(rows))
 				for i, r := range rows {
-					p := combineParams(t, o, r, slots[i], true)
+					p := combineParams(t, e, r, slots[i], true)
 					p.AttemptID = uuid.MustParse(fmt.Sprintf("00000000-0000-7000-8000-%012d", i))
 					p.AttemptedAt = t0
 					p.Now = t0.Add(time.Duration(i) * 300 * time.Millisecond) // each attempt's own clock reading
@@ -95,7 +96,7 @@ func TestRecordSucceededMatchesPerAttempt(t *testing.T) {
 				if combined {
 					all := []int{0, 1, 2}
 					require.True(t, allSucceeded(params, all))
-					outs, errs = o.recordMany(ctx, params)
+					outs, errs = e.recordMany(ctx, params)
 				} else {
 					order := []int{0, 1, 2}
 					slices.SortFunc(order, func(a, b int) int {
@@ -103,7 +104,7 @@ func TestRecordSucceededMatchesPerAttempt(t *testing.T) {
 						return cmp.Or(cmp.Compare(pa.LeaseSlot, pb.LeaseSlot), slices.Compare(pa.DeliveryID[:], pb.DeliveryID[:]))
 					})
 					outs, errs = make([]*dbsqlc.OutboxAttemptRecordRow, 3), make([]error, 3)
-					require.NoError(t, o.recordBatch(ctx, params, order, outs, errs))
+					require.NoError(t, e.recordBatch(ctx, params, order, outs, errs))
 				}
 				state := ""
 				closed := 0

@@ -1,4 +1,4 @@
-package outbox
+package delivery
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/outboxtype"
 )
 
 // awaitStatementDone waits until no other session of the test's database
@@ -35,21 +36,21 @@ func awaitStatementDone(t *testing.T, pool *pgxpool.Pool, name string) {
 // ends; the statement then goes on in the server, whatever its client.
 func TestStopWhileAJobTakesItsSlotReleasesIt(t *testing.T) {
 	t.Parallel()
-	batchJob := func(endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) *river.Job[DeliveryBatchArgs] {
-		args := DeliveryBatchArgs{EndpointID: endpointID}
+	batchJob := func(endpointID uuid.UUID, rows []*outboxtype.Delivery) *river.Job[BatchArgs] {
+		args := BatchArgs{EndpointID: endpointID}
 		for _, row := range rows {
-			args.Deliveries = append(args.Deliveries, DeliveryRef{DeliveryID: row.ID})
+			args.Deliveries = append(args.Deliveries, Ref{DeliveryID: row.ID})
 		}
-		return &river.Job[DeliveryBatchArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: args}
+		return &river.Job[BatchArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: args}
 	}
-	batch := func(o *Outbox, endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error {
-		w := &batchWorker{outbox: o}
+	batch := func(e *Engine, endpointID uuid.UUID, rows []*outboxtype.Delivery) func(context.Context) error {
+		w := &BatchWorker{engine: e}
 		job := batchJob(endpointID, rows)
 		return func(ctx context.Context) error { return w.Work(ctx, job) }
 	}
-	own := func(o *Outbox, _ uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error {
-		w := &deliveryWorker{outbox: o}
-		job := &river.Job[DeliveryArgs]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: DeliveryArgs{DeliveryID: rows[0].ID}}
+	own := func(e *Engine, _ uuid.UUID, rows []*outboxtype.Delivery) func(context.Context) error {
+		w := &Worker{engine: e}
+		job := &river.Job[Args]{JobRow: &rivertype.JobRow{ID: 1, Attempt: 1, MaxAttempts: 7}, Args: Args{DeliveryID: rows[0].ID}}
 		return func(ctx context.Context) error { return w.Work(ctx, job) }
 	}
 	// River's remote cancellation ends the context too, with its cause: the
@@ -66,12 +67,12 @@ func TestStopWhileAJobTakesItsSlotReleasesIt(t *testing.T) {
 // testStopWhileTakingASlot ends the job's context with cause while its
 // slot is being taken, and expects its deliveries to be left status.
 func testStopWhileTakingASlot(t *testing.T,
-	jobOf func(o *Outbox, endpointID uuid.UUID, rows []*dbsqlc.OutboxDeliveryGetForWorkRow) func(context.Context) error,
+	jobOf func(e *Engine, endpointID uuid.UUID, rows []*outboxtype.Delivery) func(context.Context) error,
 	cause error, status string,
 ) {
 	ctx := context.Background()
-	o, pool, eps, loaded := combineSetup(t, []int{3}, 2)
-	require.NoError(t, o.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 2}))
+	e, pool, eps, loaded := combineSetup(t, []int32{3}, 2)
+	require.NoError(t, e.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{EndpointID: eps[0], LastSlot: 2}))
 	_, err := pool.Exec(ctx, `UPDATE wharf_outbox_leases SET delivery_id = gen_random_uuid(), expires_at = now() + interval '1 minute'
 		WHERE endpoint_id = $1 AND slot = 2`, eps[0])
 	require.NoError(t, err)
@@ -84,7 +85,7 @@ func testStopWhileTakingASlot(t *testing.T,
 	_, err = tx.Exec(ctx, `SELECT 1 FROM wharf_outbox_endpoints WHERE id = $1 FOR UPDATE`, eps[0])
 	require.NoError(t, err)
 
-	work := jobOf(o, eps[0], loaded)
+	work := jobOf(e, eps[0], loaded)
 	jobCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	done := make(chan error, 1)
