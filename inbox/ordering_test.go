@@ -423,7 +423,7 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 		// The second batch runs while the first one is processing evt_0
 		// and waits for it; evt_0's handler returns meanwhile, and the
 		// second batch then processes its messages itself: nothing parks,
-		// nothing is handed on.
+		// nothing is handed over.
 		b := setupTwoBatches(t, 1)
 		startWhileFirstRuns(t, b)
 		require.Eventually(t, func() bool {
@@ -433,7 +433,7 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 		close(b.unblock)
 		require.Zero(t, check(t, b), "held messages got jobs of their own")
 		require.Equal(t, 2, count(t, b, "SELECT count(*) FROM river_job WHERE kind = 'wharf_inbox_process_batch'"),
-			"the held messages were parked or handed on")
+			"the held messages were parked or handed over")
 	})
 	t.Run("EarlierBeingProcessed", func(t *testing.T) {
 		t.Parallel()
@@ -449,7 +449,7 @@ func TestOrderingParksHeldMessagesInTheirBatch(t *testing.T) {
 		close(b.unblock)
 		require.Equal(t, keys, check(t, b), "each held message gets one job of its own")
 		require.Equal(t, 3, count(t, b, "SELECT max((args->>'waits')::int) FROM river_job WHERE kind = 'wharf_inbox_process_batch'"),
-			"the held messages were not handed on to new batch jobs first")
+			"the held messages were not handed over to new batch jobs first")
 	})
 }
 

@@ -35,8 +35,8 @@ type BatchArgs struct {
 	ReceivedAt time.Time   `json:"received_at"` // the messages' partition key
 	MessageIDs []uuid.UUID `json:"message_ids"` // the messages' ids
 	// Waits counts how many times these messages, waiting for earlier ones
-	// of their ordering keys that were being processed, were handed on to a
-	// new batch job (see process's handOn).
+	// of their ordering keys that were being processed, were handed over to a
+	// new batch job (see process's handOver).
 	Waits int `json:"waits,omitempty"`
 }
 

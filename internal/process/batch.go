@@ -72,7 +72,7 @@ type batch struct {
 	failures  []batchFailure
 	waiting   []ordering.Held // for an earlier message of their ordering key
 	unmarked  []uuid.UUID     // processed by handlers that never touched the database
-	late      []uuid.UUID     // to hand on to a new batch job (see pastHalf)
+	late      []uuid.UUID     // to hand over to a new batch job (see pastHalf)
 }
 
 // batchFailure is a message whose handler failed within a batch.
@@ -103,7 +103,7 @@ func (b *batch) run(ctx context.Context, tx pgx.Tx) error {
 	}
 	if len(b.late) > 0 {
 		// Not waits more: they were not waiting for their turn.
-		if err := b.handOn(ctx, b.late, b.job.Args.Waits); err != nil {
+		if err := b.handOver(ctx, b.late, b.job.Args.Waits); err != nil {
 			return fmt.Errorf("inbox: hand the rest of a batch on: %w", err)
 		}
 	}
@@ -385,13 +385,13 @@ func (b *batch) markUntouched(ctx context.Context) error {
 }
 
 // maxHandOns bounds how many times a batch's held messages whose earlier
-// messages are being processed are handed on together to a new batch job;
+// messages are being processed are handed over together to a new batch job;
 // past it they go to jobs of their own, which park them.
 const maxHandOns = 3
 
 // settleWaiting parks the messages that wait for an earlier one of their
 // ordering key where it can (see ordering.ParkHeld); the others, whose
-// earlier messages another transaction holds, are handed on to a new
+// earlier messages another transaction holds, are handed over to a new
 // batch job, or, past maxHandOns, to jobs of their own.
 func (b *batch) settleWaiting(ctx context.Context) error {
 	rest, err := b.p.config.Ordering.ParkHeld(ctx, b.tx, b.job.Args.ReceivedAt, b.waiting)
@@ -409,7 +409,7 @@ func (b *batch) settleWaiting(ctx context.Context) error {
 		for i, m := range rest {
 			ids[i] = m.ID
 		}
-		if err := b.handOn(ctx, ids, b.job.Args.Waits+1); err != nil {
+		if err := b.handOver(ctx, ids, b.job.Args.Waits+1); err != nil {
 			return fmt.Errorf("inbox: ordering: hand messages on: %w", err)
 		}
 	default:
@@ -421,10 +421,10 @@ func (b *batch) settleWaiting(ctx context.Context) error {
 	return nil
 }
 
-// handOn hands ids, messages of the batch, on to a new batch job on the
+// handOver hands ids, messages of the batch, over to a new batch job on the
 // batch's queue that runs at once, with waits as its Waits (how many times
-// its messages were handed on while waiting for their turn).
-func (b *batch) handOn(ctx context.Context, ids []uuid.UUID, waits int) error {
+// its messages were handed over while waiting for their turn).
+func (b *batch) handOver(ctx context.Context, ids []uuid.UUID, waits int) error {
 	args := inboxjob.BatchArgs{ReceivedAt: b.job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
 	opts := b.p.config.Jobs.BatchOpts()
 	opts.Queue = b.job.Queue

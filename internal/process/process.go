@@ -2,7 +2,7 @@
 // message's own job (Worker) and of a batch's (BatchWorker), each handler
 // in a transaction with its message's processed mark and its job's
 // completion (in a batch, a savepoint each), the record of a failure, a
-// batch's split and hand-on, and the periodic rescue of messages nothing
+// batch's split and hand-over, and the periodic rescue of messages nothing
 // would run (Rescuer).
 //
 // It works on message rows. The seam to package inbox, which it does not
@@ -84,7 +84,7 @@ func (f OnDead) call(ctx context.Context, log *slog.Logger, msg *dbsqlc.WharfInb
 type Config struct {
 	// Pool runs the workers' transactions.
 	Pool *pgxpool.Pool
-	// Jobs inserts retry, split and hand-on jobs; its MaxAttempts is a
+	// Jobs inserts retry, split and hand-over jobs; its MaxAttempts is a
 	// message's.
 	Jobs *inboxjob.Jobs
 	// Ordering parks and wakes the messages of ordering keys.
