@@ -311,3 +311,50 @@ func awaitLockWait(t *testing.T, pool *pgxpool.Pool) {
 		return n > 0
 	}, awaitTimeout, 5*time.Millisecond, "nothing waits for a lock")
 }
+
+// TestRescueLeavesADeliveryWhoseJobWasRetried: an operator retries a
+// cancelled delivery job through River (riverui, which wharf serve mounts)
+// after Rescue's first look saw the job cancelled, before Rescue settles
+// the delivery. Rescue re-checked only the delivery's generation and
+// status, which a River retry does not change: it dead-lettered the
+// delivery and called OnDead while its job was available again, and that
+// job then found it dead and sent nothing. The endpoint row held FOR
+// UPDATE only makes Rescue's window (its query's run time) deterministic.
+func TestRescueLeavesADeliveryWhoseJobWasRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, testConfig())
+	ep := b.endpoint(t, okSink(t).URL(), nil)
+	res := b.publish(t, events(1)...)[0]
+	d := b.onlyDelivery(t, res.EventID)
+	jobID := b.ownJobIDs(t, d.ID)[0]
+	admin := adminClient(t, b.pool)
+	_, err := admin.JobCancel(ctx, jobID) // not running: cancelled at once, and no worker dead-letters it
+	require.NoError(t, err)
+
+	hold, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = hold.Rollback(ctx) }()
+	_, err = hold.Exec(ctx, "SELECT 1 FROM wharf_outbox_endpoints WHERE id = $1 FOR UPDATE", ep.ID)
+	require.NoError(t, err)
+
+	var dead deadLog
+	done := make(chan error, 1)
+	go func() {
+		_, err := rescuer(t, b.pool, &dead).Rescue(ctx)
+		done <- err
+	}()
+	awaitLockWait(t, b.pool) // Rescue has its snapshot (job cancelled) and waits for the endpoint
+	_, err = admin.JobRetry(ctx, jobID)
+	require.NoError(t, err)
+	require.NoError(t, hold.Rollback(ctx))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Rescue never returned")
+	}
+	after := b.onlyDelivery(t, res.EventID)
+	require.NotEqual(t, outbox.StatusDead, after.Status, "Rescue dead-lettered a delivery whose job an operator had just retried")
+	require.Empty(t, dead.reasons())
+}

@@ -945,7 +945,10 @@ SELECT count(*)::bigint FROM wharf_outbox_endpoints WHERE NOT enabled;
 -- whole list of jobs with a delivery_id (tens of milliseconds each with
 -- 200,000 jobs). Not locked: the caller settles each with a statement that
 -- locks it and re-checks its generation and status, so that one given a
--- job since this statement's snapshot is left alone.
+-- job since this statement's snapshot is left alone. Only those of @ids
+-- when given: the caller asks again about the deliveries it found, once
+-- their endpoints are locked, so that a job an operator retried (through
+-- River, which changes no delivery) meanwhile is seen.
 WITH candidates AS MATERIALIZED (
     SELECT d.id, d.endpoint_id, d.event_id, d.generation, d.attempts
     FROM wharf_outbox_endpoints ep
@@ -953,6 +956,7 @@ WITH candidates AS MATERIALIZED (
     WHERE d.status IN ('pending', 'retrying')
       AND d.updated_at < @before::timestamptz
       AND (d.next_attempt_at IS NULL OR d.next_attempt_at < @before::timestamptz)
+      AND (sqlc.narg('ids')::text[] IS NULL OR d.id = ANY (sqlc.narg('ids')::text[]::uuid[]))
 ),
 jobs AS MATERIALIZED (
     SELECT h.id, h.kind, h.state::text AS state, h.attempt, h.args

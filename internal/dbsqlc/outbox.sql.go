@@ -302,11 +302,12 @@ WITH candidates AS MATERIALIZED (
     WHERE d.status IN ('pending', 'retrying')
       AND d.updated_at < $2::timestamptz
       AND (d.next_attempt_at IS NULL OR d.next_attempt_at < $2::timestamptz)
+      AND ($3::text[] IS NULL OR d.id = ANY ($3::text[]::uuid[]))
 ),
 jobs AS MATERIALIZED (
     SELECT h.id, h.kind, h.state::text AS state, h.attempt, h.args
     FROM river_job h
-    WHERE h.kind IN ($3::text, $4::text)
+    WHERE h.kind IN ($4::text, $5::text)
       -- No cast: River's indexes are on its state enum.
       AND (h.state IN ('available', 'pending', 'retryable', 'running', 'scheduled')
            OR (h.state IN ('cancelled', 'discarded') AND h.finalized_at IS NOT NULL))
@@ -316,12 +317,12 @@ held AS MATERIALIZED (
     SELECT (j.args->>'delivery_id')::uuid AS delivery_id, COALESCE((j.args->>'generation')::int, 0) AS generation,
            j.id, j.kind, j.state, j.attempt, j.args
     FROM jobs j
-    WHERE j.kind = $3::text
+    WHERE j.kind = $4::text
     UNION ALL
     SELECT (r.ref->>'delivery_id')::uuid, COALESCE((r.ref->>'generation')::int, 0),
            j.id, j.kind, j.state, j.attempt, j.args
     FROM jobs j, jsonb_array_elements(j.args->'deliveries') AS r(ref)
-    WHERE j.kind = $4::text
+    WHERE j.kind = $5::text
 ),
 ended AS (
     SELECT DISTINCT ON (h.delivery_id, h.generation) h.delivery_id, h.generation, h.id, h.kind, h.state, h.attempt, h.args
@@ -347,6 +348,7 @@ LIMIT $1::int
 type OutboxDeliveriesStrandedParams struct {
 	Max          int32
 	Before       time.Time
+	Ids          []string
 	DeliveryKind string
 	BatchKind    string
 }
@@ -379,11 +381,15 @@ type OutboxDeliveriesStrandedRow struct {
 // whole list of jobs with a delivery_id (tens of milliseconds each with
 // 200,000 jobs). Not locked: the caller settles each with a statement that
 // locks it and re-checks its generation and status, so that one given a
-// job since this statement's snapshot is left alone.
+// job since this statement's snapshot is left alone. Only those of @ids
+// when given: the caller asks again about the deliveries it found, once
+// their endpoints are locked, so that a job an operator retried (through
+// River, which changes no delivery) meanwhile is seen.
 func (q *Queries) OutboxDeliveriesStranded(ctx context.Context, arg OutboxDeliveriesStrandedParams) ([]OutboxDeliveriesStrandedRow, error) {
 	rows, err := q.db.Query(ctx, outboxDeliveriesStranded,
 		arg.Max,
 		arg.Before,
+		arg.Ids,
 		arg.DeliveryKind,
 		arg.BatchKind,
 	)

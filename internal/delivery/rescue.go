@@ -100,14 +100,30 @@ type rescued struct {
 func (e *Engine) rescueTx(ctx context.Context, tx pgx.Tx) ([]rescued, error) {
 	q := e.queries.WithTx(tx)
 	now := e.now()
-	rows, err := q.OutboxDeliveriesStranded(ctx, dbsqlc.OutboxDeliveriesStrandedParams{
+	find := dbsqlc.OutboxDeliveriesStrandedParams{
 		Before: now.Add(-RescueAfter), Max: maxRescue, DeliveryKind: Kind, BatchKind: BatchKind,
-	})
+	}
+	found, err := q.OutboxDeliveriesStranded(ctx, find)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: rescue: find stranded deliveries: %w", err)
 	}
-	if err := lockEndpointsOf(ctx, q, rows); err != nil {
+	if len(found) == 0 {
+		return nil, nil
+	}
+	if err := lockEndpointsOf(ctx, q, found); err != nil {
 		return nil, fmt.Errorf("outbox: rescue: lock endpoints: %w", err)
+	}
+	// Asked again, in a snapshot taken after the locks (which may have
+	// waited): what the first answer said of their jobs may have changed
+	// since, as when an operator retries a cancelled job through River,
+	// which changes no delivery for the statements below to notice. What
+	// is still stranded now, they settle, each re-checking its row.
+	for i := range found {
+		find.Ids = append(find.Ids, found[i].ID.String())
+	}
+	rows, err := q.OutboxDeliveriesStranded(ctx, find)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: rescue: check stranded deliveries: %w", err)
 	}
 	// In one order, so that two Rescues at once lock rows alike.
 	slices.SortFunc(rows, func(a, b dbsqlc.OutboxDeliveriesStrandedRow) int { return slices.Compare(a.ID[:], b.ID[:]) })
