@@ -22,6 +22,14 @@ func TestStopMidRequestRecordsTheAttempt(t *testing.T) {
 	t.Parallel()
 	t.Run("OwnJob", func(t *testing.T) { t.Parallel(); testStopMidRequest(t, singleJobConfig(), 1) })
 	t.Run("Batch", func(t *testing.T) { t.Parallel(); testStopMidRequest(t, testConfig(), 3) })
+	// On the last attempt the schedule allows, a cut-off made the delivery
+	// dead (found in review): a deploy is no verdict on the endpoint.
+	lastAttempt := func(cfg *outbox.Config) *outbox.Config {
+		cfg.RetrySchedule = []time.Duration{0}
+		return cfg
+	}
+	t.Run("OwnJobLastAttempt", func(t *testing.T) { t.Parallel(); testStopMidRequest(t, lastAttempt(singleJobConfig()), 1) })
+	t.Run("BatchLastAttempt", func(t *testing.T) { t.Parallel(); testStopMidRequest(t, lastAttempt(testConfig()), 3) })
 }
 
 func testStopMidRequest(t *testing.T, cfg *outbox.Config, n int) {

@@ -310,3 +310,41 @@ func TestPeriodicJobFailureIsLogged(t *testing.T) {
 	require.Contains(t, out, "job_kind=wharf_inbox_rescue", "the rescue's failure appears nowhere in the logs:\n%s", out)
 	require.Contains(t, out, "updated_at")
 }
+
+// TestDeliveryJobFailureIsLogged: a delivery job that fails before any
+// attempt (here its delivery cannot be loaded) is logged by the outbox,
+// since the quiet logger leaves River's line for it out.
+func TestDeliveryJobFailureIsLogged(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ob, err := outbox.New(pool, &outbox.Config{Logger: logger, AllowPrivateNetworks: true, DeliveryBatchSize: 1})
+	require.NoError(t, err)
+	_, err = ob.EndpointCreate(ctx, &outbox.EndpointParams{URL: "http://127.0.0.1:9/never"})
+	require.NoError(t, err)
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "order.created", Data: map[string]int{"n": 1}})
+		return err
+	}))
+	// Breaks the load of the delivery (not a transient error: no snooze).
+	_, err = pool.Exec(ctx, "ALTER TABLE wharf_outbox_deliveries RENAME COLUMN generation TO generation_broken")
+	require.NoError(t, err)
+	cfg := &river.Config{Logger: logger, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Outbox: ob, NoJobs: true}))
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job
+			WHERE kind = $1 AND array_length(errors, 1) > 0`, outbox.DeliveryKind).Scan(&n)
+		return err == nil && n > 0
+	}, 60*time.Second, 50*time.Millisecond, "the delivery job never failed")
+	out := logs.String()
+	require.Contains(t, out, "outbox: the job failed", "the job's failure appears nowhere in the logs:\n%s", out)
+	require.Contains(t, out, "generation")
+}

@@ -62,9 +62,30 @@ func (w *Worker) NextRetry(job *river.Job[Args]) time.Time {
 // (JobCancel from another process) while it runs, the delivery is
 // dead-lettered, since no job will attempt it again.
 func (w *Worker) Work(ctx context.Context, job *river.Job[Args]) error {
+	log := w.engine.config.Logger.With("job_id", job.ID, "delivery_id", job.Args.DeliveryID)
 	err := w.engine.work(ctx, job)
-	return w.engine.whenCancelled(ctx, err, w.engine.config.Logger.With("job_id", job.ID),
-		Ref{DeliveryID: job.Args.DeliveryID, Generation: job.Args.Generation})
+	logUnlogged(ctx, log, err)
+	return w.engine.whenCancelled(ctx, err, log, Ref{DeliveryID: job.Args.DeliveryID, Generation: job.Args.Generation})
+}
+
+// loggedError is an error a worker returns to River having logged it (a
+// failed attempt): wharfriver.Configure leaves River's own line for it out.
+type loggedError struct{ error }
+
+func (e loggedError) Unwrap() error { return e.error }
+
+// logUnlogged logs err, a worker's error for River, unless it was logged
+// already, is a snooze or a cancellation (no failure), or is the client's
+// stop: wharfriver.Configure leaves River's line for a failed job of
+// Wharf's out, so that each failure is logged once, with the delivery.
+func logUnlogged(ctx context.Context, log *slog.Logger, err error) {
+	var logged loggedError
+	var snooze *river.JobSnoozeError
+	var cancelled *river.JobCancelError
+	if err == nil || errors.As(err, &logged) || errors.As(err, &snooze) || errors.As(err, &cancelled) || errors.Is(err, context.Canceled) {
+		return
+	}
+	log.WarnContext(ctx, "outbox: the job failed; River runs it again", "error", err)
 }
 
 // attemptOf is the delivery's attempt number of job's current run: River's
@@ -147,6 +168,11 @@ func (e *Engine) work(ctx context.Context, job *river.Job[Args]) error {
 		log = log.With("circuit_probe", true)
 		log.InfoContext(ctx, "outbox: probing the endpoint, whose circuit is half-open")
 	}
+	if ctx.Err() != nil {
+		// Stopping before anything was sent: no attempt; River gives the
+		// run back.
+		return ctx.Err()
+	}
 	attemptedAt := e.now()
 	out, _ := e.send(ctx, d, attempt, &v)
 	ticket.Sent(!out.CutOff)
@@ -175,8 +201,15 @@ func (e *Engine) finish(ctx context.Context, log *slog.Logger, job *river.Job[Ar
 	case outboxtype.StatusDead:
 		return river.JobCancel(fmt.Errorf("outbox: dead after attempt %d: %s", attempt, out.errorText()))
 	case outboxtype.StatusRetrying:
+		if out.CutOff {
+			// The client is stopping: River gives the run back (its
+			// attempt too), and the job's next run makes this attempt
+			// again, as soon as a worker can.
+			return context.Canceled
+		}
 		job.Args.retryIn, job.Args.retrySet = s.wait, true
-		return fmt.Errorf("outbox: attempt %d failed: %s", attempt, out.errorText())
+		// settle logged it.
+		return loggedError{fmt.Errorf("outbox: attempt %d failed: %s", attempt, out.errorText())}
 	}
 	return nil
 }

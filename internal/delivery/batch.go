@@ -40,6 +40,7 @@ func (w *BatchWorker) Timeout(*river.Job[BatchArgs]) time.Duration {
 func (w *BatchWorker) Work(ctx context.Context, job *river.Job[BatchArgs]) error {
 	err := w.engine.workBatch(ctx, job)
 	log := w.engine.config.Logger.With("job_id", job.ID, "endpoint_id", job.Args.EndpointID)
+	logUnlogged(ctx, log, err)
 	return w.engine.whenCancelled(ctx, err, log, job.Args.Deliveries...)
 }
 
@@ -174,7 +175,9 @@ func (e *Engine) sendMembers(ctx context.Context, log *slog.Logger, ticket *admi
 			return over, sendErr
 		}
 		if s.status == outboxtype.StatusRetrying {
-			over = append(over, handOverOf(m.d, m.ref, time.Now().Add(s.wait)))
+			h := handOverOf(m.d, m.ref, time.Now().Add(s.wait))
+			h.cutOff = out.CutOff
+			over = append(over, h)
 		}
 		if sendErr != nil {
 			return over, sendErr

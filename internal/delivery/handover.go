@@ -29,6 +29,10 @@ type handOver struct {
 	// the others of the same number (one alone gets a job of its own); 0:
 	// a job of its own.
 	batch int
+	// cutOff is true when the batch's attempt of the delivery was cut off
+	// by the client's stop: recorded, but not counted against the
+	// delivery's attempts (its new job makes that attempt again).
+	cutOff bool
 }
 
 // handOverOf is the hand-over of d, loaded by a batch job, at its place
@@ -109,7 +113,11 @@ func (e *Engine) handOverTx(ctx context.Context, tx pgx.Tx, over []handOver) (ma
 			at = *row.NextAttemptAt
 		}
 		if h.batch == 0 || members[h.batch] == 1 {
-			offset := max(int(row.Attempts)-h.ref.AttemptsBefore, 0)
+			offset := int(row.Attempts) - h.ref.AttemptsBefore
+			if h.cutOff {
+				offset--
+			}
+			offset = max(offset, 0)
 			opts := e.insertOpts(0)
 			opts.MaxAttempts = max(opts.MaxAttempts-offset, spareRuns+1)
 			scheduleAt(opts, at)

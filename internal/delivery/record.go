@@ -42,14 +42,22 @@ func (e *Engine) settle(ctx context.Context, log *slog.Logger, attempt, limit in
 
 	rec := &attemptRecord{row: d, slot: slot, attemptedAt: attemptedAt, out: out, status: outboxtype.StatusSucceeded}
 	// The SSRF guard's refusal is no transient failure: the address is
-	// refused on every try, so the delivery is dead at once.
-	final := attempt >= limit || out.Gone() || out.cancelled || out.Refused()
+	// refused on every try, so the delivery is dead at once. A request the
+	// client's stop cut off is recorded, but says nothing of the endpoint:
+	// it never makes its delivery dead, and the attempt is made again as
+	// soon as a worker can (without using up the attempt: see finish and
+	// the batch's hand-over).
+	final := (attempt >= limit && !out.CutOff) || out.Gone() || out.cancelled || out.Refused()
 	var wait time.Duration
 	if !out.Succeeded() {
 		rec.status = outboxtype.StatusRetrying
-		if final {
+		switch {
+		case final:
 			rec.status = outboxtype.StatusDead
-		} else {
+		case out.CutOff:
+			next := attemptedAt.Add(out.Duration)
+			rec.nextAttemptAt = &next
+		default:
 			wait = e.retries.wait(attempt, out.Outcome)
 			next := attemptedAt.Add(out.Duration + wait)
 			rec.nextAttemptAt = &next
