@@ -90,7 +90,9 @@ func TestRedactURL(t *testing.T) {
 		"https://ops:pw@example.com/hook?token=abc":             "https://xxxxx@example.com/hook?…",
 		"https://example.com":                                   "https://example.com",
 		"https://example.com/wharf":                             "https://example.com/wharf",
-		"::not a url":                                           "(unparsable URL)",
+		"https://api.telegram.org/bot123456:AAHdqTcv/send":      "https://api.telegram.org/…",
+		"https://in.example.com/3f9a1c7e2b8d4f60a1b2":           "https://in.example.com/…",
+		"::not a url": "(unparsable URL)",
 	} {
 		require.Equal(t, want, ops.RedactURL(in), in)
 	}
