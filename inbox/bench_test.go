@@ -237,11 +237,14 @@ func hammer(b *testing.B, workers, n int, op func(i int) error) loadtest.Result 
 }
 
 // BenchmarkProcess measures inbox processing with a no-op handler against
-// River's own no-op job rate, under the same River config (one queue of 50
-// workers, a 10 ms fetch cooldown and a 100 ms poll: the example's) in the
+// River's own no-op job rate, under the same River config (River tuned as
+// for every River peer: loadtest.RiverWorkers workers on one queue,
+// loadtest.RiverFetchCooldown, loadtest.RiverFetchPollInterval) in the
 // same run. N messages are received in batches of 50 (as group commit
 // stores them under load), then a River client works them; the rate is N
-// over the time until the last is processed. The baseline inserts N no-op
+// over the time until the last is processed. The same N received one per
+// transaction (ReceiveTx in an app's own transaction: a job each) are
+// timed against the same no-op rate. The baseline inserts N no-op
 // jobs and times their completion the same way. Target: ratio ≥ 0.5. The
 // same messages spread over orderedKeys ordering keys, and all under one
 // (a hot key: its backlog goes on one batch at a time), are timed against
@@ -253,10 +256,10 @@ func BenchmarkProcess(b *testing.B) {
 	ctx := context.Background()
 	riverConfig := func(workers *river.Workers) *river.Config {
 		return &river.Config{
-			Queues:            map[string]river.QueueConfig{inbox.DefaultQueue: {MaxWorkers: 50}},
+			Queues:            map[string]river.QueueConfig{inbox.DefaultQueue: {MaxWorkers: loadtest.RiverWorkers}},
 			Workers:           workers,
-			FetchCooldown:     10 * time.Millisecond,
-			FetchPollInterval: 100 * time.Millisecond,
+			FetchCooldown:     loadtest.RiverFetchCooldown,
+			FetchPollInterval: loadtest.RiverFetchPollInterval,
 			Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		}
 	}
@@ -301,8 +304,9 @@ func BenchmarkProcess(b *testing.B) {
 	warmup := n / 2
 
 	// runInbox receives n messages (with orderingKeys keys, spread evenly;
-	// 0: none) and returns how long the workers took to process them.
-	runInbox := func(orderingKeys int) time.Duration {
+	// 0: none), perTx to a transaction, and returns how long the workers
+	// took to process them.
+	runInbox := func(orderingKeys, perTx int) time.Duration {
 		pool := benchPool(b, 32)
 		// Closed when the run is done: Postgres's max_connections (100)
 		// leaves no room for every run's pool at once.
@@ -313,21 +317,23 @@ func BenchmarkProcess(b *testing.B) {
 		}
 		ib.Handle(inbox.Wildcard, inbox.Wildcard, func(context.Context, pgx.Tx, *inbox.Message) error { return nil })
 		receive := func(prefix string, count int) {
-			for start := 0; start < count; start += 50 {
+			receiveTx := func(start int) error {
 				var batch []inbox.Incoming
-				for i := start; i < min(count, start+50); i++ {
+				for i := start; i < min(count, start+perTx); i++ {
 					msg := inbox.Incoming{Source: "bench", EventID: fmt.Sprintf("%s_%d", prefix, i), Body: []byte(`{"type":"noop"}`)}
 					if orderingKeys > 0 {
 						msg.OrderingKey = fmt.Sprintf("%s_key_%d", prefix, i%orderingKeys)
 					}
 					batch = append(batch, msg)
 				}
-				if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 					_, err := ib.ReceiveManyTx(ctx, tx, batch)
 					return err
-				}); err != nil {
-					b.Fatal(err)
-				}
+				})
+			}
+			// From 16 goroutines: one transaction a message takes a while.
+			if _, err := loadtest.Run(16, (count+perTx-1)/perTx, func(i int) error { return receiveTx(i * perTx) }); err != nil {
+				b.Fatal(err)
 			}
 		}
 		workers := river.NewWorkers()
@@ -344,9 +350,10 @@ func BenchmarkProcess(b *testing.B) {
 	}
 
 	for b.Loop() {
-		inboxTime := runInbox(0)
-		orderedTime := runInbox(orderedKeys)
-		hotTime := runInbox(1)
+		inboxTime := runInbox(0, 50)
+		orderedTime := runInbox(orderedKeys, 50)
+		hotTime := runInbox(1, 50)
+		oneTime := runInbox(0, 1)
 
 		rpool := benchPool(b, 32)
 		rclient, err := river.NewClient(riverpgxv5.New(rpool), &river.Config{})
@@ -378,6 +385,10 @@ func BenchmarkProcess(b *testing.B) {
 		b.ReportMetric(riverRate, "river_noop_job/s")
 		b.Logf("%d messages: inbox no-op handler %.0f/s, River no-op jobs %.0f/s, ratio %.2f", n, inboxRate, riverRate, inboxRate/riverRate)
 		loadtest.Bench("process_noop_handler_vs_river_noop_job_per_s", inboxRate, riverRate)
+		oneRate := float64(n) / oneTime.Seconds()
+		b.ReportMetric(oneRate, "inbox_one_per_tx_msg/s")
+		b.Logf("received one per transaction (a job each): %.0f/s, %.2f of River's no-op jobs", oneRate, oneRate/riverRate)
+		loadtest.Bench("process_received_one_per_tx_vs_river_noop_job_per_s", oneRate, riverRate)
 		orderedRate := float64(n) / orderedTime.Seconds()
 		b.ReportMetric(orderedRate, "inbox_ordered_msg/s")
 		b.Logf("ordered by %d keys: %.0f/s, %.2f of unordered", orderedKeys, orderedRate, orderedRate/inboxRate)

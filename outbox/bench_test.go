@@ -29,7 +29,7 @@ import (
 var benchDeliveries = max(loadtest.EnvInt("WHARF_BENCH_DELIVERIES", 5000), 2)
 
 const (
-	benchWorkers = 100
+	benchWorkers = loadtest.RiverWorkers
 	benchTxs     = 300
 )
 
@@ -83,9 +83,10 @@ func (w *plainSendWorker) Work(ctx context.Context, job *river.Job[plainSendArgs
 	return nil
 }
 
-// benchRiverConfig is the River config of both halves of BenchmarkDelivery:
-// 100 workers on the outbox queue, fetch cooldown 2 ms (River's default of
-// 100 ms caps a queue at MaxWorkers/100ms, see docs/design.md), poll 20 ms.
+// benchRiverConfig is the River config of the outbox and of its River
+// peers (no-op jobs, the plain sender) alike: the benchmarks' tuned River
+// (loadtest.RiverWorkers workers on the outbox queue, fetch cooldown
+// loadtest.RiverFetchCooldown, poll loadtest.RiverFetchPollInterval).
 func benchRiverConfig(ob *outbox.Outbox) *river.Config {
 	workers := river.NewWorkers()
 	river.AddWorker(workers, noopWorker{})
@@ -93,8 +94,21 @@ func benchRiverConfig(ob *outbox.Outbox) *river.Config {
 		panic(err)
 	}
 	cfg := riverConfig(ob, workers, benchWorkers)
+	cfg.FetchCooldown = loadtest.RiverFetchCooldown
+	cfg.FetchPollInterval = loadtest.RiverFetchPollInterval
 	cfg.CompletedJobRetentionPeriod = time.Hour
 	return cfg
+}
+
+// plainHTTPClient is the plain sender's client: one that keeps a
+// connection per worker, as a competent user configures it (Go's default
+// keeps 2 idle connections a host, so 100 workers would dial for most
+// requests).
+func plainHTTPClient() *http.Client {
+	return &http.Client{
+		Timeout:   15 * time.Second,
+		Transport: &http.Transport{MaxIdleConns: benchWorkers, MaxIdleConnsPerHost: benchWorkers, IdleConnTimeout: time.Minute},
+	}
 }
 
 // benchConfig is testConfig with the default DeliveryBatchSpan, or
@@ -289,7 +303,7 @@ func BenchmarkDelivery(b *testing.B) {
 		_, err = plainInserter.InsertManyFast(ctx, plain)
 		require.NoError(b, err)
 		plainCfg := benchRiverConfig(ob)
-		river.AddWorker(plainCfg.Workers, &plainSendWorker{client: &http.Client{Timeout: 15 * time.Second}, secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
+		river.AddWorker(plainCfg.Workers, &plainSendWorker{client: plainHTTPClient(), secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})
 		plainTime += workAll(b, pool, plainCfg, benchDeliveries)
 
 		noops := make([]river.InsertManyParams, benchDeliveries)

@@ -91,12 +91,21 @@ func Run(workers, n int, op func(i int) error) (Result, error) {
 // offered load shows interference that a saturating closed loop hides in
 // its queueing.
 func RunRate(perSecond float64, n int, op func(i int) error) (Result, error) {
+	return RunSchedule(perSecond, n, func(i int, _ time.Time) error { return op(i) })
+}
+
+// RunSchedule is RunRate whose op is given its call's scheduled start, for
+// a latency that ends elsewhere (a webhook's arrival at a receiver, a
+// handler's run) and must be measured from the same start.
+func RunSchedule(perSecond float64, n int, op func(i int, scheduled time.Time) error) (Result, error) {
 	interval := time.Duration(float64(time.Second) / perSecond)
+	scheduledAt := func(start time.Time, i int) time.Time { return start.Add(time.Duration(i) * interval) }
+	var start time.Time
 	return run(n, func(launch func(int, time.Time) bool) {
 		var wg sync.WaitGroup
-		start := time.Now()
+		start = time.Now()
 		for i := range n {
-			scheduled := start.Add(time.Duration(i) * interval)
+			scheduled := scheduledAt(start, i)
 			if wait := time.Until(scheduled); wait > 0 {
 				time.Sleep(wait) // pacing the offered load is the point here
 			}
@@ -104,7 +113,7 @@ func RunRate(perSecond float64, n int, op func(i int) error) (Result, error) {
 			go func() { defer wg.Done(); launch(i, scheduled) }()
 		}
 		wg.Wait()
-	}, op)
+	}, func(i int) error { return op(i, scheduledAt(start, i)) })
 }
 
 // Ms converts a duration to fractional milliseconds, for reports.
@@ -139,3 +148,15 @@ func Bench(name string, wharf, baseline float64) {
 	}
 	fmt.Printf("BENCH %s %.3f %.2f %.2f\n", name, ratio, wharf, baseline)
 }
+
+// The River config of every River peer in the benchmarks (a no-op job, a
+// plain sender, a River-only receiver) and of Wharf's runs beside them:
+// tuned as a competent user tunes River for throughput. River's defaults
+// (100 workers a queue but a 100 ms fetch cooldown) cap a queue at
+// MaxWorkers jobs per cooldown; with these it ran ~16,000 no-op jobs/s on
+// the 2-core machine of docs/performance.md.
+const (
+	RiverWorkers           = 100
+	RiverFetchCooldown     = 5 * time.Millisecond
+	RiverFetchPollInterval = 20 * time.Millisecond
+)
