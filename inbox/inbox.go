@@ -40,11 +40,6 @@ const (
 	// DefaultBatchSize is how many messages share a receive transaction and
 	// a processing job unless Config.BatchSize says otherwise.
 	DefaultBatchSize = 50
-	// insertNotifyInterval is how often at most the inbox's inserts of jobs
-	// tell the workers (LISTEN/NOTIFY) that jobs are waiting. Each notifying
-	// commit takes Postgres's notification queue lock, so not every insert
-	// notifies; one per 10 ms costs nothing measurable.
-	insertNotifyInterval = 10 * time.Millisecond
 	// DefaultBatchWait is how long a delivery waits for others to share its
 	// transaction unless Config.BatchWait says otherwise.
 	DefaultBatchWait = time.Millisecond
@@ -157,11 +152,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 	c := cfg.withDefaults()
 	// A client without workers only inserts; it is never started. Its
 	// FetchCooldown is how often at most its inserts notify the workers
-	// (River's default, 100 ms, leaves a job inserted just after a
-	// notification to the workers' next poll, a second later by default:
-	// each step of an ordering key's sequence, whose wake inserts the next
-	// message's job, would wait that long).
-	insertClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: insertNotifyInterval})
+	// (shared.InsertNotifyInterval).
+	insertClient, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: shared.InsertNotifyInterval, Logger: c.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("inbox: river client: %w", err)
 	}

@@ -452,3 +452,34 @@ func TestZeroRetryWaitRetriesAtOnce(t *testing.T) {
 		return len(list) == 1 && list[0].Status == outbox.StatusDead && list[0].Attempts == 3
 	}, 12*time.Second, 10*time.Millisecond, "three attempts 0 s apart take 17 s under River's own retry policy")
 }
+
+// TestAtCapWaitsForAFreedSlot: deliveries that find their endpoint at its
+// cap take a slot as soon as an attempt of this node gives one back,
+// instead of being snoozed for BusyRetryDelay (30 s here): a burst to an
+// endpoint that answers in milliseconds is delivered in milliseconds, and
+// the cap still holds. Before, the two deliveries past the cap waited out
+// their snooze.
+func TestAtCapWaitsForAFreedSlot(t *testing.T) {
+	t.Parallel()
+	cfg := singleJobConfig()
+	cfg.BusyRetryDelay = 30 * time.Second
+	bundle := setup(t, cfg)
+	receiver := newSink(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		time.Sleep(20 * time.Millisecond) // the endpoint's answer takes a while, so the slots overlap
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ep := bundle.endpoint(t, receiver.URL(), &outbox.EndpointParams{MaxInFlight: 2})
+	events := make([]*outbox.Event, 4)
+	for i := range events {
+		events[i] = &outbox.Event{Type: "x", Data: i}
+	}
+	res := bundle.publish(t, events...)
+	started := time.Now()
+	startRiver(t, bundle.pool, bundle.outbox)
+	for _, r := range res {
+		d := bundle.awaitDelivery(t, ep.ID, r.EventID, outbox.StatusSucceeded)
+		require.Equal(t, 1, d.Attempts)
+	}
+	require.Less(t, time.Since(started), cfg.BusyRetryDelay, "no delivery waited out a snooze")
+	require.LessOrEqual(t, receiver.maxSeen.Load(), int64(2))
+}

@@ -3,6 +3,7 @@ package wharfriver_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -101,10 +102,113 @@ func TestConfigureKeepsWhatIsSet(t *testing.T) {
 		FetchPollInterval:    2 * time.Second,
 	}
 	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, NoJobs: true}))
-	require.Equal(t, map[string]river.QueueConfig{inbox.DefaultQueue: {MaxWorkers: 3}, "app": {MaxWorkers: 7}}, cfg.Queues)
+	// A cooldown neither the client nor the queue set is Wharf's to set.
+	require.Equal(t, map[string]river.QueueConfig{
+		inbox.DefaultQueue: {MaxWorkers: 3, FetchCooldown: wharfriver.DefaultFetchCooldown}, "app": {MaxWorkers: 7},
+	}, cfg.Queues)
 	require.Equal(t, 45*time.Second, cfg.RescueStuckJobsAfter)
 	require.Equal(t, 2*time.Second, cfg.FetchPollInterval)
 	require.Empty(t, cfg.PeriodicJobs)
+}
+
+// TestConfigureSetsFetchCooldown: the inbox's and the outbox's queues get
+// DefaultFetchCooldown (River's 100 ms made a webhook or an event wait up
+// to that long for a fetch) unless the client or the queue sets one; the
+// periodic jobs' queue keeps River's.
+func TestConfigureSetsFetchCooldown(t *testing.T) {
+	t.Parallel()
+	pool := testdb.New(t)
+	ib, err := inbox.New(pool, &inbox.Config{Logger: quiet})
+	require.NoError(t, err)
+	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet})
+	require.NoError(t, err)
+	cfg := &river.Config{}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Inbox: ib, Outbox: ob}))
+	require.Equal(t, wharfriver.DefaultFetchCooldown, cfg.Queues[inbox.DefaultQueue].FetchCooldown)
+	require.Equal(t, wharfriver.DefaultFetchCooldown, cfg.Queues[outbox.DefaultQueue].FetchCooldown)
+	require.Zero(t, cfg.Queues[river.QueueDefault].FetchCooldown, "the periodic jobs' queue")
+	_, err = river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+
+	cfg = &river.Config{Queues: map[string]river.QueueConfig{outbox.DefaultQueue: {MaxWorkers: 9, FetchCooldown: 40 * time.Millisecond}}}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, Outbox: ob, NoJobs: true}))
+	require.Equal(t, river.QueueConfig{MaxWorkers: 9, FetchCooldown: 40 * time.Millisecond}, cfg.Queues[outbox.DefaultQueue])
+	cfg = &river.Config{FetchCooldown: 30 * time.Millisecond}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, Outbox: ob, NoJobs: true}))
+	require.Zero(t, cfg.Queues[inbox.DefaultQueue].FetchCooldown, "the client's cooldown applies")
+}
+
+// TestCommitWakesWorkers: messages received and events published one per
+// transaction, milliseconds apart, are processed and delivered without
+// waiting for the workers' poll (30 s here). With River's 100 ms between
+// insert notifications, only the first of a burst notified the workers and
+// the others waited for the poll.
+func TestCommitWakesWorkers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testdb.New(t)
+	ib, err := inbox.New(pool, &inbox.Config{Logger: quiet})
+	require.NoError(t, err)
+	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet, AllowPrivateNetworks: true})
+	require.NoError(t, err)
+	processed := make(chan string, 10)
+	ib.Handle(inbox.Wildcard, inbox.Wildcard, func(_ context.Context, _ pgx.Tx, msg *inbox.Message) error {
+		processed <- msg.EventID
+		return nil
+	})
+	delivered := make(chan string, 10)
+	sink := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		delivered <- r.Header.Get("webhook-id")
+	}))
+	t.Cleanup(sink.Close)
+	_, err = ob.EndpointEnsure(ctx, &outbox.EndpointParams{URL: sink.URL})
+	require.NoError(t, err)
+	cfg := &river.Config{Logger: quiet, FetchPollInterval: 30 * time.Second}
+	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, Outbox: ob, NoJobs: true}))
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+
+	await := func(ch chan string, what string, n int) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for i := range n {
+			select {
+			case <-ch:
+			case <-timeout:
+				t.Fatalf("%d of %d %s within 10 s: the others wait for the poll", i, n, what)
+			}
+		}
+	}
+	// One of each first: the workers are listening once it arrived.
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := ib.ReceiveTx(ctx, tx, inbox.Incoming{Source: "s", EventID: "first", Body: []byte(`{}`)}); err != nil {
+			return err
+		}
+		_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "t", Data: map[string]int{"n": 0}})
+		return err
+	}))
+	await(processed, "messages processed", 1)
+	await(delivered, "events delivered", 1)
+
+	const burst = 4
+	for i := range burst {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ib.ReceiveTx(ctx, tx, inbox.Incoming{Source: "s", EventID: fmt.Sprintf("evt_%d", i), Body: []byte(`{}`)})
+			return err
+		}))
+		time.Sleep(2 * time.Millisecond) // the burst's pace: commits 2 ms apart
+	}
+	for i := range burst {
+		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			_, err := ob.PublishTx(ctx, tx, &outbox.Event{Type: "t", Data: map[string]int{"n": i}})
+			return err
+		}))
+		time.Sleep(2 * time.Millisecond)
+	}
+	await(processed, "messages processed", burst)
+	await(delivered, "events delivered", burst)
 }
 
 // TestConfigureSetsPollInterval: an unset FetchPollInterval becomes

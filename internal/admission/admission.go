@@ -90,6 +90,9 @@ type Gate struct {
 	// slots takes the first try's slot of the deliveries of a node that
 	// ask at the same time in one statement.
 	slots *groupcommit.Batcher[slotAsk, int32]
+	// freed wakes deliveries waiting at an endpoint's cap (atCap) when an
+	// attempt of this node gives a slot back.
+	freed slotWaiters
 }
 
 // New returns the Gate of cfg (nil: every default) on pool.
@@ -334,6 +337,9 @@ func (t *Ticket) Sent(verdict bool) { t.judged = verdict }
 func (t *Ticket) Recorded() {
 	if t != nil {
 		t.recorded = true
+		if t.slot != NoSlot {
+			t.gate.freed.given(t.endpointID)
+		}
 	}
 }
 

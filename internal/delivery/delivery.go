@@ -202,7 +202,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: c.Logger})
+	// Its inserts notify the workers at most once per
+	// shared.InsertNotifyInterval: a committed publish wakes a worker.
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: shared.InsertNotifyInterval, Logger: c.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: river insert client: %w", err)
 	}
