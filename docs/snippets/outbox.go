@@ -26,9 +26,7 @@ func outboxQuickStart(ctx context.Context, pool *pgxpool.Pool, account string, b
 
 	// Attach its delivery worker and queue to your River client (with the
 	// inbox too, when you have one: one Configure call takes every component).
-	riverCfg := &river.Config{
-		FetchCooldown: 5 * time.Millisecond, // default 100 ms caps a queue at MaxWorkers/0.1s
-	}
+	riverCfg := &river.Config{} // Configure gives the outbox queue a 5 ms FetchCooldown
 	if err := wharfriver.Configure(riverCfg, &wharfriver.Components{Pool: pool, Outbox: ob}); err != nil {
 		return err
 	}
