@@ -36,6 +36,9 @@ type form struct {
 	// poolConns is each node's pool size. Defaults to 8: three nodes on a
 	// server shared with other tests (the example's own default is 16).
 	poolConns int
+	// pgbouncer puts the nodes behind PgBouncer in transaction mode (pgx's
+	// exec mode) instead of the cutting proxy; migrations go direct.
+	pgbouncer bool
 }
 
 // fault is one action, taken when the storm has handed out the fraction
@@ -134,7 +137,11 @@ func newCluster(t testing.TB, f form, extraEnv func(i int) []string) *cluster {
 	t.Cleanup(direct.Close)
 	c.direct = direct
 
-	u, err := url.Parse(proxied)
+	base := proxied
+	if f.pgbouncer {
+		base = testdb.NewPgBouncer(t, dbURL).URL("exec")
+	}
+	u, err := url.Parse(base)
 	require.NoError(t, err)
 	q := u.Query()
 	q.Set("pool_max_conns", strconv.Itoa(cmp.Or(f.poolConns, 8)))
@@ -145,6 +152,9 @@ func newCluster(t testing.TB, f form, extraEnv func(i int) []string) *cluster {
 			"WHARF_EXAMPLE_JOB_TIMEOUT=" + f.jobTimeout.String(),
 			"WHARF_EXAMPLE_RESCUE_AFTER=" + f.rescueAfter.String(),
 			"WHARF_EXAMPLE_JOBS_INTERVAL=" + f.jobsInterval.String(),
+		}
+		if f.pgbouncer {
+			env = append(env, "WHARF_EXAMPLE_MIGRATE_URL="+dbURL)
 		}
 		if extraEnv != nil {
 			env = append(env, extraEnv(i)...)

@@ -25,12 +25,22 @@ import (
 // On one machine the nodes share its cores with Postgres and the load
 // generator, so the ratio says how much a second and third process add
 // before the machine (not Wharf) is the limit; docs/scaling.md reads it.
+//
+// Then three nodes, none killed, behind PgBouncer in transaction mode
+// (default_pool_size 20; pgx in exec mode; River polling every 20 ms, as
+// LISTEN does not work there) against the same three direct:
+//
+//	BENCH scaleout_3_nodes_pgbouncer_vs_direct <ratio> <through PgBouncer>/s <direct>/s
 func BenchmarkScaleOut(b *testing.B) {
 	for range b.N {
-		one := measureScale(b, 1, false)
-		three := measureScale(b, 3, true)
+		one := measureScale(b, 1, false, false)
+		three := measureScale(b, 3, true, false)
 		fmt.Printf("SCALE nodes=1 %s\nSCALE nodes=3 %s (one killed half-way)\n", one, three)
 		fmt.Printf("BENCH scaleout_3_nodes_vs_1 %.2f %.0f/s %.0f/s\n", three.rate/one.rate, three.rate, one.rate)
+		direct := measureScale(b, 3, false, false)
+		pooled := measureScale(b, 3, false, true)
+		fmt.Printf("SCALE nodes=3 direct %s\nSCALE nodes=3 pgbouncer %s\n", direct, pooled)
+		fmt.Printf("BENCH scaleout_3_nodes_pgbouncer_vs_direct %.2f %.0f/s %.0f/s\n", pooled.rate/direct.rate, pooled.rate, direct.rate)
 	}
 }
 
@@ -47,9 +57,9 @@ func (r scaleResult) String() string {
 		r.acked, r.applied, r.rate, r.storm.Seconds(), r.settle.Seconds())
 }
 
-func measureScale(b *testing.B, nodes int, kill bool) scaleResult {
+func measureScale(b *testing.B, nodes int, kill, pgbouncer bool) scaleResult {
 	f := form{name: fmt.Sprintf("scale%d", nodes), jobTimeout: 5 * time.Second, rescueAfter: 6 * time.Second,
-		jobsInterval: time.Hour, poolConns: 16}
+		jobsInterval: time.Hour, poolConns: 16, pgbouncer: pgbouncer}
 	c := newCluster(b, f, nil)
 	running := c.nodes[:nodes]
 	for _, n := range running {
