@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -23,19 +22,13 @@ import (
 	"github.com/wharfhq/wharf/wharfriver"
 )
 
-// Targets of BenchmarkHandlerLatency (docs/performance.md).
-const (
-	latencyTargetP50 = 10 * time.Millisecond
-	latencyTargetP99 = 25 * time.Millisecond
-)
-
 // BenchmarkHandlerLatency measures receive-to-handler latency with the
 // default configuration: inbox.New with one Standard Webhooks source and
 // defaults, River wired by wharfriver.Configure on an empty river.Config,
 // signed 1 KB webhooks POSTed at a fixed rate (50/s, then 200/s;
 // WHARF_BENCH_LATENCY_SECONDS each, default 8). A latency runs from the
 // request's scheduled start to the start of its handler. Reported as
-// BENCH lines against the targets (p50 10 ms, p99 25 ms).
+// BENCH lines against the targets (loadtest.LatencyTargetP50, P99).
 func BenchmarkHandlerLatency(b *testing.B) {
 	ctx := context.Background()
 	pool := benchPool(b, 20)
@@ -111,29 +104,22 @@ func BenchmarkHandlerLatency(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			latencies := make([]time.Duration, 0, n)
-			deadline := time.Now().Add(time.Minute)
-			for len(latencies) < n {
-				if time.Now().After(deadline) {
-					b.Fatalf("only %d of %d messages handled within a minute", len(latencies), n)
-				}
-				latencies = latencies[:0]
+			latencies, err := loadtest.AwaitLatencies(n, time.Minute, func() []time.Duration {
 				mu.Lock()
+				defer mu.Unlock()
+				var got []time.Duration
 				for i, id := range ids {
 					if at, ok := handled[id]; ok {
-						latencies = append(latencies, at.Sub(scheduled[i]))
+						got = append(got, at.Sub(scheduled[i]))
 					}
 				}
-				mu.Unlock()
-				if len(latencies) < n {
-					time.Sleep(20 * time.Millisecond) // waiting for the last handlers
-				}
+				return got
+			})
+			if err != nil {
+				b.Fatal(err)
 			}
-			slices.Sort(latencies)
-			p50, p99, most := latencies[n/2], latencies[n*99/100], latencies[n-1]
-			b.Logf("%d webhooks/s: receive to handler p50 %.1f ms, p99 %.1f ms, max %.1f ms", rate, loadtest.Ms(p50), loadtest.Ms(p99), loadtest.Ms(most))
-			loadtest.Bench(fmt.Sprintf("inbox_receive_to_handler_%d_per_s_p50_ms_vs_target_lower_is_better", rate), loadtest.Ms(p50), loadtest.Ms(latencyTargetP50))
-			loadtest.Bench(fmt.Sprintf("inbox_receive_to_handler_%d_per_s_p99_ms_vs_target_lower_is_better", rate), loadtest.Ms(p99), loadtest.Ms(latencyTargetP99))
+			loadtest.ReportLatencies(b, fmt.Sprintf("inbox_receive_to_handler_%d_per_s", rate),
+				fmt.Sprintf("%d webhooks/s, receive to handler", rate), latencies)
 		}
 	}
 	b.ReportMetric(0, "ns/op")

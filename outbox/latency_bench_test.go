@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,12 +21,6 @@ import (
 	"github.com/wharfhq/wharf/wharfriver"
 )
 
-// Targets of BenchmarkDeliveryLatency (docs/performance.md).
-const (
-	latencyTargetP50 = 10 * time.Millisecond
-	latencyTargetP99 = 25 * time.Millisecond
-)
-
 // BenchmarkDeliveryLatency measures publish-to-arrival latency with the
 // default configuration: outbox.New with defaults (private networks
 // allowed, for the loopback sink), River wired by wharfriver.Configure on
@@ -35,7 +28,7 @@ const (
 // once, one event published per transaction at a fixed rate (50/s, then
 // 200/s; WHARF_BENCH_LATENCY_SECONDS each, default 8). A latency runs from
 // the publish's scheduled start to the request's arrival at the sink.
-// Reported as BENCH lines against the targets (p50 10 ms, p99 25 ms).
+// Reported as BENCH lines against the targets (loadtest.LatencyTargetP50, P99).
 func BenchmarkDeliveryLatency(b *testing.B) {
 	ctx := context.Background()
 	pool := benchPool(b)
@@ -81,28 +74,20 @@ func BenchmarkDeliveryLatency(b *testing.B) {
 				})
 			})
 			require.NoError(b, err)
-			latencies := make([]time.Duration, 0, n)
-			deadline := time.Now().Add(time.Minute)
-			for len(latencies) < n {
-				require.True(b, time.Now().Before(deadline), "only %d of %d deliveries arrived within a minute", len(latencies), n)
-				latencies = latencies[:0]
+			latencies, err := loadtest.AwaitLatencies(n, time.Minute, func() []time.Duration {
 				mu.Lock()
+				defer mu.Unlock()
+				var got []time.Duration
 				for i, id := range ids {
 					if at, ok := arrived[id]; ok {
-						latencies = append(latencies, at.Sub(scheduled[i]))
+						got = append(got, at.Sub(scheduled[i]))
 					}
 				}
-				mu.Unlock()
-				if len(latencies) < n {
-					time.Sleep(20 * time.Millisecond) // waiting for the last arrivals
-				}
-			}
-			slices.Sort(latencies)
-			p50, p99, most := latencies[n/2], latencies[n*99/100], latencies[n-1]
-			b.Logf("%d events/s, one per transaction: publish to arrival p50 %.1f ms, p99 %.1f ms, max %.1f ms",
-				rate, loadtest.Ms(p50), loadtest.Ms(p99), loadtest.Ms(most))
-			loadtest.Bench(fmt.Sprintf("outbox_publish_to_arrival_%d_per_s_p50_ms_vs_target_lower_is_better", rate), loadtest.Ms(p50), loadtest.Ms(latencyTargetP50))
-			loadtest.Bench(fmt.Sprintf("outbox_publish_to_arrival_%d_per_s_p99_ms_vs_target_lower_is_better", rate), loadtest.Ms(p99), loadtest.Ms(latencyTargetP99))
+				return got
+			})
+			require.NoError(b, err)
+			loadtest.ReportLatencies(b, fmt.Sprintf("outbox_publish_to_arrival_%d_per_s", rate),
+				fmt.Sprintf("%d events/s, one per transaction, publish to arrival", rate), latencies)
 		}
 	}
 	b.ReportMetric(0, "ns/op")

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -28,29 +29,38 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// components returns an inbox and an outbox on a fresh database, whose
+// handler sends each processed message's event id on processed and whose
+// one endpoint sends each delivery's webhook-id on delivered.
+func components(t *testing.T) (*pgxpool.Pool, *inbox.Inbox, *outbox.Outbox, chan string, chan string) {
+	t.Helper()
+	pool := testdb.New(t)
+	ib, err := inbox.New(pool, &inbox.Config{Logger: quiet})
+	require.NoError(t, err)
+	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet, AllowPrivateNetworks: true})
+	require.NoError(t, err)
+	processed := make(chan string, 10)
+	ib.Handle(inbox.Wildcard, inbox.Wildcard, func(_ context.Context, _ pgx.Tx, msg *inbox.Message) error {
+		processed <- msg.EventID
+		return nil
+	})
+	delivered := make(chan string, 10)
+	sink := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		delivered <- r.Header.Get("webhook-id")
+	}))
+	t.Cleanup(sink.Close)
+	_, err = ob.EndpointEnsure(context.Background(), &outbox.EndpointParams{URL: sink.URL})
+	require.NoError(t, err)
+	return pool, ib, ob, processed, delivered
+}
+
 // TestConfigure: one call wires the inbox, the outbox and the periodic
 // jobs into an empty River config, and the client then processes a
 // received message and delivers a published event.
 func TestConfigure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.New(t)
-	ib, err := inbox.New(pool, &inbox.Config{Logger: quiet})
-	require.NoError(t, err)
-	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet, AllowPrivateNetworks: true})
-	require.NoError(t, err)
-	processed := make(chan string, 1)
-	ib.Handle(inbox.Wildcard, inbox.Wildcard, func(_ context.Context, _ pgx.Tx, msg *inbox.Message) error {
-		processed <- msg.EventID
-		return nil
-	})
-	delivered := make(chan string, 1)
-	sink := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		delivered <- r.Header.Get("webhook-id")
-	}))
-	t.Cleanup(sink.Close)
-	_, err = ob.EndpointEnsure(ctx, &outbox.EndpointParams{URL: sink.URL})
-	require.NoError(t, err)
+	pool, ib, ob, processed, delivered := components(t)
 
 	cfg := &river.Config{Logger: quiet, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
 	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Inbox: ib, Outbox: ob}))
@@ -146,23 +156,7 @@ func TestConfigureSetsFetchCooldown(t *testing.T) {
 func TestCommitWakesWorkers(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testdb.New(t)
-	ib, err := inbox.New(pool, &inbox.Config{Logger: quiet})
-	require.NoError(t, err)
-	ob, err := outbox.New(pool, &outbox.Config{Logger: quiet, AllowPrivateNetworks: true})
-	require.NoError(t, err)
-	processed := make(chan string, 10)
-	ib.Handle(inbox.Wildcard, inbox.Wildcard, func(_ context.Context, _ pgx.Tx, msg *inbox.Message) error {
-		processed <- msg.EventID
-		return nil
-	})
-	delivered := make(chan string, 10)
-	sink := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		delivered <- r.Header.Get("webhook-id")
-	}))
-	t.Cleanup(sink.Close)
-	_, err = ob.EndpointEnsure(ctx, &outbox.EndpointParams{URL: sink.URL})
-	require.NoError(t, err)
+	pool, ib, ob, processed, delivered := components(t)
 	cfg := &river.Config{Logger: quiet, FetchPollInterval: 30 * time.Second}
 	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Inbox: ib, Outbox: ob, NoJobs: true}))
 	client, err := river.NewClient(riverpgxv5.New(pool), cfg)

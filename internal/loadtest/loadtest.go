@@ -160,3 +160,42 @@ const (
 	RiverFetchCooldown     = 5 * time.Millisecond
 	RiverFetchPollInterval = 20 * time.Millisecond
 )
+
+// The latency targets of publish to arrival and receive to handler, with
+// the default wiring, at 50 and 200 per second (docs/performance.md).
+const (
+	LatencyTargetP50 = 10 * time.Millisecond
+	LatencyTargetP99 = 25 * time.Millisecond
+)
+
+// AwaitLatencies polls collect, which returns the latencies measured so
+// far, until it returns n of them, and returns them sorted; an error when
+// fewer than n came within timeout. For latencies that end elsewhere (a
+// webhook's arrival, a handler's start), measured from RunSchedule's
+// scheduled starts.
+func AwaitLatencies(n int, timeout time.Duration, collect func() []time.Duration) ([]time.Duration, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		got := collect()
+		if len(got) >= n {
+			slices.Sort(got)
+			return got, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("only %d of %d arrived within %s", len(got), n, timeout)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the last arrivals
+	}
+}
+
+// ReportLatencies logs sorted's p50, p99 and maximum under what and prints
+// their BENCH lines against the targets, named prefix_p50_ms_… and
+// prefix_p99_ms_….
+func ReportLatencies(tb Logger, prefix, what string, sorted []time.Duration) {
+	tb.Helper()
+	n := len(sorted)
+	p50, p99, most := sorted[n/2], sorted[n*99/100], sorted[n-1]
+	tb.Logf("%s: p50 %.1f ms, p99 %.1f ms, max %.1f ms", what, Ms(p50), Ms(p99), Ms(most))
+	Bench(prefix+"_p50_ms_vs_target_lower_is_better", Ms(p50), Ms(LatencyTargetP50))
+	Bench(prefix+"_p99_ms_vs_target_lower_is_better", Ms(p99), Ms(LatencyTargetP99))
+}
