@@ -59,6 +59,7 @@ const (
 // The caller, seeing ctx ended, releases the ticket, which gives the slot
 // back.
 func (g *Gate) acquireLease(ctx context.Context, d *outboxtype.Delivery, req Request, queued bool, t *Ticket) error {
+	jobCtx := ctx // ends with the job: a wait at the cap ends with it
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statementTimeout)
 	defer cancel()
 	lease := req.Hold + LeaseGrace
@@ -99,7 +100,7 @@ func (g *Gate) acquireLease(ctx context.Context, d *outboxtype.Delivery, req Req
 			// The cap was lifted since the delivery was loaded.
 			return g.withToken(ctx, d, queued, t)
 		case count.Held >= int64(count.MaxInFlight):
-			return g.atCap(ctx, d, req, queued, t)
+			return g.atCap(ctx, jobCtx, d, req, queued, t)
 		case count.Slots < int64(count.MaxInFlight):
 			// First use of the endpoint, or its cap was raised.
 			err := g.queries.OutboxLeaseSlotsCreate(ctx, dbsqlc.OutboxLeaseSlotsCreateParams{
@@ -114,7 +115,7 @@ func (g *Gate) acquireLease(ctx context.Context, d *outboxtype.Delivery, req Req
 			})
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
-				return g.atCap(ctx, d, req, queued, t)
+				return g.atCap(ctx, jobCtx, d, req, queued, t)
 			case err != nil:
 				return err
 			}
@@ -122,7 +123,7 @@ func (g *Gate) acquireLease(ctx context.Context, d *outboxtype.Delivery, req Req
 			return g.withToken(ctx, d, queued, t)
 		}
 	}
-	return g.atCap(ctx, d, req, queued, t)
+	return g.atCap(ctx, jobCtx, d, req, queued, t)
 }
 
 // withToken admits the attempt of d with t's slot (if any) once it has a
@@ -141,10 +142,10 @@ func (g *Gate) withToken(ctx context.Context, d *outboxtype.Delivery, queued boo
 // rate-limited endpoint's delivery waits for its turn for a token (at
 // least BusyRetryDelay), so that its backlog comes back at the limit's
 // pace; any other polls less often the longer it waits (capped).
-func (g *Gate) atCap(ctx context.Context, d *outboxtype.Delivery, req Request, queued bool, t *Ticket) error {
+func (g *Gate) atCap(ctx, jobCtx context.Context, d *outboxtype.Delivery, req Request, queued bool, t *Ticket) error {
 	busy := deferred(ReasonConcurrency, g.capped(req.Snoozes))
 	if d.RateLimitPerSecond == 0 {
-		got, err := g.awaitFreedSlot(ctx, d, req, t)
+		got, err := g.awaitFreedSlot(jobCtx, d, req, t)
 		if err != nil || got {
 			return err
 		}
@@ -171,80 +172,83 @@ func (g *Gate) atCap(ctx context.Context, d *outboxtype.Delivery, req Request, q
 // rate the endpoint absorbs wait seconds (p99 3.6 s at 200 events/s).
 const capWait = 100 * time.Millisecond
 
-// awaitFreedSlot waits up to capWait for an attempt of this node to give
-// back a slot of d's endpoint, then takes a slot as acquireLease does,
-// into t; false when none came free here in time (the slots are held by
-// other nodes, or by long requests) or the endpoint already has as many
-// deliveries waiting here as its cap: a waiting delivery holds a River
-// worker, and at most the cap's worth of them wait for one endpoint.
+// maxCapWaiters bounds the deliveries of one endpoint waiting at its cap
+// on one node (and the cap itself does, when lower): each holds a River
+// worker meanwhile, and the endpoints past their cap must not take every
+// worker from the others.
+const maxCapWaiters = 4
+
+// awaitFreedSlot takes a slot of d's endpoint for d into t, as
+// acquireLease does, once an attempt of this node gives one back, trying
+// for up to capWait; false when none came free in time (the slots are
+// held by other nodes or by long requests), when enough deliveries already
+// wait for the endpoint here, or when ctx (the job's) ends. It waits in
+// turn with the endpoint's other waiters: a slot given back wakes one of
+// them. It registers before each try, so that a slot given back between a
+// try and the wait is not missed, and tries once more at the end, for a
+// slot given back elsewhere (another node, an expired lease).
 func (g *Gate) awaitFreedSlot(ctx context.Context, d *outboxtype.Delivery, req Request, t *Ticket) (bool, error) {
-	deadline := time.Now().Add(capWait)
 	lease := req.Hold + LeaseGrace
-	for {
-		if !g.freed.await(ctx, d.EndpointID, int(d.MaxInFlight), time.Until(deadline)) {
-			return false, nil
-		}
+	take := func() (bool, error) {
 		stmtCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), statementTimeout)
+		defer cancel()
 		slot, err := g.queries.OutboxLeaseAcquire(stmtCtx, dbsqlc.OutboxLeaseAcquireParams{
 			EndpointID: d.EndpointID, DeliveryID: d.ID, LeaseSeconds: lease.Seconds(),
 		})
-		cancel()
 		switch {
 		case err == nil:
 			t.slot = slot
 			return true, nil
-		case !errors.Is(err, pgx.ErrNoRows):
-			return false, err
+		case errors.Is(err, pgx.ErrNoRows):
+			return false, nil
+		}
+		return false, err
+	}
+	deadline := time.Now().Add(capWait)
+	limit := min(int(d.MaxInFlight), maxCapWaiters)
+	for ctx.Err() == nil {
+		w := g.freed.join(d.EndpointID, limit)
+		if w == nil {
+			return false, nil
+		}
+		got, err := take()
+		if got || err != nil {
+			g.freed.leave(d.EndpointID, w)
+			return got, err
+		}
+		woken := w.wait(ctx, time.Until(deadline))
+		g.freed.leave(d.EndpointID, w)
+		if !woken {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			return take()
 		}
 	}
+	return false, nil
 }
 
 // slotWaiters wakes the deliveries of this node waiting at an endpoint's
-// cap when an attempt of this node gives a slot of it back.
+// cap, one for each slot of it an attempt of this node gives back, in the
+// order they began to wait.
 type slotWaiters struct {
 	mu         sync.Mutex
-	byEndpoint map[uuid.UUID]*endpointWaiters
+	byEndpoint map[uuid.UUID][]*slotWaiter
 }
 
-type endpointWaiters struct {
-	freed   chan struct{} // closed when a slot is given back, then replaced
-	waiting int
-}
+// slotWaiter is one delivery waiting at its endpoint's cap.
+type slotWaiter struct{ woken chan struct{} } // holds a wake not yet taken
 
-// await waits until a slot of endpointID is given back on this node, for
-// at most wait, unless limit deliveries already wait for the endpoint;
-// true when one was.
-func (s *slotWaiters) await(ctx context.Context, endpointID uuid.UUID, limit int, wait time.Duration) bool {
-	if wait <= 0 || ctx.Err() != nil {
+// wait waits for w's wake for at most d, or until ctx ends; true when
+// woken.
+func (w *slotWaiter) wait(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
 		return false
 	}
-	s.mu.Lock()
-	if s.byEndpoint == nil {
-		s.byEndpoint = map[uuid.UUID]*endpointWaiters{}
-	}
-	w := s.byEndpoint[endpointID]
-	if w == nil {
-		w = &endpointWaiters{freed: make(chan struct{})}
-		s.byEndpoint[endpointID] = w
-	}
-	if w.waiting >= limit {
-		s.mu.Unlock()
-		return false
-	}
-	w.waiting++
-	freed := w.freed
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		if w.waiting--; w.waiting == 0 && s.byEndpoint[endpointID] == w {
-			delete(s.byEndpoint, endpointID)
-		}
-		s.mu.Unlock()
-	}()
-	timer := time.NewTimer(wait)
+	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
-	case <-freed:
+	case <-w.woken:
 		return true
 	case <-timer.C:
 		return false
@@ -253,13 +257,60 @@ func (s *slotWaiters) await(ctx context.Context, endpointID uuid.UUID, limit int
 	}
 }
 
-// given wakes the deliveries waiting for a slot of endpointID.
+// join adds a waiter for endpointID, nil when limit already wait.
+func (s *slotWaiters) join(endpointID uuid.UUID, limit int) *slotWaiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.byEndpoint[endpointID]) >= limit {
+		return nil
+	}
+	if s.byEndpoint == nil {
+		s.byEndpoint = map[uuid.UUID][]*slotWaiter{}
+	}
+	w := &slotWaiter{woken: make(chan struct{}, 1)}
+	s.byEndpoint[endpointID] = append(s.byEndpoint[endpointID], w)
+	return w
+}
+
+// leave removes w; a wake w was given and did not take goes to the next
+// waiter, so that no slot given back is left unclaimed.
+func (s *slotWaiters) leave(endpointID uuid.UUID, w *slotWaiter) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws := s.byEndpoint[endpointID]
+	for i, o := range ws {
+		if o == w {
+			ws = append(ws[:i:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(s.byEndpoint, endpointID)
+	} else {
+		s.byEndpoint[endpointID] = ws
+	}
+	select {
+	case <-w.woken:
+		s.wakeLocked(endpointID)
+	default:
+	}
+}
+
+// given wakes the first delivery waiting for a slot of endpointID that
+// has no wake yet.
 func (s *slotWaiters) given(endpointID uuid.UUID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if w := s.byEndpoint[endpointID]; w != nil {
-		close(w.freed)
-		w.freed = make(chan struct{})
+	s.wakeLocked(endpointID)
+}
+
+func (s *slotWaiters) wakeLocked(endpointID uuid.UUID) {
+	for _, w := range s.byEndpoint[endpointID] {
+		select {
+		case w.woken <- struct{}{}:
+			return
+		default: // woken already
+		}
 	}
 }
 
