@@ -119,7 +119,9 @@ type Config struct {
 	// attempt) when, for an ordered endpoint, an earlier delivery with its
 	// ordering key is unfinished, or when another delivery probes its
 	// endpoint's half-open circuit. It is also the first wait when the
-	// endpoint already has MaxInFlight requests in flight, doubling with
+	// endpoint already has MaxInFlight requests in flight and none came
+	// free within 100 ms in this process (the delivery waits that long in
+	// its worker first, as one of at most four per endpoint), doubling with
 	// each snooze of the delivery up to a minute (a rate-limited
 	// endpoint's delivery waits for its turn for a token instead, at least
 	// this long), and the first wait after a transient database error,
