@@ -375,6 +375,28 @@ func TestOneLogLinePerFailure(t *testing.T) {
 	require.Contains(t, out, "job_kind=app_failing")
 }
 
+// awaitJobFailure starts a River client configured for comps, logging to
+// logger (which writes to logs), waits until a job of kind has recorded a
+// failure, and returns the logs. River logs a failure before it records it
+// on the job.
+func awaitJobFailure(t *testing.T, pool *pgxpool.Pool, logger *slog.Logger, logs *lockedBuffer, comps *wharfriver.Components, kind string) string {
+	t.Helper()
+	ctx := context.Background()
+	cfg := &river.Config{Logger: logger, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
+	require.NoError(t, wharfriver.Configure(cfg, comps))
+	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
+	require.NoError(t, err)
+	require.NoError(t, client.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
+	require.Eventually(t, func() bool {
+		var n int
+		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job
+			WHERE kind = $1 AND array_length(errors, 1) > 0`, kind).Scan(&n)
+		return err == nil && n > 0
+	}, 60*time.Second, 50*time.Millisecond, "the %s job never failed", kind)
+	return logs.String()
+}
+
 // TestPeriodicJobFailureIsLogged: a failing periodic job of Wharf's (here
 // the inbox's rescue), which leaves its failure to River to log, still
 // shows in the logs at info: the quiet logger drops River's line only for
@@ -390,21 +412,7 @@ func TestPeriodicJobFailureIsLogged(t *testing.T) {
 	// Breaks the rescue's query only.
 	_, err = pool.Exec(ctx, "ALTER TABLE wharf_inbox_messages RENAME COLUMN updated_at TO updated_at_broken")
 	require.NoError(t, err)
-	cfg := &river.Config{Logger: logger, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
-	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Pool: pool, Inbox: ib}))
-	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
-	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
-
-	// River logs a failure before it records it on the job.
-	require.Eventually(t, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job
-			WHERE kind = 'wharf_inbox_rescue' AND array_length(errors, 1) > 0`).Scan(&n)
-		return err == nil && n > 0
-	}, 60*time.Second, 50*time.Millisecond, "the rescue job never failed")
-	out := logs.String()
+	out := awaitJobFailure(t, pool, logger, &logs, &wharfriver.Components{Pool: pool, Inbox: ib}, "wharf_inbox_rescue")
 	require.Contains(t, out, "job_kind=wharf_inbox_rescue", "the rescue's failure appears nowhere in the logs:\n%s", out)
 	require.Contains(t, out, "updated_at")
 }
@@ -429,20 +437,7 @@ func TestDeliveryJobFailureIsLogged(t *testing.T) {
 	// Breaks the load of the delivery (not a transient error: no snooze).
 	_, err = pool.Exec(ctx, "ALTER TABLE wharf_outbox_deliveries RENAME COLUMN generation TO generation_broken")
 	require.NoError(t, err)
-	cfg := &river.Config{Logger: logger, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
-	require.NoError(t, wharfriver.Configure(cfg, &wharfriver.Components{Outbox: ob, NoJobs: true}))
-	client, err := river.NewClient(riverpgxv5.New(pool), cfg)
-	require.NoError(t, err)
-	require.NoError(t, client.Start(ctx))
-	t.Cleanup(func() { require.NoError(t, client.Stop(ctx)) })
-
-	require.Eventually(t, func() bool {
-		var n int
-		err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job
-			WHERE kind = $1 AND array_length(errors, 1) > 0`, outbox.DeliveryKind).Scan(&n)
-		return err == nil && n > 0
-	}, 60*time.Second, 50*time.Millisecond, "the delivery job never failed")
-	out := logs.String()
+	out := awaitJobFailure(t, pool, logger, &logs, &wharfriver.Components{Outbox: ob, NoJobs: true}, outbox.DeliveryKind)
 	require.Contains(t, out, "outbox: the job failed", "the job's failure appears nowhere in the logs:\n%s", out)
 	require.Contains(t, out, "generation")
 }

@@ -51,16 +51,7 @@ func TestBusy(t *testing.T) {
 // pgx's exec and simple_protocol modes.
 func TestTakeSlots(t *testing.T) {
 	t.Parallel()
-	for _, mode := range append([]string{"direct"}, testdb.Modes...) {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			pool := testdb.New(t)
-			if mode != "direct" {
-				pool, _ = testdb.NewPooled(t, mode)
-			}
-			testTakeSlots(t, pool)
-		})
-	}
+	testdb.EachMode(t, testTakeSlots)
 }
 
 func testTakeSlots(t *testing.T, pool *pgxpool.Pool) {

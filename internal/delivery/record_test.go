@@ -37,16 +37,7 @@ import (
 // pgx's exec and simple_protocol modes, which pipeline a batch differently.
 func TestCombinedStatements(t *testing.T) {
 	t.Parallel()
-	for _, mode := range append([]string{"direct"}, testdb.Modes...) {
-		t.Run(mode, func(t *testing.T) {
-			t.Parallel()
-			pool := testdb.New(t)
-			if mode != "direct" {
-				pool, _ = testdb.NewPooled(t, mode)
-			}
-			testCombinedStatements(t, pool)
-		})
-	}
+	testdb.EachMode(t, testCombinedStatements)
 }
 
 func testCombinedStatements(t *testing.T, pool *pgxpool.Pool) {

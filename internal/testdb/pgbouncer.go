@@ -27,6 +27,24 @@ import (
 // statement may not get.
 var Modes = []string{"exec", "simple_protocol"}
 
+// EachMode runs test as parallel subtests on a fresh database: one
+// straight to Postgres ("direct"), then one through PgBouncer in
+// transaction mode for each of Modes.
+func EachMode(t *testing.T, test func(t *testing.T, pool *pgxpool.Pool)) {
+	t.Helper()
+	for _, mode := range append([]string{"direct"}, Modes...) {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			if mode == "direct" {
+				test(t, New(t))
+				return
+			}
+			pool, _ := NewPooled(t, mode)
+			test(t, pool)
+		})
+	}
+}
+
 // PgBouncer is a PgBouncer in transaction pool mode, started for one test
 // in front of the test server.
 type PgBouncer struct {
