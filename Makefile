@@ -24,9 +24,10 @@ verify: ## Fail when generated code does not match queries/ and schema/
 	$(SQLC) compile
 
 .PHONY: lint
-lint: ## gofmt and go vet (the library, the interop and the browser-test modules)
+lint: ## gofmt and go vet (the library and its jsonschema, interop and browser-test modules)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd jsonschema && $(GO) vet ./...
 	cd interop && $(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 
@@ -35,9 +36,10 @@ db: ## Print a DATABASE_URL, starting a local Postgres when none answers
 	@$(ENSURE_DB)
 
 .PHONY: test
-test: ## Run all tests with -race against a real Postgres (started when needed), the interop and browser (chromium) modules' too
+test: ## Run all tests with -race against a real Postgres (started when needed), the jsonschema, interop and browser (chromium) modules' too
 	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && status=0 && \
 	  { $(GO) test $(TESTFLAGS) ./... || status=1; } && \
+	  { (cd jsonschema && $(GO) test $(TESTFLAGS) ./...) || status=1; } && \
 	  { (cd interop && $(GO) test $(TESTFLAGS) ./...) || status=1; } && \
 	  { (cd e2e && $(GO) test $(TESTFLAGS) ./...) || status=1; } && exit $$status
 
@@ -82,8 +84,9 @@ example: ## Run the example app in the foreground (Ctrl-C stops it cleanly, exit
 # make itself, interrupted, would exit 130 whatever the app did.
 
 .PHONY: tidy
-tidy: ## go mod tidy for the library, the tools, the interop and the browser-test modules
+tidy: ## go mod tidy for the library, the tools, the jsonschema, interop and browser-test modules
 	$(GO) mod tidy
 	cd tools && $(GO) mod tidy
+	cd jsonschema && $(GO) mod tidy
 	cd interop && $(GO) mod tidy
 	cd e2e && $(GO) mod tidy

@@ -77,6 +77,11 @@ var ErrInvalidConfig = errors.New("outbox: invalid config")
 
 // Config configures an Outbox. A nil *Config means every default.
 type Config struct {
+	// Catalog lists the event types the application publishes, with the
+	// schema each event's data must match: PublishTx refuses data that
+	// fails it (EventDataError), inside the transaction. Defaults to none:
+	// any type, any data.
+	Catalog *Catalog
 	// Queue is the River queue delivery jobs are inserted into. The River
 	// client that works them must list it in its Queues.
 	//

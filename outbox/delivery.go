@@ -44,6 +44,11 @@ type Delivery struct {
 	EventID string
 	// EndpointID is the endpoint's id.
 	EndpointID uuid.UUID
+	// EventType is the event's type; empty once retention dropped the
+	// event.
+	EventType string
+	// Tenant is the endpoint's tenant.
+	Tenant string
 	// Status is StatusPending, StatusRetrying, StatusSucceeded or StatusDead.
 	Status DeliveryStatus
 	// Attempts counts the recorded attempts, replays included.
@@ -97,6 +102,9 @@ type Attempt struct {
 type DeliveryListParams struct {
 	// EndpointID lists one endpoint's deliveries when not nil.
 	EndpointID *uuid.UUID
+	// Tenant lists only the deliveries to that tenant's endpoints when not
+	// nil.
+	Tenant *string
 	// EventID lists one event's deliveries when not empty.
 	EventID string
 	// Status lists deliveries in that status when not empty.
@@ -138,7 +146,7 @@ func deliveryGet(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*Delivery, 
 	if err != nil {
 		return nil, fmt.Errorf("outbox: delivery %s: %w", id, translateError(err))
 	}
-	return deliveryFromRow(&row), nil
+	return deliveryFromRow(&row.WharfOutboxDelivery, row.EventType, row.Tenant), nil
 }
 
 // DeliveryList returns a page of deliveries, newest first (publish order);
@@ -151,7 +159,7 @@ func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) (
 	if err != nil {
 		return nil, err
 	}
-	query := dbsqlc.OutboxDeliveryListParams{EndpointID: params.EndpointID, MaxRows: limit}
+	query := dbsqlc.OutboxDeliveryListParams{EndpointID: params.EndpointID, Tenant: params.Tenant, MaxRows: limit}
 	if params.After != "" {
 		seq, err := shared.DecodeSeqCursor(params.After)
 		if err != nil {
@@ -188,7 +196,7 @@ func (o *Outbox) DeliveryList(ctx context.Context, params *DeliveryListParams) (
 	}
 	out := make([]*Delivery, len(rows))
 	for i := range rows {
-		out[i] = deliveryFromRow(&rows[i])
+		out[i] = deliveryFromRow(&rows[i].WharfOutboxDelivery, rows[i].EventType, rows[i].Tenant)
 	}
 	return out, nil
 }
@@ -255,10 +263,11 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Not finished (or not replayable at all): an unfinished delivery
 		// whose job is gone may be replayed all the same.
-		row, err := q.OutboxDeliveryGet(ctx, id)
+		got, err := q.OutboxDeliveryGet(ctx, id)
 		if err != nil {
 			return fmt.Errorf("outbox: replay delivery %s: %w", id, translateError(err))
 		}
+		row := &got.WharfOutboxDelivery
 		if status := DeliveryStatus(row.Status); status != StatusPending && status != StatusRetrying {
 			return whyNotReplayable(ctx, q, id)
 		}
@@ -354,12 +363,14 @@ func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID
 	return len(rows), nil
 }
 
-func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery) *Delivery {
+func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery, eventType, tenant string) *Delivery {
 	return &Delivery{
 		Seq:            row.Seq,
 		ID:             row.ID,
 		EventID:        outboxtype.FormatEventID(row.EventID),
 		EndpointID:     row.EndpointID,
+		EventType:      eventType,
+		Tenant:         tenant,
 		Status:         DeliveryStatus(row.Status),
 		Attempts:       int(row.Attempts),
 		LastStatusCode: intPtr(row.LastStatusCode),

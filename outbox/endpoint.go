@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wharfhq/wharf/internal/catalog"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/delivery"
 	"github.com/wharfhq/wharf/internal/egress"
@@ -211,9 +212,10 @@ func EndpointCursor(e *Endpoint) string { return shared.EncodeTimeCursor(e.Creat
 // the pool or the caller's transaction, for the Endpoint… methods and
 // their …Tx twins.
 type endpoints struct {
-	config *Config
-	keys   *secretbox.Ring
-	egress *egress.Client
+	config  *Config
+	keys    *secretbox.Ring
+	egress  *egress.Client
+	catalog *catalog.Catalog
 }
 
 // EndpointCreate creates an endpoint and returns it with its secret. Bad
@@ -376,22 +378,19 @@ func (s *endpoints) update(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, pa
 	}
 	update := dbsqlc.OutboxEndpointUpdateParams{ID: id, Now: s.config.now(), Url: params.URL, Description: params.Description, Ordered: params.Ordered}
 	if params.URL != nil {
-		if err := checkURL("URL", *params.URL); err != nil {
-			return nil, err
-		}
-		if err := checkLiteral(s.egress, *params.URL); err != nil {
+		if err := s.checkURL(*params.URL); err != nil {
 			return nil, err
 		}
 	}
 	if params.Description != nil {
 		if err := checkDescription(*params.Description); err != nil {
-			return nil, err
+			return nil, &FieldError{Field: "description", Err: err}
 		}
 	}
 	if params.EventTypes != nil {
-		eventTypes, err := checkEventTypes(params.EventTypes)
+		eventTypes, err := s.checkEventTypes(params.EventTypes)
 		if err != nil {
-			return nil, err
+			return nil, &FieldError{Field: "event_types", Err: err}
 		}
 		update.EventTypes = eventTypes
 	}
@@ -641,6 +640,34 @@ func (s *endpoints) timeout(d time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
+// FieldError is an ErrInvalidEndpoint error about one parameter, which it
+// names in snake case ("url", "description", "event_types") for an API to
+// point at: errors.As finds it.
+type FieldError struct {
+	// Field is the parameter.
+	Field string
+	// Err is the error, for which errors.Is(Err, ErrInvalidEndpoint) is
+	// true.
+	Err error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// checkURL checks an endpoint's URL: its form, and a host the SSRF guard
+// refuses whatever DNS says.
+func (s *endpoints) checkURL(raw string) error {
+	if err := checkURL("URL", raw); err != nil {
+		return &FieldError{Field: "url", Err: err}
+	}
+	if err := checkLiteral(s.egress, raw); err != nil {
+		return &FieldError{Field: "url", Err: err}
+	}
+	return nil
+}
+
 // checkURL accepts an absolute http or https URL; its errors call it field.
 func checkURL(field, raw string) error {
 	if raw == "" || len(raw) > maxURLLen {
@@ -685,8 +712,9 @@ func checkTenant(tenant string) error {
 	return nil
 }
 
-// checkEventTypes validates a filter and returns it without duplicates.
-func checkEventTypes(types []string) ([]string, error) {
+// checkEventTypes validates a filter, against a strict catalog too, and
+// returns it without duplicates.
+func (s *endpoints) checkEventTypes(types []string) ([]string, error) {
 	if len(types) > maxEventTypes {
 		return nil, fmt.Errorf("%w: more than %d event types", ErrInvalidEndpoint, maxEventTypes)
 	}
@@ -698,6 +726,9 @@ func checkEventTypes(types []string) ([]string, error) {
 			if checkEventType(prefix) != nil {
 				return nil, fmt.Errorf(`%w: event type filter %q is not a type, "prefix.*" or "*"`, ErrInvalidEndpoint, t)
 			}
+		}
+		if err := s.catalog.CheckFilter(t); err != nil {
+			return nil, fmt.Errorf("%w: event type filter %w", ErrInvalidEndpoint, err)
 		}
 		if !seen[t] {
 			seen[t] = true

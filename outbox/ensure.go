@@ -167,18 +167,15 @@ func (s *endpoints) check(params *EndpointParams) (*endpointSettings, error) {
 	if params == nil {
 		return nil, fmt.Errorf("%w: nil params", ErrInvalidEndpoint)
 	}
-	if err := checkURL("URL", params.URL); err != nil {
-		return nil, err
-	}
-	if err := checkLiteral(s.egress, params.URL); err != nil {
+	if err := s.checkURL(params.URL); err != nil {
 		return nil, err
 	}
 	if err := checkDescription(params.Description); err != nil {
-		return nil, err
+		return nil, &FieldError{Field: "description", Err: err}
 	}
-	eventTypes, err := checkEventTypes(params.EventTypes)
+	eventTypes, err := s.checkEventTypes(params.EventTypes)
 	if err != nil {
-		return nil, err
+		return nil, &FieldError{Field: "event_types", Err: err}
 	}
 	if err := checkTenant(params.Tenant); err != nil {
 		return nil, err

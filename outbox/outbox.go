@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/admission"
+	"github.com/wharfhq/wharf/internal/catalog"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/delivery"
 	"github.com/wharfhq/wharf/internal/egress"
@@ -73,6 +74,7 @@ type Outbox struct {
 	keys       *secretbox.Ring
 	endpoints  *endpoints
 	engine     *delivery.Engine
+	catalog    *catalog.Catalog
 }
 
 // New returns an Outbox storing its state through pool. cfg may be nil for
@@ -93,6 +95,10 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	keys, err := secretbox.New(&secretbox.Config{Keys: ringKeys(config.SecretKeys)})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	events, err := compileCatalog(config.Catalog)
+	if err != nil {
+		return nil, err
 	}
 	sender := egress.New(&egress.Config{
 		AllowPrivateNetworks: config.AllowPrivateNetworks,
@@ -145,8 +151,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		partitions: partition.NewCache(pool),
 		tracer:     telemetry.Tracer(config.TracerProvider, "outbox"),
 		keys:       keys,
-		endpoints:  &endpoints{config: config, keys: keys, egress: sender},
+		endpoints:  &endpoints{config: config, keys: keys, egress: sender, catalog: events},
 		engine:     engine,
+		catalog:    events,
 	}, nil
 }
 

@@ -111,7 +111,7 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 		Tenants:        make([]string, len(events)),
 	}
 	for i, event := range events {
-		body, err := encodeEvent(event, now, o.config.MaxPayloadBytes)
+		body, err := o.encodeEvent(event, now)
 		if err != nil {
 			if len(events) > 1 {
 				return nil, fmt.Errorf("events[%d]: %w", i, err)
@@ -159,6 +159,60 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 	return results, nil
 }
 
+// PublishToTx is PublishTx for one endpoint only, whatever its filter: a
+// test event, or an event meant for one receiver. The endpoint must be of
+// the event's tenant (Event.Tenant) and enabled: otherwise the error is
+// one where errors.Is is true for ErrNotFound (no endpoint of that
+// tenant: another tenant's endpoint is not told apart from none) or
+// ErrEndpointDisabled, and nothing is published. Errors are otherwise
+// as for PublishTx.
+func (o *Outbox) PublishToTx(ctx context.Context, tx pgx.Tx, endpointID uuid.UUID, event *Event) (*PublishResult, error) {
+	now := o.config.now()
+	body, err := o.encodeEvent(event, now)
+	if err != nil {
+		return nil, err
+	}
+	if tx == nil {
+		return nil, fmt.Errorf("outbox: Publish: nil transaction")
+	}
+	ep, err := endpointRow(ctx, tx, endpointID)
+	switch {
+	case err != nil:
+		return nil, err
+	case ep.Tenant != event.Tenant:
+		return nil, fmt.Errorf("outbox: endpoint %s: %w", endpointID, ErrNotFound)
+	case !ep.Enabled:
+		return nil, fmt.Errorf("outbox: endpoint %s: %w", endpointID, ErrEndpointDisabled)
+	}
+	id, err := uuid.NewV7()
+	if err != nil {
+		return nil, fmt.Errorf("outbox: event id: %w", err)
+	}
+	if err := o.partitions.Ensure(ctx, tx, eventsTable, now); err != nil {
+		return nil, err
+	}
+	ctx, span := o.tracer.Start(ctx, "wharf.outbox.publish", trace.WithAttributes(attribute.Int("wharf.events", 1)))
+	defer span.End()
+	firstDelay := o.engine.FirstDelay()
+	rows, err := o.queries.WithTx(tx).OutboxPublishTo(ctx, dbsqlc.OutboxPublishToParams{
+		ID: id, CreatedAt: now, Type: event.Type, Payload: body, OrderingKey: event.OrderingKey,
+		Tenant: event.Tenant, TraceContext: telemetry.StoredContext(ctx), FirstAttemptAt: now.Add(firstDelay),
+		EndpointID: endpointID,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: publish: %w", err)
+	}
+	if len(rows) == 0 {
+		// Disabled or deleted since endpointRow read it.
+		return nil, fmt.Errorf("outbox: endpoint %s: %w", endpointID, ErrEndpointDisabled)
+	}
+	if err := o.engine.InsertJobs(ctx, tx, publishedJobs([]dbsqlc.OutboxPublishRow{dbsqlc.OutboxPublishRow(rows[0])}), firstDelay); err != nil {
+		return nil, err
+	}
+	o.engine.CountPublished(ctx, 1)
+	return &PublishResult{EventID: outboxtype.FormatEventID(id), Deliveries: 1}, nil
+}
+
 // shapeOf is what the grouping of an endpoint's deliveries into jobs
 // heeds of it.
 func shapeOf(row *dbsqlc.WharfOutboxEndpoint) delivery.Shape {
@@ -177,9 +231,10 @@ func publishedJobs(rows []dbsqlc.OutboxPublishRow) []delivery.Pending {
 	return jobs
 }
 
-// encodeEvent validates event and returns the body to send, at most
-// maxBytes long.
-func encodeEvent(event *Event, now time.Time, maxBytes int) ([]byte, error) {
+// encodeEvent validates event, against the catalog too, and returns the
+// body to send, at most Config.MaxPayloadBytes long.
+func (o *Outbox) encodeEvent(event *Event, now time.Time) ([]byte, error) {
+	maxBytes := o.config.MaxPayloadBytes
 	if event == nil {
 		return nil, fmt.Errorf("%w: nil event", ErrInvalidEvent)
 	}
@@ -201,6 +256,9 @@ func encodeEvent(event *Event, now time.Time, maxBytes int) ([]byte, error) {
 	data, err := marshalJSON(event.Data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: data of %q is not JSON: %w", ErrInvalidEvent, event.Type, err)
+	}
+	if err := checkData(o.catalog, event.Type, data); err != nil {
+		return nil, err
 	}
 	body, err := marshalJSON(envelope{Type: event.Type, Timestamp: now, Data: data})
 	if err != nil {

@@ -798,13 +798,28 @@ WHERE id = @id::uuid AND generation = @generation::int
 RETURNING id, endpoint_id, event_id;
 
 -- name: OutboxDeliveryGet :one
-SELECT * FROM wharf_outbox_deliveries WHERE id = @id::uuid;
+-- With its event's type ('' once retention dropped the event) and its
+-- endpoint's tenant.
+SELECT sqlc.embed(d),
+       COALESCE((SELECT ev.type FROM wharf_outbox_events ev
+                 WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id), '')::text AS event_type,
+       ep.tenant
+FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
+WHERE d.id = @id::uuid;
 
 -- name: OutboxDeliveryList :many
 -- Newest first; filters are optional. The event type is the event's, read
--- through its primary key.
-SELECT d.* FROM wharf_outbox_deliveries d
+-- through its primary key ('' once retention dropped the event); tenant
+-- keeps the deliveries to that tenant's endpoints.
+SELECT sqlc.embed(d),
+       COALESCE((SELECT ev.type FROM wharf_outbox_events ev
+                 WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id), '')::text AS event_type,
+       ep.tenant
+FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 WHERE (sqlc.narg('endpoint_id')::uuid IS NULL OR d.endpoint_id = sqlc.narg('endpoint_id')::uuid)
+  AND (sqlc.narg('tenant')::text IS NULL OR ep.tenant = sqlc.narg('tenant')::text)
   AND (sqlc.narg('event_id')::uuid IS NULL OR d.event_id = sqlc.narg('event_id')::uuid)
   AND (sqlc.narg('status')::text IS NULL OR d.status = sqlc.narg('status')::text)
   AND (sqlc.narg('since')::timestamptz IS NULL OR d.event_created_at >= sqlc.narg('since')::timestamptz)
@@ -1009,3 +1024,30 @@ SELECT ep.id FROM wharf_outbox_endpoints ep
 WHERE ep.id = ANY((@ids::text[])::uuid[])
 ORDER BY ep.id
 FOR KEY SHARE;
+
+-- name: OutboxPublishTo :many
+-- Stores one event and a pending delivery of it to one endpoint, whatever
+-- the endpoint's filter, when the endpoint is enabled and of the event's
+-- tenant (no row otherwise): a test event, or an event meant for one
+-- receiver. Columns as OutboxPublish's.
+WITH events AS (
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
+    VALUES (@id::uuid, @created_at::timestamptz, @type::text, @payload::bytea, @ordering_key::text, @tenant::text,
+            @trace_context::text)
+    RETURNING wharf_outbox_events.id
+),
+stored AS (
+    INSERT INTO wharf_outbox_deliveries (
+        id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
+    )
+    SELECT gen_random_uuid(), events.id, @created_at::timestamptz, ep.id, @ordering_key::text, 'pending',
+           @first_attempt_at::timestamptz, @created_at::timestamptz, @created_at::timestamptz
+    FROM events
+    JOIN wharf_outbox_endpoints ep ON ep.id = @endpoint_id::uuid AND ep.enabled AND ep.tenant = @tenant::text
+    RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id,
+              wharf_outbox_deliveries.endpoint_id, wharf_outbox_deliveries.ordering_key
+)
+SELECT stored.id, stored.event_id, stored.endpoint_id, stored.ordering_key,
+       ep.max_in_flight, ep.rate_limit_per_second > 0 AS rate_limited
+FROM stored
+JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id;

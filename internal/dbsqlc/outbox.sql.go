@@ -456,29 +456,45 @@ func (q *Queries) OutboxDeliveryEarlierPending(ctx context.Context, arg OutboxDe
 }
 
 const outboxDeliveryGet = `-- name: OutboxDeliveryGet :one
-SELECT id, seq, event_id, event_created_at, endpoint_id, ordering_key, status, attempts, last_status_code, last_error, next_attempt_at, created_at, updated_at, succeeded_at, generation, throttled_until FROM wharf_outbox_deliveries WHERE id = $1::uuid
+SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation, d.throttled_until,
+       COALESCE((SELECT ev.type FROM wharf_outbox_events ev
+                 WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id), '')::text AS event_type,
+       ep.tenant
+FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
+WHERE d.id = $1::uuid
 `
 
-func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (WharfOutboxDelivery, error) {
+type OutboxDeliveryGetRow struct {
+	WharfOutboxDelivery WharfOutboxDelivery
+	EventType           string
+	Tenant              string
+}
+
+// With its event's type (” once retention dropped the event) and its
+// endpoint's tenant.
+func (q *Queries) OutboxDeliveryGet(ctx context.Context, id uuid.UUID) (OutboxDeliveryGetRow, error) {
 	row := q.db.QueryRow(ctx, outboxDeliveryGet, id)
-	var i WharfOutboxDelivery
+	var i OutboxDeliveryGetRow
 	err := row.Scan(
-		&i.ID,
-		&i.Seq,
-		&i.EventID,
-		&i.EventCreatedAt,
-		&i.EndpointID,
-		&i.OrderingKey,
-		&i.Status,
-		&i.Attempts,
-		&i.LastStatusCode,
-		&i.LastError,
-		&i.NextAttemptAt,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.SucceededAt,
-		&i.Generation,
-		&i.ThrottledUntil,
+		&i.WharfOutboxDelivery.ID,
+		&i.WharfOutboxDelivery.Seq,
+		&i.WharfOutboxDelivery.EventID,
+		&i.WharfOutboxDelivery.EventCreatedAt,
+		&i.WharfOutboxDelivery.EndpointID,
+		&i.WharfOutboxDelivery.OrderingKey,
+		&i.WharfOutboxDelivery.Status,
+		&i.WharfOutboxDelivery.Attempts,
+		&i.WharfOutboxDelivery.LastStatusCode,
+		&i.WharfOutboxDelivery.LastError,
+		&i.WharfOutboxDelivery.NextAttemptAt,
+		&i.WharfOutboxDelivery.CreatedAt,
+		&i.WharfOutboxDelivery.UpdatedAt,
+		&i.WharfOutboxDelivery.SucceededAt,
+		&i.WharfOutboxDelivery.Generation,
+		&i.WharfOutboxDelivery.ThrottledUntil,
+		&i.EventType,
+		&i.Tenant,
 	)
 	return i, err
 }
@@ -640,22 +656,29 @@ func (q *Queries) OutboxDeliveryHandOver(ctx context.Context, arg OutboxDelivery
 }
 
 const outboxDeliveryList = `-- name: OutboxDeliveryList :many
-SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation, d.throttled_until FROM wharf_outbox_deliveries d
+SELECT d.id, d.seq, d.event_id, d.event_created_at, d.endpoint_id, d.ordering_key, d.status, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.created_at, d.updated_at, d.succeeded_at, d.generation, d.throttled_until,
+       COALESCE((SELECT ev.type FROM wharf_outbox_events ev
+                 WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id), '')::text AS event_type,
+       ep.tenant
+FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
 WHERE ($1::uuid IS NULL OR d.endpoint_id = $1::uuid)
-  AND ($2::uuid IS NULL OR d.event_id = $2::uuid)
-  AND ($3::text IS NULL OR d.status = $3::text)
-  AND ($4::timestamptz IS NULL OR d.event_created_at >= $4::timestamptz)
-  AND ($5::text IS NULL
+  AND ($2::text IS NULL OR ep.tenant = $2::text)
+  AND ($3::uuid IS NULL OR d.event_id = $3::uuid)
+  AND ($4::text IS NULL OR d.status = $4::text)
+  AND ($5::timestamptz IS NULL OR d.event_created_at >= $5::timestamptz)
+  AND ($6::text IS NULL
        OR EXISTS (SELECT 1 FROM wharf_outbox_events ev
                   WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id
-                    AND ev.type = $5::text))
-  AND ($6::bigint IS NULL OR d.seq < $6::bigint)
+                    AND ev.type = $6::text))
+  AND ($7::bigint IS NULL OR d.seq < $7::bigint)
 ORDER BY d.seq DESC
-LIMIT $7::int
+LIMIT $8::int
 `
 
 type OutboxDeliveryListParams struct {
 	EndpointID *uuid.UUID
+	Tenant     *string
 	EventID    *uuid.UUID
 	Status     *string
 	Since      *time.Time
@@ -664,11 +687,19 @@ type OutboxDeliveryListParams struct {
 	MaxRows    int32
 }
 
+type OutboxDeliveryListRow struct {
+	WharfOutboxDelivery WharfOutboxDelivery
+	EventType           string
+	Tenant              string
+}
+
 // Newest first; filters are optional. The event type is the event's, read
-// through its primary key.
-func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryListParams) ([]WharfOutboxDelivery, error) {
+// through its primary key (” once retention dropped the event); tenant
+// keeps the deliveries to that tenant's endpoints.
+func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryListParams) ([]OutboxDeliveryListRow, error) {
 	rows, err := q.db.Query(ctx, outboxDeliveryList,
 		arg.EndpointID,
+		arg.Tenant,
 		arg.EventID,
 		arg.Status,
 		arg.Since,
@@ -680,26 +711,28 @@ func (q *Queries) OutboxDeliveryList(ctx context.Context, arg OutboxDeliveryList
 		return nil, err
 	}
 	defer rows.Close()
-	var items []WharfOutboxDelivery
+	var items []OutboxDeliveryListRow
 	for rows.Next() {
-		var i WharfOutboxDelivery
+		var i OutboxDeliveryListRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.Seq,
-			&i.EventID,
-			&i.EventCreatedAt,
-			&i.EndpointID,
-			&i.OrderingKey,
-			&i.Status,
-			&i.Attempts,
-			&i.LastStatusCode,
-			&i.LastError,
-			&i.NextAttemptAt,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.SucceededAt,
-			&i.Generation,
-			&i.ThrottledUntil,
+			&i.WharfOutboxDelivery.ID,
+			&i.WharfOutboxDelivery.Seq,
+			&i.WharfOutboxDelivery.EventID,
+			&i.WharfOutboxDelivery.EventCreatedAt,
+			&i.WharfOutboxDelivery.EndpointID,
+			&i.WharfOutboxDelivery.OrderingKey,
+			&i.WharfOutboxDelivery.Status,
+			&i.WharfOutboxDelivery.Attempts,
+			&i.WharfOutboxDelivery.LastStatusCode,
+			&i.WharfOutboxDelivery.LastError,
+			&i.WharfOutboxDelivery.NextAttemptAt,
+			&i.WharfOutboxDelivery.CreatedAt,
+			&i.WharfOutboxDelivery.UpdatedAt,
+			&i.WharfOutboxDelivery.SucceededAt,
+			&i.WharfOutboxDelivery.Generation,
+			&i.WharfOutboxDelivery.ThrottledUntil,
+			&i.EventType,
+			&i.Tenant,
 		); err != nil {
 			return nil, err
 		}
@@ -1988,6 +2021,92 @@ func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([
 	var items []OutboxPublishRow
 	for rows.Next() {
 		var i OutboxPublishRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.EndpointID,
+			&i.OrderingKey,
+			&i.MaxInFlight,
+			&i.RateLimited,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxPublishTo = `-- name: OutboxPublishTo :many
+WITH events AS (
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
+    VALUES ($1::uuid, $2::timestamptz, $3::text, $4::bytea, $5::text, $6::text,
+            $7::text)
+    RETURNING wharf_outbox_events.id
+),
+stored AS (
+    INSERT INTO wharf_outbox_deliveries (
+        id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
+    )
+    SELECT gen_random_uuid(), events.id, $2::timestamptz, ep.id, $5::text, 'pending',
+           $8::timestamptz, $2::timestamptz, $2::timestamptz
+    FROM events
+    JOIN wharf_outbox_endpoints ep ON ep.id = $9::uuid AND ep.enabled AND ep.tenant = $6::text
+    RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id,
+              wharf_outbox_deliveries.endpoint_id, wharf_outbox_deliveries.ordering_key
+)
+SELECT stored.id, stored.event_id, stored.endpoint_id, stored.ordering_key,
+       ep.max_in_flight, ep.rate_limit_per_second > 0 AS rate_limited
+FROM stored
+JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id
+`
+
+type OutboxPublishToParams struct {
+	ID             uuid.UUID
+	CreatedAt      time.Time
+	Type           string
+	Payload        []byte
+	OrderingKey    string
+	Tenant         string
+	TraceContext   string
+	FirstAttemptAt time.Time
+	EndpointID     uuid.UUID
+}
+
+type OutboxPublishToRow struct {
+	ID          uuid.UUID
+	EventID     uuid.UUID
+	EndpointID  uuid.UUID
+	OrderingKey string
+	MaxInFlight int32
+	RateLimited bool
+}
+
+// Stores one event and a pending delivery of it to one endpoint, whatever
+// the endpoint's filter, when the endpoint is enabled and of the event's
+// tenant (no row otherwise): a test event, or an event meant for one
+// receiver. Columns as OutboxPublish's.
+func (q *Queries) OutboxPublishTo(ctx context.Context, arg OutboxPublishToParams) ([]OutboxPublishToRow, error) {
+	rows, err := q.db.Query(ctx, outboxPublishTo,
+		arg.ID,
+		arg.CreatedAt,
+		arg.Type,
+		arg.Payload,
+		arg.OrderingKey,
+		arg.Tenant,
+		arg.TraceContext,
+		arg.FirstAttemptAt,
+		arg.EndpointID,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxPublishToRow
+	for rows.Next() {
+		var i OutboxPublishToRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.EventID,
