@@ -31,7 +31,7 @@ var (
 	// packagePrefixes matches the package names that library errors start
 	// with, once or repeated at each wrapping ("outbox: invalid endpoint:
 	// outbox: …"): wharf's own prefix stands for them all.
-	packagePrefixes = regexp.MustCompile(`(^|: )(?:(?:wharf|inbox|outbox|jobs|dashboard|signature|idempotency): )+`)
+	packagePrefixes = regexp.MustCompile(`(^|: )(?:(?:wharf|inbox|outbox|jobs|dashboard|signature|idempotency|portal): )+`)
 	// fieldNames matches the library fields of flagOfField.
 	fieldNames = regexp.MustCompile(`\b(?:Config\.)?(` + strings.Join(keys(flagOfField), "|") + `)\b`)
 	// goDurations matches time.Duration's String() forms with zero units

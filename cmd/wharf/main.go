@@ -4,6 +4,7 @@
 //	wharf inbox list|show|replay|forget|rescue   inspect, replay, erase and rescue inbox messages
 //	wharf outbox endpoints|deliveries|replay|rescue   operate the outbox
 //	wharf partitions               list partitions, rows, sizes, oldest unfinished row
+//	wharf portal token|link -tenant T   mint a tenant portal token or magic link
 //	wharf prune [-dry-run]         run retention now, by the application's recorded settings
 //	wharf send -url URL BODY       sign a webhook (Standard Webhooks, Stripe, GitHub) and POST it
 //	wharf serve [-addr ADDR]       the dashboard, Prometheus metrics and a health check
@@ -11,8 +12,10 @@
 //
 // Every command reads the database URL from DATABASE_URL, or from
 // -database-url; the outbox commands and serve read the outbox's key ring
-// (outbox.Config.SecretKeys) from WHARF_SECRET_KEYS. Durations take Go's
-// units or days: -since 7d, -inbox-retention 90d.
+// (outbox.Config.SecretKeys) from WHARF_SECRET_KEYS. The portal commands
+// need no database: they read the portal's token key from
+// WHARF_PORTAL_KEY. Durations take Go's units or days: -since 7d,
+// -inbox-retention 90d.
 package main
 
 import (
@@ -48,6 +51,7 @@ var commands = map[string]command{
 	"inbox":      {"inbox list|show|replay|forget|rescue: inspect, replay, erase and rescue inbox messages", runInbox, true, true},
 	"outbox":     {"outbox endpoints list|add|disable|enable|rotate-secret|reencrypt, deliveries list|show, replay, rescue: operate the outbox", runOutbox, true, true},
 	"partitions": {"partitions [-exact] [-json]: tables, partitions, rows, sizes, oldest unfinished row, by the application's retention", runPartitions, true, false},
+	"portal":     {"portal token|link -tenant T [-ttl D] [-read-only]: mint a tenant portal token or magic link, signed with $WHARF_PORTAL_KEY (no database)", runPortal, false, true},
 	"prune":      {"prune [-dry-run] [-force]: drop expired partitions and prune keys by the application's retention, as the periodic job does", runPrune, true, false},
 	"stats":      {"stats [-days N] [-top N] [-json]: per source and day received, duplicates blocked, success; per endpoint attempts", runStats, true, false},
 	"serve":      {"serve [-addr 127.0.0.1:8081] [-read-only]: the dashboard, /metrics and /healthz", runServe, true, false},
