@@ -23,6 +23,7 @@ import (
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
+	"github.com/wharfhq/wharf/portal"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -131,7 +132,7 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	if err != nil {
 		return err
 	}
-	ib.HandleBatch("payments", "payment.succeeded", applyPayments(ob))
+	ib.HandleBatch("payments", "payment.succeeded", applyPayments(ob, cfg.PortalKey != nil))
 	ib.Handle(inbox.Wildcard, inbox.Wildcard, ignore)
 
 	jobsConfig := cfg.jobsConfig(logger)
@@ -175,6 +176,18 @@ func run(ctx context.Context, cfg config, ln net.Listener, logger *slog.Logger) 
 	mux.HandleFunc("POST /endpoints", createEndpoint(ob))
 	mux.HandleFunc("DELETE /endpoints/{id}", deleteEndpoint(ob))
 	mux.Handle("GET /metrics", metricsHandler)
+	if cfg.PortalKey != nil {
+		// The accounts' own portal and API: each account is a tenant and
+		// manages the endpoints that receive its balance.updated events.
+		h, err := portal.New(&portal.Config{
+			Outbox: ob, Pool: pool, Keys: [][]byte{cfg.PortalKey}, Prefix: "/portal",
+			Name: "Wharf example payments", Logger: logger,
+		})
+		if err != nil {
+			return err
+		}
+		mux.Handle("/portal/", h)
+	}
 	server := newServer(mux)
 
 	serveErr := make(chan error, 1)
@@ -247,7 +260,7 @@ type paymentEvent struct {
 // and each event still carries the balance right after its own payment. A
 // payment that cannot be applied fails the run, which the inbox then runs
 // again payment by payment: only the bad one fails.
-func applyPayments(ob *outbox.Outbox) inbox.BatchHandler {
+func applyPayments(ob *outbox.Outbox, perAccount bool) inbox.BatchHandler {
 	return func(ctx context.Context, tx pgx.Tx, msgs []*inbox.Message) error {
 		type payment struct {
 			account string
@@ -310,6 +323,9 @@ func applyPayments(ob *outbox.Outbox) inbox.BatchHandler {
 			events[i] = &outbox.Event{
 				Type: "balance.updated",
 				Data: map[string]any{"account": p.account, "balance": balances[p.account] - later[p.account]},
+			}
+			if perAccount {
+				events[i].Tenant = p.account
 			}
 			later[p.account] += p.amount
 		}

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/testdb"
+	"github.com/wharfhq/wharf/portal"
 	"github.com/wharfhq/wharf/signature"
 )
 
@@ -242,4 +245,60 @@ func TestExampleSSRFGuardOnByDefault(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, answer["error"], "set Config.AllowPrivateNetworks")
 	require.Zero(t, hits.Load())
+}
+
+// TestExamplePortal: with a portal key, an account manages its own
+// endpoint through the tenant API and receives its own balance.updated
+// events, and no other account's.
+func TestExamplePortal(t *testing.T) {
+	t.Parallel()
+	received := make(chan []byte, 10)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		received <- body
+	}))
+	t.Cleanup(sink.Close)
+	key := bytes.Repeat([]byte("e"), 32)
+	base := startExample(t, config{AllowPrivate: true, PortalKey: key})
+
+	tok, err := portal.NewToken(key, portal.Token{Tenant: "acct_7", Expires: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	status, ep, _ := sendJSON(t, base+"/portal/api/v1/endpoints", http.Header{"Authorization": {"Bearer " + tok}, "Content-Type": {"application/json"}},
+		`{"url":"`+sink.URL+`","event_types":["balance.updated"]}`)
+	require.Equal(t, http.StatusCreated, status, ep)
+
+	for i, account := range []string{"acct_8", "acct_7"} {
+		payment := `{"type":"payment.succeeded","data":{"account":"` + account + `","amount":5}}`
+		h, err := signature.SignStandardWebhooks([]string{DevSecret}, fmt.Sprintf("msg_portal_%d", i), time.Now(), []byte(payment))
+		require.NoError(t, err)
+		status, _, _ = sendJSON(t, base+"/webhooks/payments", h, payment)
+		require.Equal(t, http.StatusOK, status)
+	}
+	select {
+	case body := <-received:
+		require.Contains(t, string(body), `"account":"acct_7"`)
+	case <-time.After(20 * time.Second):
+		t.Fatal("acct_7's balance.updated was not delivered within 20s")
+	}
+	// acct_8's payment is applied (its event published), and acct_7's
+	// endpoint has one delivery: its own.
+	require.Eventually(t, func() bool {
+		resp, err := http.Get(base + "/balances/acct_8")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		return json.NewDecoder(resp.Body).Decode(&body) == nil && body["balance"] == float64(5)
+	}, 20*time.Second, 20*time.Millisecond)
+	req, err := http.NewRequest(http.MethodGet, base+"/portal/api/v1/deliveries", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var page struct{ Data []map[string]any }
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&page))
+	require.Len(t, page.Data, 1)
+	require.Equal(t, "balance.updated", page.Data[0]["event_type"])
 }

@@ -26,6 +26,12 @@
 //	WHARF_EXAMPLE_JOBS_INTERVAL  period of Wharf's periodic jobs (default 1h, at least 1m)
 //	WHARF_EXAMPLE_CLOCK_SKEW     added to the clock of Wharf's inbox, outbox and
 //	                             periodic jobs (default 0; the chaos tests skew nodes)
+//	WHARF_EXAMPLE_PORTAL_KEY     token key (base64 of 32 or more bytes: openssl rand -base64 32)
+//	                             of the tenant portal and API at /portal/; when set, each
+//	                             balance.updated is published with its account as the tenant,
+//	                             so only that account's endpoints (none of POST /endpoints's)
+//	                             receive it. Mint a link: WHARF_PORTAL_KEY=… wharf portal link
+//	                             -tenant acct_1 -base http://127.0.0.1:8080/portal/
 //
 // The default secrets are public: use them only on a development machine.
 //
@@ -58,6 +64,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/jobs"
+	"github.com/wharfhq/wharf/portal"
 )
 
 // Development secrets, the defaults of the webhook routes. They are public.
@@ -80,6 +87,9 @@ type config struct {
 	RescueAfter   time.Duration // 0: riverConfig's
 	JobsInterval  time.Duration // 0: the jobs package's default
 	ClockSkew     time.Duration
+	// PortalKey, when set, mounts the tenant portal and API at /portal/
+	// and publishes each balance.updated with its account as the tenant.
+	PortalKey []byte
 }
 
 func configFromEnv() (config, error) {
@@ -94,6 +104,13 @@ func configFromEnv() (config, error) {
 	}
 	if cfg.DatabaseURL == "" {
 		return cfg, errors.New("DATABASE_URL is required (make demo starts a local Postgres and sets it)")
+	}
+	if v := os.Getenv("WHARF_EXAMPLE_PORTAL_KEY"); v != "" {
+		key, err := portal.ParseKey(v)
+		if err != nil {
+			return cfg, fmt.Errorf("WHARF_EXAMPLE_PORTAL_KEY: %w (make one with: openssl rand -base64 32)", err)
+		}
+		cfg.PortalKey = key
 	}
 	if v := os.Getenv("WHARF_EXAMPLE_RETRY_SCHEDULE"); v != "" {
 		for _, part := range strings.Split(v, ",") {

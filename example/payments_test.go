@@ -31,7 +31,7 @@ func TestApplyPaymentsRun(t *testing.T) {
 	ob, err := outbox.New(pool, nil)
 	require.NoError(t, err)
 	msgs := []*inbox.Message{paymentMsg("acct_a", 10), paymentMsg("acct_b", 1), paymentMsg("acct_a", 20), paymentMsg("acct_b", 2), paymentMsg("acct_a", 30)}
-	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return applyPayments(ob)(ctx, tx, msgs) }))
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return applyPayments(ob, false)(ctx, tx, msgs) }))
 
 	rows, err := pool.Query(ctx, "SELECT payload FROM wharf_outbox_events ORDER BY id")
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func TestApplyPaymentsOverflow(t *testing.T) {
 	require.NoError(t, createTables(ctx, pool))
 	ob, err := outbox.New(pool, nil)
 	require.NoError(t, err)
-	h := applyPayments(ob)
+	h := applyPayments(ob, false)
 	big := paymentMsg("acct_x", 5_000_000_000_000_000_000)
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return h(ctx, tx, []*inbox.Message{big, big}) })
 	require.ErrorContains(t, err, "overflow")
