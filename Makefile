@@ -44,9 +44,10 @@ test: ## Run all tests with -race against a real Postgres (started when needed),
 	  { (cd e2e && $(GO) test $(TESTFLAGS) ./...) || status=1; } && exit $$status
 
 .PHONY: screenshot
-screenshot: ## Refresh docs/dashboard.png: the browser test's picture of the dashboard's overview
+screenshot: ## Refresh docs/dashboard.png and docs/portal.png: the browser tests' pictures of the dashboard and the portal
 	@url=$$($(ENSURE_DB)) && export DATABASE_URL="$$url" && \
-	  cd e2e && WHARF_SCREENSHOT=$(CURDIR)/docs/dashboard.png $(GO) test -count=1 -run TestDashboardInABrowser ./...
+	  cd e2e && WHARF_SCREENSHOT=$(CURDIR)/docs/dashboard.png WHARF_PORTAL_SCREENSHOT=$(CURDIR)/docs/portal.png \
+	  $(GO) test -count=1 -run 'TestDashboardInABrowser|TestPortalInABrowser' ./...
 
 .PHONY: chaos
 chaos: ## Long chaos run (bigger storm, kills, cuts, a Postgres restart); WHARF_CHAOS_SOAK=10m adds a soak
