@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/wharfhq/wharf/audit"
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/ops"
@@ -61,6 +62,10 @@ type Config struct {
 	// ReadOnly removes every action (replay, skip, enable, disable,
 	// rotate) and refuses their POSTs with 403. Defaults to false.
 	ReadOnly bool
+	// Operator names the person behind an action, for the audit log: the
+	// application's own user, from the request its authentication let
+	// through. Defaults to "dashboard".
+	Operator func(*http.Request) string
 	// ChartWindow is how far back the overview's hourly charts look, at
 	// most 7 days. Defaults to DefaultChartWindow.
 	ChartWindow time.Duration
@@ -164,6 +169,7 @@ func (h *Handler) routes() http.Handler {
 	mux.HandleFunc("GET /outbox/deliveries/{id}", h.deliveryShow)
 	mux.HandleFunc("GET /outbox/endpoints", h.endpointList)
 	mux.HandleFunc("GET /partitions", h.partitions)
+	mux.HandleFunc("GET /audit", h.auditLog)
 	mux.HandleFunc("POST /inbox/replay", h.action(h.inboxReplayMatching))
 	mux.HandleFunc("POST /inbox/{id}/replay", h.action(h.inboxReplay))
 	mux.HandleFunc("POST /inbox/{id}/skip", h.action(h.inboxSkip))
@@ -203,6 +209,11 @@ func (h *Handler) action(do func(r *http.Request) (string, error)) http.HandlerF
 			h.fail(w, r, http.StatusBadRequest, "The form could not be read.", nil)
 			return
 		}
+		operator := "dashboard"
+		if h.cfg.Operator != nil {
+			operator = h.cfg.Operator(r)
+		}
+		r = r.WithContext(audit.WithActor(r.Context(), audit.Actor{Kind: audit.KindOperator, ID: operator}))
 		to, err := do(r)
 		var bad badRequest
 		switch {

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/audit"
 	"github.com/wharfhq/wharf/dashboard"
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dashtest"
@@ -302,6 +303,29 @@ func TestActions(t *testing.T) {
 	d, err = f.outbox.DeliveryGet(ctx, f.seed.DeadDelivery)
 	require.NoError(t, err)
 	require.Equal(t, outbox.StatusPending, d.Status)
+
+	// Each action is in the audit log, by the dashboard's operator, and the
+	// audit page lists them.
+	entries, err := audit.List(ctx, f.pool, nil)
+	require.NoError(t, err)
+	var actions []string
+	for i := len(entries) - 1; i >= 0; i-- {
+		actions = append(actions, entries[i].Action+" by "+entries[i].Actor.Kind+":"+entries[i].Actor.ID)
+	}
+	require.Equal(t, []string{
+		"endpoint.create by app:", // the seed's two endpoints
+		"endpoint.create by app:",
+		"message.replay by operator:dashboard",
+		"message.replay by app:", // ReplayMatching above, called without an actor
+		"message.replay by operator:dashboard",
+		"endpoint.disable by operator:dashboard",
+		"endpoint.enable by operator:dashboard",
+		"endpoint.rotate_secret by operator:dashboard",
+		"endpoint.replay_dead by operator:dashboard",
+	}, actions)
+	require.Equal(t, "customer asked", entries[3].Reason) // newest first: the disable
+	_, body = f.get(t, "/audit")
+	require.Equal(t, 6, strings.Count(body, "operator: dashboard"), body)
 }
 
 func TestReadOnlyRefusesActions(t *testing.T) {

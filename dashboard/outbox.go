@@ -13,6 +13,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/ops"
+	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/outbox"
 )
 
@@ -120,7 +121,7 @@ func (h *Handler) deliveryShow(w http.ResponseWriter, r *http.Request) {
 		"Done":       doneMessage(r.URL.Query())}
 	data["NextAttempt"] = d.NextAttemptAt
 	if ep, err := h.outbox.EndpointGet(ctx, d.EndpointID); err == nil {
-		data["EndpointURL"] = ops.RedactURL(ep.URL)
+		data["EndpointURL"] = shared.RedactURL(ep.URL)
 		data["NextAttempt"], data["HeldByCircuit"] = ops.NextAttempt(d, ep.CircuitState, ep.CircuitOpenUntil)
 	}
 	eventID, _ := outbox.ParseEventID(d.EventID)
@@ -177,7 +178,7 @@ func (h *Handler) endpointList(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := make([]*endpointRow, len(eps))
 	for i, e := range eps {
-		rows[i] = &endpointRow{Endpoint: e, URL: ops.RedactURL(e.URL)}
+		rows[i] = &endpointRow{Endpoint: e, URL: shared.RedactURL(e.URL)}
 		if got := health[e.ID]; got != nil {
 			rows[i].Attempts, rows[i].Success, rows[i].Pending, rows[i].Dead = got.Attempts, got.Succeeded, got.Pending, got.Dead
 		}

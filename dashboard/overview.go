@@ -11,6 +11,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/ops"
+	"github.com/wharfhq/wharf/internal/shared"
 )
 
 // overviewEndpoints caps the endpoints the overview charts (the busiest).
@@ -213,7 +214,7 @@ func (h *Handler) endpointOverview(r *http.Request, since time.Time) ([]*endpoin
 		return nil, nil, err
 	}
 	for _, l := range labels {
-		byID[l.ID].URL, byID[l.ID].Enabled = ops.RedactURL(l.Url), l.Enabled
+		byID[l.ID].URL, byID[l.ID].Enabled = shared.RedactURL(l.Url), l.Enabled
 	}
 	var rows []stackedRow
 	for _, e := range list {

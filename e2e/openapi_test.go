@@ -156,6 +156,8 @@ func TestAPIMatchesItsOpenAPIDocument(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, status)
 	status, _ = c.do("GET", "/deliveries?status=succeeded&since="+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)+"&event_type=balance.updated", nil)
 	require.Equal(t, http.StatusOK, status)
+	status, _ = c.do("GET", "/audit-log?limit=3", nil)
+	require.Equal(t, http.StatusOK, status)
 	status, _ = c.do("DELETE", "/endpoints/"+id, nil)
 	require.Equal(t, http.StatusNoContent, status)
 	c.token = ""

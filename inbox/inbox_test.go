@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/audit"
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/signature"
@@ -556,6 +557,15 @@ func TestForgetBeforeProcessing(t *testing.T) {
 	a := do(t, b.signed(t, "payments", "msg_forget", []byte(`{"card":"4242"}`), time.Now()))
 	require.Equal(t, "duplicate", a.Body["status"])
 	require.Zero(t, calls.Load())
+
+	// The erasure is in the audit log (a refused replay is not), with
+	// neither the body nor its fields.
+	entries, err := audit.List(ctx, b.pool, nil)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	require.Equal(t, "message.forget", entries[0].Action)
+	require.Equal(t, "msg_forget", entries[0].ObjectID)
+	require.JSONEq(t, `{"source":"payments","messages":1}`, string(entries[0].Details))
 }
 
 // TestReplayReceivedWithLostJob: a message whose job ended outside the

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/audit"
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/signature"
 )
@@ -139,6 +140,12 @@ func TestOrderingDeadOrSkippedReleasesTheKey(t *testing.T) {
 	require.Equal(t, inbox.StatusDead, got.Status)
 	require.Contains(t, got.LastError, "skipped by an operator: downstream retired")
 	require.ErrorIs(t, b.inbox.Skip(ctx, stuck.ID, "again"), inbox.ErrNotSkippable)
+	entries, err := audit.List(ctx, b.pool, nil)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "one skip recorded; the refused one is not")
+	require.Equal(t, "message.skip", entries[0].Action)
+	require.Equal(t, stuck.ID.String(), entries[0].ObjectID)
+	require.Equal(t, "downstream retired", entries[0].Reason)
 }
 
 func messageByEvent(t *testing.T, b *testBundle, eventID string) *inbox.Message {

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wharfhq/wharf/internal/audit"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/delivery"
 	"github.com/wharfhq/wharf/internal/outboxtype"
@@ -292,7 +293,17 @@ func (o *Outbox) DeliveryReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) 
 	} else if err != nil {
 		return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
 	}
-	return o.engine.InsertJobs(ctx, tx, []delivery.Pending{{ID: id, Generation: generation}}, 0)
+	if err := o.engine.InsertJobs(ctx, tx, []delivery.Pending{{ID: id, Generation: generation}}, 0); err != nil {
+		return err
+	}
+	got, err := q.OutboxDeliveryGet(ctx, id)
+	if err != nil {
+		return fmt.Errorf("outbox: replay delivery %s: %w", id, err)
+	}
+	return audit.Write(ctx, tx, o.config.now(), audit.Record{
+		Tenant: got.Tenant, Action: "delivery.replay", ObjectType: "delivery", ObjectID: id.String(),
+		Details: map[string]any{"event_id": outboxtype.FormatEventID(got.WharfOutboxDelivery.EventID)},
+	})
 }
 
 // whyNotReplayable returns the error of a replay of a delivery that could
@@ -360,7 +371,11 @@ func (o *Outbox) DeliveryReplayDeadTx(ctx context.Context, tx pgx.Tx, endpointID
 	if err := o.engine.InsertJobs(ctx, tx, jobs, 0); err != nil {
 		return 0, err
 	}
-	return len(rows), nil
+	err = audit.Write(ctx, tx, o.config.now(), audit.Record{
+		Tenant: endpoint.Tenant, Action: "endpoint.replay_dead", ObjectType: "endpoint", ObjectID: endpointID.String(),
+		Details: map[string]any{"since": since, "deliveries": len(rows)},
+	})
+	return len(rows), err
 }
 
 func deliveryFromRow(row *dbsqlc.WharfOutboxDelivery, eventType, tenant string) *Delivery {

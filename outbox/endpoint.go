@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wharfhq/wharf/internal/audit"
 	"github.com/wharfhq/wharf/internal/catalog"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/delivery"
@@ -222,7 +223,7 @@ type endpoints struct {
 // parameters return an error where errors.Is(err, ErrInvalidEndpoint) is
 // true.
 func (o *Outbox) EndpointCreate(ctx context.Context, params *EndpointParams) (*EndpointWithSecret, error) {
-	return o.endpoints.create(ctx, o.pool, params)
+	return inTx(ctx, o, func(tx pgx.Tx) (*EndpointWithSecret, error) { return o.endpoints.create(ctx, tx, params) })
 }
 
 // EndpointCreateTx is EndpointCreate in tx. Parameters it refuses return an error
@@ -274,6 +275,9 @@ func (s *endpoints) create(ctx context.Context, db dbsqlc.DBTX, params *Endpoint
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: create endpoint: %w", err)
+	}
+	if err := s.record(ctx, db, &row, "endpoint.create", "", map[string]any{"url": shared.RedactURL(row.Url)}); err != nil {
+		return nil, err
 	}
 	return &EndpointWithSecret{Endpoint: endpointFromRow(&row), Secret: secret}, nil
 }
@@ -363,7 +367,7 @@ func (o *Outbox) EndpointList(ctx context.Context, params *EndpointListParams) (
 // an error where errors.Is(err, ErrInvalidEndpoint) is true and change
 // nothing.
 func (o *Outbox) EndpointUpdate(ctx context.Context, id uuid.UUID, params *EndpointUpdateParams) (*Endpoint, error) {
-	return o.endpoints.update(ctx, o.pool, id, params)
+	return inTx(ctx, o, func(tx pgx.Tx) (*Endpoint, error) { return o.endpoints.update(ctx, tx, id, params) })
 }
 
 // EndpointUpdateTx is EndpointUpdate in tx. Parameters it refuses return an error
@@ -440,6 +444,9 @@ func (s *endpoints) update(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, pa
 	if err != nil {
 		return nil, fmt.Errorf("outbox: update endpoint %s: %w", id, translateError(err))
 	}
+	if err := s.record(ctx, db, &row, "endpoint.update", "", map[string]any{"fields": params.fields()}); err != nil {
+		return nil, err
+	}
 	return endpointFromRow(&row), nil
 }
 
@@ -449,7 +456,7 @@ func (s *endpoints) update(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, pa
 // NUL byte returns an error where errors.Is(err, ErrInvalidEndpoint) is
 // true and changes nothing.
 func (o *Outbox) EndpointDisable(ctx context.Context, id uuid.UUID, reason string) (*Endpoint, error) {
-	return o.endpoints.disable(ctx, o.pool, id, reason)
+	return inTx(ctx, o, func(tx pgx.Tx) (*Endpoint, error) { return o.endpoints.disable(ctx, tx, id, reason) })
 }
 
 // EndpointDisableTx is EndpointDisable in tx. Parameters it refuses return an error
@@ -469,6 +476,9 @@ func (s *endpoints) disable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, r
 	if err != nil {
 		return nil, fmt.Errorf("outbox: disable endpoint %s: %w", id, translateError(err))
 	}
+	if err := s.record(ctx, db, &row, "endpoint.disable", reason, nil); err != nil {
+		return nil, err
+	}
 	return endpointFromRow(&row), nil
 }
 
@@ -476,7 +486,7 @@ func (s *endpoints) disable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, r
 // closes its circuit (also when it is enabled: an operator's way to let
 // deliveries go at once to an endpoint known to be back).
 func (o *Outbox) EndpointEnable(ctx context.Context, id uuid.UUID) (*Endpoint, error) {
-	return o.endpoints.enable(ctx, o.pool, id)
+	return inTx(ctx, o, func(tx pgx.Tx) (*Endpoint, error) { return o.endpoints.enable(ctx, tx, id) })
 }
 
 // EndpointEnableTx is EndpointEnable in tx.
@@ -489,33 +499,37 @@ func (s *endpoints) enable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*
 	if err != nil {
 		return nil, fmt.Errorf("outbox: enable endpoint %s: %w", id, translateError(err))
 	}
+	if err := s.record(ctx, db, &row, "endpoint.enable", "", nil); err != nil {
+		return nil, err
+	}
 	return endpointFromRow(&row), nil
 }
 
 // EndpointDelete deletes an endpoint with its deliveries; their jobs finish
 // without sending. Attempt logs stay until retention drops them.
 func (o *Outbox) EndpointDelete(ctx context.Context, id uuid.UUID) error {
-	return endpointDelete(ctx, o.pool, id)
+	_, err := inTx(ctx, o, func(tx pgx.Tx) (struct{}, error) { return struct{}{}, o.endpoints.delete(ctx, tx, id) })
+	return err
 }
 
 // EndpointDeleteTx is EndpointDelete in tx.
 func (o *Outbox) EndpointDeleteTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
-	return endpointDelete(ctx, tx, id)
+	return o.endpoints.delete(ctx, tx, id)
 }
 
 // endpointDelete locks the endpoint's row, then (by ON DELETE CASCADE) its
 // deliveries' and its leases' rows: the lock order every statement that
 // locks more than one of these rows keeps (see OutboxAttemptRecord), so
 // that a deletion and an attempt being recorded cannot deadlock.
-func endpointDelete(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) error {
-	n, err := dbsqlc.New(db).OutboxEndpointDelete(ctx, id)
+func (s *endpoints) delete(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) error {
+	rows, err := dbsqlc.New(db).OutboxEndpointDelete(ctx, id)
 	if err != nil {
 		return fmt.Errorf("outbox: delete endpoint %s: %w", id, err)
 	}
-	if n == 0 {
+	if len(rows) == 0 {
 		return fmt.Errorf("outbox: delete endpoint %s: %w", id, ErrNotFound)
 	}
-	return nil
+	return s.record(ctx, db, &rows[0], "endpoint.delete", "", map[string]any{"url": shared.RedactURL(rows[0].Url)})
 }
 
 // RotateSecretParams tunes EndpointRotateSecret. A nil *RotateSecretParams
@@ -532,7 +546,7 @@ type RotateSecretParams struct {
 // previous secret keeps signing for the overlap, so receivers can switch at
 // their pace; a rotation during an overlap ends that overlap's old secret.
 func (o *Outbox) EndpointRotateSecret(ctx context.Context, id uuid.UUID, params *RotateSecretParams) (*EndpointWithSecret, error) {
-	return o.endpoints.rotateSecret(ctx, o.pool, id, params)
+	return inTx(ctx, o, func(tx pgx.Tx) (*EndpointWithSecret, error) { return o.endpoints.rotateSecret(ctx, tx, id, params) })
 }
 
 // EndpointRotateSecretTx is EndpointRotateSecret in tx.
@@ -568,7 +582,37 @@ func (s *endpoints) rotateSecret(ctx context.Context, db dbsqlc.DBTX, id uuid.UU
 	if err != nil {
 		return nil, fmt.Errorf("outbox: rotate secret of endpoint %s: %w", id, translateError(err))
 	}
+	if err := s.record(ctx, db, &row, "endpoint.rotate_secret", "", map[string]any{"previous_secret_until": now.Add(overlap)}); err != nil {
+		return nil, err
+	}
 	return &EndpointWithSecret{Endpoint: endpointFromRow(&row), Secret: secret}, nil
+}
+
+// record writes the audit log's entry of an action on an endpoint, in db
+// (the action's transaction).
+func (s *endpoints) record(ctx context.Context, db dbsqlc.DBTX, row *dbsqlc.WharfOutboxEndpoint, action, reason string, details map[string]any) error {
+	return audit.Write(ctx, db, s.config.now(), audit.Record{
+		Tenant: row.Tenant, Action: action, ObjectType: "endpoint", ObjectID: row.ID.String(),
+		Reason: reason, Details: details,
+	})
+}
+
+// fields names the fields an update sets, for the audit log.
+func (p *EndpointUpdateParams) fields() []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"url", p.URL != nil}, {"description", p.Description != nil}, {"event_types", p.EventTypes != nil},
+		{"max_in_flight", p.MaxInFlight != nil}, {"timeout", p.Timeout != nil}, {"ordered", p.Ordered != nil},
+		{"headers", p.Headers != nil}, {"auth", p.Auth != nil}, {"rate_limit", p.RateLimit != nil},
+	} {
+		if f.set {
+			out = append(out, f.name)
+		}
+	}
+	return out
 }
 
 func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {

@@ -199,3 +199,14 @@ func translateError(err error) error { return shared.NotFound(err, ErrNotFound) 
 func (o *Outbox) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, o.pool, fn)
 }
+
+// inTx runs fn in a transaction of o's pool and returns its result.
+func inTx[T any](ctx context.Context, o *Outbox, fn func(tx pgx.Tx) (T, error)) (T, error) {
+	var out T
+	err := o.inTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		out, err = fn(tx)
+		return err
+	})
+	return out, err
+}

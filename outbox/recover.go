@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/wharfhq/wharf/internal/audit"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/delivery"
 )
@@ -35,7 +36,7 @@ const recoverBatch = 1000
 // sends those again. For an endpoint with Ordered set, the recovered
 // deliveries come after those published since it was enabled.
 func (o *Outbox) EndpointRecover(ctx context.Context, id uuid.UUID, since time.Time) (int, error) {
-	shape, err := o.checkRecover(ctx, o.pool, id, since)
+	shape, tenant, err := o.checkRecover(ctx, o.pool, id, since)
 	if err != nil {
 		return 0, err
 	}
@@ -53,16 +54,26 @@ func (o *Outbox) EndpointRecover(ctx context.Context, id uuid.UUID, since time.T
 		}
 		total += n
 		if n < recoverBatch {
-			return total, nil
+			// Batches commit on their own, so a long recovery holds no
+			// transaction open; its entry is written after the last.
+			return total, o.recordRecover(ctx, o.pool, id, tenant, since, total)
 		}
 	}
+}
+
+// recordRecover writes a recovery's audit entry.
+func (o *Outbox) recordRecover(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, tenant string, since time.Time, n int) error {
+	return audit.Write(ctx, db, o.config.now(), audit.Record{
+		Tenant: tenant, Action: "endpoint.recover", ObjectType: "endpoint", ObjectID: id.String(),
+		Details: map[string]any{"since": since, "deliveries": n},
+	})
 }
 
 // EndpointRecoverTx is EndpointRecover in tx, all of it: the deliveries and
 // their jobs exist once tx commits. Run it in the transaction that enables
 // the endpoint (EndpointEnableTx) to make both one change.
 func (o *Outbox) EndpointRecoverTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, since time.Time) (int, error) {
-	shape, err := o.checkRecover(ctx, tx, id, since)
+	shape, tenant, err := o.checkRecover(ctx, tx, id, since)
 	if err != nil {
 		return 0, err
 	}
@@ -75,7 +86,7 @@ func (o *Outbox) EndpointRecoverTx(ctx context.Context, tx pgx.Tx, id uuid.UUID,
 		}
 		total += n
 		if n < recoverBatch {
-			return total, nil
+			return total, o.recordRecover(ctx, tx, id, tenant, since, total)
 		}
 		cursor = next
 	}
@@ -87,18 +98,19 @@ type recoverCursor struct {
 	id        uuid.UUID
 }
 
-func (o *Outbox) checkRecover(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, since time.Time) (delivery.Shape, error) {
+// checkRecover returns the endpoint's shape and tenant.
+func (o *Outbox) checkRecover(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, since time.Time) (delivery.Shape, string, error) {
 	if since.IsZero() {
-		return delivery.Shape{}, fmt.Errorf("outbox: recover endpoint %s: since is required (the oldest event to consider)", id)
+		return delivery.Shape{}, "", fmt.Errorf("outbox: recover endpoint %s: since is required (the oldest event to consider)", id)
 	}
 	row, err := endpointRow(ctx, db, id)
 	if err != nil {
-		return delivery.Shape{}, err
+		return delivery.Shape{}, "", err
 	}
 	if !row.Enabled {
-		return delivery.Shape{}, fmt.Errorf("outbox: recover endpoint %s: %w; enable it first", id, ErrEndpointDisabled)
+		return delivery.Shape{}, "", fmt.Errorf("outbox: recover endpoint %s: %w; enable it first", id, ErrEndpointDisabled)
 	}
-	return shapeOf(row), nil
+	return shapeOf(row), row.Tenant, nil
 }
 
 func (o *Outbox) recoverBatch(ctx context.Context, tx pgx.Tx, id uuid.UUID, shape delivery.Shape, since time.Time, after recoverCursor) (int, recoverCursor, error) {

@@ -53,6 +53,7 @@ func (h *Handler) apiRoutes(mux *http.ServeMux) {
 	route("POST "+apiBase+"/endpoints/{id}/test", true, h.sendTest)
 	route("POST "+apiBase+"/endpoints/{id}/recover", true, h.recoverEndpoint)
 	route("GET "+apiBase+"/event-types", false, h.listEventTypes)
+	route("GET "+apiBase+"/audit-log", false, h.listAuditLog)
 	route("GET "+apiBase+"/deliveries", false, h.listDeliveries)
 	route("GET "+apiBase+"/deliveries/{id}", false, h.getDelivery)
 	route("POST "+apiBase+"/deliveries/{id}/replay", true, h.replayDelivery)
@@ -103,7 +104,7 @@ func (h *Handler) api(write bool, fn func(http.ResponseWriter, *http.Request) er
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-		if err := fn(w, r.WithContext(context.WithValue(r.Context(), accessKey{}, a))); err != nil {
+		if err := fn(w, r.WithContext(withAccess(r.Context(), a))); err != nil {
 			h.writeError(w, r, err)
 		}
 	})

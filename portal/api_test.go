@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/audit"
 	"github.com/wharfhq/wharf/outbox"
 	"github.com/wharfhq/wharf/portal"
 	"github.com/wharfhq/wharf/signature"
@@ -315,4 +317,36 @@ func TestOpenAPIIsServed(t *testing.T) {
 	require.Equal(t, http.StatusOK, got.status)
 	require.Equal(t, portal.OpenAPI, got.body)
 	require.Equal(t, "3.1.0", got.json(t)["openapi"])
+}
+
+func TestAuditLogThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	acme, globex := token(t, "acme", false), token(t, "globex", false)
+	id := f.call(t, acme, "POST", "/endpoints", map[string]any{"url": "https://acme.example/hooks"}).json(t)["id"].(string)
+	require.Equal(t, http.StatusOK, f.call(t, acme, "PATCH", "/endpoints/"+id, map[string]any{"description": "prod"}).status)
+	f.call(t, globex, "POST", "/endpoints", map[string]any{"url": "https://globex.example/hooks"})
+	ctx := audit.WithActor(context.Background(), audit.Actor{Kind: audit.KindOperator, ID: "alice@provider"})
+	uid, err := uuid.Parse(id)
+	require.NoError(t, err)
+	_, err = f.outbox.EndpointDisable(ctx, uid, "abuse review")
+	require.NoError(t, err)
+
+	got := f.call(t, acme, "GET", "/audit-log?limit=2", nil)
+	require.Equal(t, http.StatusOK, got.status, string(got.body))
+	page := got.json(t)
+	data := page["data"].([]any)
+	require.Len(t, data, 2)
+	newest := data[0].(map[string]any)
+	require.Equal(t, "endpoint.disable", newest["action"])
+	require.Equal(t, "abuse review", newest["reason"])
+	require.Equal(t, map[string]any{"kind": "operator", "id": ""}, newest["actor"], "staff names stay inside")
+	require.Equal(t, map[string]any{"kind": "tenant", "id": "acme"}, data[1].(map[string]any)["actor"])
+	rest := f.call(t, acme, "GET", "/audit-log?cursor="+page["next_cursor"].(string), nil).json(t)["data"].([]any)
+	require.Len(t, rest, 1)
+	require.Equal(t, "endpoint.create", rest[0].(map[string]any)["action"])
+
+	theirs := f.call(t, globex, "GET", "/audit-log", nil).json(t)["data"].([]any)
+	require.Len(t, theirs, 1)
+	require.Equal(t, map[string]any{"kind": "tenant", "id": "globex"}, theirs[0].(map[string]any)["actor"])
 }

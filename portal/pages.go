@@ -2,7 +2,6 @@ package portal
 
 import (
 	"bytes"
-	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -115,6 +114,7 @@ func (h *Handler) pageRoutes(mux *http.ServeMux) {
 	page("GET /deliveries/{id}", false, h.pages.delivery)
 	page("POST /deliveries/{id}/replay", true, h.pages.replay)
 	page("GET /event-types", false, h.pages.eventTypes)
+	page("GET /activity", false, h.pages.activity)
 }
 
 // page authenticates a page request (a ?token= link sets the cookie
@@ -143,7 +143,7 @@ func (h *Handler) page(write bool, fn func(http.ResponseWriter, *http.Request) e
 			h.pages.render(w, r, http.StatusForbidden, "error.html", &view{Title: "Read-only"}, "This link only lets you look.")
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), accessKey{}, a))
+		r = r.WithContext(withAccess(r.Context(), a))
 		if err := fn(w, r); err != nil {
 			h.pages.fail(w, r, err)
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/wharfhq/wharf/internal/audit"
 	"github.com/wharfhq/wharf/outbox"
 )
 
@@ -205,6 +206,13 @@ func (h *Handler) parse(token string, viaCookie bool) (*access, error) {
 }
 
 func accessOf(ctx context.Context) *access { return ctx.Value(accessKey{}).(*access) }
+
+// withAccess is ctx acting for a: the tenant is also the actor the audit
+// log names.
+func withAccess(ctx context.Context, a *access) context.Context {
+	ctx = audit.WithActor(ctx, audit.Actor{Kind: audit.KindTenant, ID: a.tenant})
+	return context.WithValue(ctx, accessKey{}, a)
+}
 
 // unauthenticated is whether an authenticate error is the client's (401)
 // rather than the application's Authenticate failing (500).

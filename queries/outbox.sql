@@ -81,8 +81,9 @@ SET enabled = true,
 WHERE id = @id::uuid
 RETURNING *;
 
--- name: OutboxEndpointDelete :execrows
-DELETE FROM wharf_outbox_endpoints WHERE id = @id::uuid;
+-- name: OutboxEndpointDelete :many
+-- The deleted endpoint (no row: none had the id), for the audit log.
+DELETE FROM wharf_outbox_endpoints WHERE id = @id::uuid RETURNING *;
 
 -- name: OutboxEndpointRotateSecret :one
 UPDATE wharf_outbox_endpoints

@@ -26,11 +26,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"os/user"
 	"sort"
 	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/wharfhq/wharf/audit"
 	"github.com/wharfhq/wharf/wharfmigrate"
 )
 
@@ -103,6 +105,7 @@ func main() {
 
 // runCLI runs one command line and returns the exit code.
 func runCLI(ctx context.Context, args []string, out, errOut io.Writer) int {
+	ctx = audit.WithActor(ctx, audit.Actor{Kind: audit.KindOperator, ID: cliOperator()})
 	global := flag.NewFlagSet("wharf", flag.ContinueOnError)
 	global.SetOutput(errOut)
 	// The flag's default is not $DATABASE_URL itself: usage would print
@@ -198,4 +201,16 @@ func usage(w io.Writer, global *flag.FlagSet) {
 	}
 	fmt.Fprintln(w, "\nflags:")
 	global.PrintDefaults()
+}
+
+// cliOperator names the CLI's user in the audit log: $WHARF_OPERATOR, or
+// "cli:" and the login name.
+func cliOperator() string {
+	if name := os.Getenv("WHARF_OPERATOR"); name != "" {
+		return name
+	}
+	if u, err := user.Current(); err == nil {
+		return "cli:" + u.Username
+	}
+	return "cli"
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/ops"
+	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/jobs"
 )
 
@@ -225,7 +226,7 @@ func endpointAttempts(ctx context.Context, q *dbsqlc.Queries, since time.Time) (
 		return nil, err
 	}
 	for _, l := range labels {
-		byID[l.ID].Endpoint = ops.RedactURL(l.Url)
+		byID[l.ID].Endpoint = shared.RedactURL(l.Url)
 	}
 	out := make([]endpointStats, 0, len(byID))
 	for id, ep := range byID {

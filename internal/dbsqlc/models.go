@@ -21,6 +21,19 @@ type RiverJob struct {
 	FinalizedAt *time.Time
 }
 
+type WharfAuditLog struct {
+	ID         uuid.UUID
+	At         time.Time
+	ActorKind  string
+	Actor      string
+	Tenant     string
+	Action     string
+	ObjectType string
+	ObjectID   string
+	Reason     string
+	Details    json.RawMessage
+}
+
 type WharfIdempotencyKey struct {
 	Route           string
 	Principal       string

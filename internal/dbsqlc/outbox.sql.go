@@ -905,16 +905,61 @@ func (q *Queries) OutboxDeliveryThrottle(ctx context.Context, arg OutboxDelivery
 	return result.RowsAffected(), nil
 }
 
-const outboxEndpointDelete = `-- name: OutboxEndpointDelete :execrows
-DELETE FROM wharf_outbox_endpoints WHERE id = $1::uuid
+const outboxEndpointDelete = `-- name: OutboxEndpointDelete :many
+DELETE FROM wharf_outbox_endpoints WHERE id = $1::uuid RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
 `
 
-func (q *Queries) OutboxEndpointDelete(ctx context.Context, id uuid.UUID) (int64, error) {
-	result, err := q.db.Exec(ctx, outboxEndpointDelete, id)
+// The deleted endpoint (no row: none had the id), for the audit log.
+func (q *Queries) OutboxEndpointDelete(ctx context.Context, id uuid.UUID) ([]WharfOutboxEndpoint, error) {
+	rows, err := q.db.Query(ctx, outboxEndpointDelete, id)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	var items []WharfOutboxEndpoint
+	for rows.Next() {
+		var i WharfOutboxEndpoint
+		if err := rows.Scan(
+			&i.ID,
+			&i.Url,
+			&i.Description,
+			&i.EventTypes,
+			&i.Tenant,
+			&i.Secret,
+			&i.PreviousSecret,
+			&i.PreviousSecretExpiresAt,
+			&i.MaxInFlight,
+			&i.TimeoutMs,
+			&i.Ordered,
+			&i.Enabled,
+			&i.DisabledReason,
+			&i.DisabledAt,
+			&i.ConsecutiveFailures,
+			&i.FailingSince,
+			&i.LastSuccessAt,
+			&i.LastFailureAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Headers,
+			&i.Auth,
+			&i.RateLimitPerSecond,
+			&i.RateLimitBurst,
+			&i.CircuitState,
+			&i.CircuitOpenedAt,
+			&i.CircuitOpenUntil,
+			&i.CircuitOpenings,
+			&i.CircuitProbeDeliveryID,
+			&i.CircuitProbeExpiresAt,
+			&i.Version,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxEndpointDisable = `-- name: OutboxEndpointDisable :one

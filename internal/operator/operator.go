@@ -19,6 +19,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/wharfhq/wharf/internal/audit"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/ordering"
@@ -101,7 +102,17 @@ func (a *Actions) ReplayTx(ctx context.Context, tx pgx.Tx, id uuid.UUID) error {
 	if err != nil {
 		return err
 	}
-	return a.requeue(ctx, tx, q, &row, oldJob)
+	if err := a.requeue(ctx, tx, q, &row, oldJob); err != nil {
+		return err
+	}
+	return a.record(ctx, tx, "message.replay", row.ID.String(), "", map[string]any{"source": row.Source, "event_id": row.EventID})
+}
+
+// record writes the audit log's entry of an action on a message.
+func (a *Actions) record(ctx context.Context, tx pgx.Tx, action, objectID, reason string, details map[string]any) error {
+	return audit.Write(ctx, tx, a.config.Now(), audit.Record{
+		Action: action, ObjectType: "message", ObjectID: objectID, Reason: reason, Details: details,
+	})
 }
 
 // lockRevivable locks message id for a replay, which revives an old row:
@@ -225,7 +236,7 @@ func (a *Actions) SkipTx(ctx context.Context, tx pgx.Tx, id uuid.UUID, reason st
 			}
 		}
 	}
-	return nil
+	return a.record(ctx, tx, "message.skip", row.ID.String(), reason, map[string]any{"source": row.Source, "event_id": row.EventID})
 }
 
 // ForgetTx erases the messages of event (source, eventID) in tx (see
@@ -266,5 +277,6 @@ func (a *Actions) ForgetTx(ctx context.Context, tx pgx.Tx, source, eventID strin
 			return 0, err
 		}
 	}
-	return len(rows), nil
+	err = a.record(ctx, tx, "message.forget", eventID, "", map[string]any{"source": source, "messages": len(rows)})
+	return len(rows), err
 }
