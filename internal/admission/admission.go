@@ -93,6 +93,9 @@ type Gate struct {
 	// freed wakes deliveries waiting at an endpoint's cap (atCap) when an
 	// attempt of this node gives a slot back.
 	freed slotWaiters
+	// capWait is the constant capWait; tests lengthen it where a loaded
+	// machine may take longer to give a slot back.
+	capWait time.Duration
 }
 
 // New returns the Gate of cfg (nil: every default) on pool.
@@ -105,7 +108,7 @@ func New(pool *pgxpool.Pool, cfg *Config) *Gate {
 	c.CircuitBreakerCooldown = cmp.Or(c.CircuitBreakerCooldown, DefaultCircuitBreakerCooldown)
 	c.CircuitBreakerMaxCooldown = cmp.Or(c.CircuitBreakerMaxCooldown, max(DefaultCircuitBreakerMaxCooldown, c.CircuitBreakerCooldown))
 	c.Logger = cmp.Or(c.Logger, slog.Default())
-	g := &Gate{config: c, queries: dbsqlc.New(pool)}
+	g := &Gate{config: c, queries: dbsqlc.New(pool), capWait: capWait}
 	g.slots = groupcommit.New(groupcommit.Config[slotAsk]{MaxSize: combineMax, Slots: combineSlots, Timeout: statementTimeout}, g.takeSlots)
 	return g
 }

@@ -204,7 +204,7 @@ func (g *Gate) awaitFreedSlot(ctx context.Context, d *outboxtype.Delivery, req R
 		}
 		return false, err
 	}
-	deadline := time.Now().Add(capWait)
+	deadline := time.Now().Add(g.capWait)
 	limit := min(int(d.MaxInFlight), maxCapWaiters)
 	for ctx.Err() == nil {
 		w := g.freed.join(d.EndpointID, limit)
