@@ -124,6 +124,7 @@ func (h *Handler) page(write bool, fn func(http.ResponseWriter, *http.Request) e
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Referrer-Policy", "no-referrer")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy", h.csp)
 		if tok := r.URL.Query().Get("token"); tok != "" && r.Method == http.MethodGet {
 			h.login(w, r, tok)
 			return

@@ -3,6 +3,7 @@ package portal_test
 import (
 	"net/http"
 	"net/http/cookiejar"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -78,4 +79,39 @@ func TestPages(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+}
+
+func TestPageSecurityHeaders(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	h, err := portal.New(&portal.Config{Outbox: f.outbox, Pool: f.pool, Keys: [][]byte{testKey},
+		StylesheetURL: "https://cdn.example.com/brand.css", LogoURL: "/static/logo.png", TrustedOrigins: []string{"https://app.example.com"}})
+	require.NoError(t, err)
+	link, err := portal.NewLink(testKey, "http://portal.test/", portal.Token{Tenant: "acme", Expires: time.Now().Add(time.Minute)})
+	require.NoError(t, err)
+	u, err := url.Parse(link)
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", u.RequestURI(), nil))
+	require.Equal(t, http.StatusSeeOther, rec.Code)
+	cookie := rec.Result().Cookies()[0]
+	require.True(t, cookie.HttpOnly)
+	require.Equal(t, http.SameSiteLaxMode, cookie.SameSite)
+
+	req := httptest.NewRequest("GET", "/", nil)
+	req.AddCookie(cookie)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code)
+	csp := rec.Header().Get("Content-Security-Policy")
+	require.Contains(t, csp, "default-src 'none'")
+	require.Contains(t, csp, "style-src 'self' https://cdn.example.com;")
+	require.Contains(t, csp, "frame-ancestors 'self' https://app.example.com")
+	require.NotContains(t, csp, "script-src")
+	require.Contains(t, rec.Body.String(), `href="https://cdn.example.com/brand.css"`)
+
+	for _, bad := range []string{"javascript:alert(1)", "https://x.example/a.css; script-src *", "ftp://x/y.css"} {
+		_, err := portal.New(&portal.Config{Outbox: f.outbox, Pool: f.pool, Keys: [][]byte{testKey}, StylesheetURL: bad})
+		require.ErrorIs(t, err, portal.ErrInvalidConfig, bad)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -82,6 +83,10 @@ type Handler struct {
 	cfg     Config
 	handler http.Handler
 	pages   *pages
+	// csp is the pages' Content-Security-Policy: no script, styles and
+	// images from the portal and the configured URLs' origins, forms to
+	// the portal, framed only by the portal's and the trusted origins.
+	csp string
 }
 
 // New returns a Handler, or an error where errors.Is(err,
@@ -116,6 +121,28 @@ func New(cfg *Config) (*Handler, error) {
 			problems = append(problems, fmt.Sprintf("TrustedOrigins: %v", err))
 		}
 	}
+	styles, images := "'self'", "'self' data:"
+	for _, u := range []struct {
+		field string
+		value string
+		dst   *string
+	}{{"StylesheetURL", c.StylesheetURL, &styles}, {"LogoURL", c.LogoURL, &images}} {
+		if u.value == "" {
+			continue
+		}
+		origin, err := originOf(u.value)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", u.field, err))
+			continue
+		}
+		if origin != "" {
+			*u.dst += " " + origin
+		}
+	}
+	frames := "'self'"
+	for _, origin := range c.TrustedOrigins {
+		frames += " " + origin
+	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
 	}
@@ -128,7 +155,8 @@ func New(cfg *Config) (*Handler, error) {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	h := &Handler{cfg: c}
+	h := &Handler{cfg: c, csp: "default-src 'none'; style-src " + styles + "; img-src " + images +
+		"; form-action 'self'; base-uri 'none'; frame-ancestors " + frames}
 	var err error
 	if h.pages, err = newPages(h); err != nil {
 		return nil, err
@@ -147,6 +175,21 @@ func New(cfg *Config) (*Handler, error) {
 // ServeHTTP serves the API and the pages.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.handler.ServeHTTP(w, r)
+}
+
+// originOf returns the origin of an absolute http(s) URL, "" for a path
+// on the portal's own host.
+func originOf(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || strings.ContainsAny(raw, " ;'\"\n\r"):
+		return "", fmt.Errorf("%q is not a URL", raw)
+	case u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/"):
+		return "", nil
+	case (u.Scheme == "https" || u.Scheme == "http") && u.Host != "":
+		return u.Scheme + "://" + u.Host, nil
+	}
+	return "", fmt.Errorf("%q is neither an absolute http(s) URL nor a path", raw)
 }
 
 // access is who a request acts for.
