@@ -26,6 +26,7 @@ const (
 	DefaultAttemptRetention    = 90 * 24 * time.Hour
 	DefaultDeadLetterRetention = 30 * 24 * time.Hour
 	DefaultErasedKeyRetention  = 90 * 24 * time.Hour
+	DefaultAuditRetention      = 365 * 24 * time.Hour
 	DefaultPartitionDaysAhead  = partition.DefaultDaysAhead
 	DefaultInterval            = time.Hour
 	DefaultBatchSize           = 200
@@ -63,6 +64,10 @@ type Config struct {
 	// at most MaxErasedKeyRetention (10 years). Defaults to
 	// DefaultErasedKeyRetention (90 days).
 	ErasedKeyRetention time.Duration
+	// AuditRetention is how long audit log entries are kept: at least
+	// MinRetention (72 hours), at most MaxErasedKeyRetention (10 years).
+	// Defaults to DefaultAuditRetention (365 days).
+	AuditRetention time.Duration
 	// ScrubAfter, when set, empties the bodies and headers of processed
 	// inbox messages and the payloads of fully delivered outbox events older
 	// than this (metadata stays), ahead of row retention. It must be shorter
@@ -118,6 +123,7 @@ func (c *Config) withDefaults() *Config {
 	setDefault(&out.AttemptRetention, DefaultAttemptRetention)
 	setDefault(&out.DeadLetterRetention, DefaultDeadLetterRetention)
 	setDefault(&out.ErasedKeyRetention, DefaultErasedKeyRetention)
+	setDefault(&out.AuditRetention, DefaultAuditRetention)
 	setDefault(&out.PartitionDaysAhead, DefaultPartitionDaysAhead)
 	setDefault(&out.Interval, DefaultInterval)
 	setDefault(&out.RollupInterval, DefaultRollupInterval)
@@ -170,6 +176,12 @@ func (c *Config) validate() error {
 		errs = append(errs, fmt.Errorf("ErasedKeyRetention %s is shorter than DedupeWindow %s", c.ErasedKeyRetention, c.DedupeWindow))
 	case c.ErasedKeyRetention > MaxErasedKeyRetention:
 		errs = append(errs, fmt.Errorf("ErasedKeyRetention %s is over %s", c.ErasedKeyRetention, MaxErasedKeyRetention))
+	}
+	switch {
+	case c.AuditRetention < MinRetention:
+		errs = append(errs, fmt.Errorf("AuditRetention %s is under %s", c.AuditRetention, MinRetention))
+	case c.AuditRetention > MaxErasedKeyRetention:
+		errs = append(errs, fmt.Errorf("AuditRetention %s is over %s", c.AuditRetention, MaxErasedKeyRetention))
 	}
 	for source, window := range c.SourceRetryWindows {
 		if window > c.DedupeWindow {

@@ -87,6 +87,9 @@ type PruneResult struct {
 	// DeliveriesDeleted counts finished outbox deliveries of expired events
 	// pruned.
 	DeliveriesDeleted int64 `json:"deliveries_deleted"`
+	// AuditEntriesDeleted counts audit log entries older than
+	// Config.AuditRetention pruned.
+	AuditEntriesDeleted int64 `json:"audit_entries_deleted"`
 	// MessagesScrubbed and EventsScrubbed count the inbox messages and
 	// outbox events whose bodies were erased (Config.ScrubAfter).
 	MessagesScrubbed int64 `json:"messages_scrubbed"`

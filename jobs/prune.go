@@ -306,6 +306,16 @@ func (r *pruneRun) rows(ctx context.Context) error {
 		}
 	}
 
+	auditCutoff := r.now.Add(-cfg.AuditRetention)
+	r.res.AuditEntriesDeleted, err = r.batches(ctx, "",
+		func() (int64, error) { return r.q.RetentionAuditExpiredCount(ctx, auditCutoff) },
+		func(q *dbsqlc.Queries, batch int32) (int64, error) {
+			return q.RetentionAuditDelete(ctx, dbsqlc.RetentionAuditDeleteParams{Cutoff: auditCutoff, BatchSize: batch})
+		})
+	if err != nil {
+		return err
+	}
+
 	r.res.DeliveriesDeleted, err = r.batches(ctx, outboxEventsTable,
 		func() (int64, error) {
 			return r.q.RetentionOutboxDeliveriesExpiredCount(ctx, dbsqlc.RetentionOutboxDeliveriesExpiredCountParams{

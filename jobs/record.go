@@ -23,7 +23,8 @@ var ErrNoRetentionRecord = errors.New("jobs: no retention settings recorded")
 type RetentionRecord struct {
 	// Config holds the recorded settings: DedupeWindow, InboxRetention,
 	// OutboxRetention, AttemptRetention, DeadLetterRetention,
-	// ErasedKeyRetention and ScrubAfter. Its other fields are zero.
+	// ErasedKeyRetention, ScrubAfter and AuditRetention. Its other fields
+	// are zero.
 	Config Config
 	// RecordedAt is when they were last recorded.
 	RecordedAt time.Time
@@ -43,6 +44,7 @@ func (m *Maintainer) RecordRetention(ctx context.Context) error {
 		DeadLetterRetentionUs: c.DeadLetterRetention.Microseconds(),
 		ErasedKeyRetentionUs:  c.ErasedKeyRetention.Microseconds(),
 		ScrubAfterUs:          c.ScrubAfter.Microseconds(),
+		AuditRetentionUs:      c.AuditRetention.Microseconds(),
 	})
 	if err != nil {
 		return fmt.Errorf("jobs: record retention settings: %w", err)
@@ -78,5 +80,6 @@ func ReadRetention(ctx context.Context, pool *pgxpool.Pool) (*RetentionRecord, e
 		DeadLetterRetention: us(row.DeadLetterRetentionUs),
 		ErasedKeyRetention:  us(row.ErasedKeyRetentionUs),
 		ScrubAfter:          us(row.ScrubAfterUs),
+		AuditRetention:      us(row.AuditRetentionUs),
 	}}, nil
 }

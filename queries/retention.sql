@@ -139,16 +139,16 @@ WHERE s.created_at < @cutoff::timestamptz AND s.scrubbed_at IS NULL
 -- Records the retention settings the application's maintainer runs with
 -- (durations in microseconds), replacing the previous record.
 INSERT INTO wharf_retention_settings (singleton, dedupe_window, inbox_retention, outbox_retention, attempt_retention,
-                                      dead_letter_retention, erased_key_retention, scrub_after, recorded_at)
+                                      dead_letter_retention, erased_key_retention, scrub_after, audit_retention, recorded_at)
 VALUES (true, (@dedupe_window_us::bigint) * interval '1 microsecond', (@inbox_retention_us::bigint) * interval '1 microsecond',
         (@outbox_retention_us::bigint) * interval '1 microsecond', (@attempt_retention_us::bigint) * interval '1 microsecond',
         (@dead_letter_retention_us::bigint) * interval '1 microsecond', (@erased_key_retention_us::bigint) * interval '1 microsecond',
-        (@scrub_after_us::bigint) * interval '1 microsecond', now())
+        (@scrub_after_us::bigint) * interval '1 microsecond', (@audit_retention_us::bigint) * interval '1 microsecond', now())
 ON CONFLICT (singleton) DO UPDATE SET
     dedupe_window = EXCLUDED.dedupe_window, inbox_retention = EXCLUDED.inbox_retention,
     outbox_retention = EXCLUDED.outbox_retention, attempt_retention = EXCLUDED.attempt_retention,
     dead_letter_retention = EXCLUDED.dead_letter_retention, erased_key_retention = EXCLUDED.erased_key_retention,
-    scrub_after = EXCLUDED.scrub_after, recorded_at = EXCLUDED.recorded_at;
+    scrub_after = EXCLUDED.scrub_after, audit_retention = EXCLUDED.audit_retention, recorded_at = EXCLUDED.recorded_at;
 
 -- name: RetentionSettingsGet :one
 -- The recorded retention settings, durations in microseconds; no row when
@@ -160,5 +160,14 @@ SELECT (extract(epoch FROM s.dedupe_window) * 1000000)::bigint AS dedupe_window_
        (extract(epoch FROM s.dead_letter_retention) * 1000000)::bigint AS dead_letter_retention_us,
        (extract(epoch FROM s.erased_key_retention) * 1000000)::bigint AS erased_key_retention_us,
        (extract(epoch FROM s.scrub_after) * 1000000)::bigint AS scrub_after_us,
+       (extract(epoch FROM s.audit_retention) * 1000000)::bigint AS audit_retention_us,
        s.recorded_at
 FROM wharf_retention_settings s;
+
+-- name: RetentionAuditExpiredCount :one
+SELECT count(*) FROM wharf_audit_log WHERE at < @cutoff::timestamptz;
+
+-- name: RetentionAuditDelete :execrows
+-- Deletes one batch of audit entries older than the cutoff, oldest first.
+DELETE FROM wharf_audit_log
+WHERE id IN (SELECT id FROM wharf_audit_log WHERE at < @cutoff::timestamptz ORDER BY at LIMIT @batch_size::int);

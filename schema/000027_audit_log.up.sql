@@ -21,3 +21,8 @@ CREATE TABLE wharf_audit_log (
 -- The dashboard's list (newest first) and a tenant's.
 CREATE INDEX wharf_audit_log_at ON wharf_audit_log (at DESC, id DESC);
 CREATE INDEX wharf_audit_log_tenant_at ON wharf_audit_log (tenant, at DESC, id DESC);
+
+-- The jobs maintainer's AuditRetention, recorded with its other settings
+-- for the operator's tools (a record from an older build reads as the
+-- default, 365 days).
+ALTER TABLE wharf_retention_settings ADD COLUMN audit_retention interval NOT NULL DEFAULT interval '365 days';

@@ -23,6 +23,7 @@ var flagOfField = map[string]string{
 	"DeadLetterRetention": "-dead-letter-retention",
 	"ErasedKeyRetention":  "-erased-key-retention",
 	"ScrubAfter":          "-scrub-after",
+	"AuditRetention":      "-audit-retention",
 	"BatchSize":           "-batch-size",
 	"MaxInFlight":         "-max-in-flight",
 }

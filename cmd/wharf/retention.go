@@ -33,6 +33,7 @@ var retentionSettings = []retentionSetting{
 	{"attempt-retention", "how long delivery attempt logs are kept", func(c *jobs.Config) *time.Duration { return &c.AttemptRetention }, false},
 	{"dead-letter-retention", "how long dead messages and deliveries are kept after dying", func(c *jobs.Config) *time.Duration { return &c.DeadLetterRetention }, false},
 	{"erased-key-retention", "how long the dedupe key of an erased event is kept", func(c *jobs.Config) *time.Duration { return &c.ErasedKeyRetention }, false},
+	{"audit-retention", "how long audit log entries are kept", func(c *jobs.Config) *time.Duration { return &c.AuditRetention }, false},
 	{"scrub-after", "erase the bodies of finished messages and events older than this (0: never)", func(c *jobs.Config) *time.Duration { return &c.ScrubAfter }, true},
 }
 

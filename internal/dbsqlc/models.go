@@ -209,6 +209,7 @@ type WharfRetentionSetting struct {
 	ErasedKeyRetention  pgtype.Interval
 	ScrubAfter          pgtype.Interval
 	RecordedAt          time.Time
+	AuditRetention      pgtype.Interval
 }
 
 type WharfRollup struct {

@@ -48,6 +48,36 @@ func (q *Queries) RetentionAttemptResponsesScrubCount(ctx context.Context, cutof
 	return count, err
 }
 
+const retentionAuditDelete = `-- name: RetentionAuditDelete :execrows
+DELETE FROM wharf_audit_log
+WHERE id IN (SELECT id FROM wharf_audit_log WHERE at < $1::timestamptz ORDER BY at LIMIT $2::int)
+`
+
+type RetentionAuditDeleteParams struct {
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// Deletes one batch of audit entries older than the cutoff, oldest first.
+func (q *Queries) RetentionAuditDelete(ctx context.Context, arg RetentionAuditDeleteParams) (int64, error) {
+	result, err := q.db.Exec(ctx, retentionAuditDelete, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const retentionAuditExpiredCount = `-- name: RetentionAuditExpiredCount :one
+SELECT count(*) FROM wharf_audit_log WHERE at < $1::timestamptz
+`
+
+func (q *Queries) RetentionAuditExpiredCount(ctx context.Context, cutoff time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionAuditExpiredCount, cutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const retentionIdempotencyExpiredCount = `-- name: RetentionIdempotencyExpiredCount :one
 SELECT count(*) FROM wharf_idempotency_keys WHERE expires_at <= now()
 `
@@ -331,6 +361,7 @@ SELECT (extract(epoch FROM s.dedupe_window) * 1000000)::bigint AS dedupe_window_
        (extract(epoch FROM s.dead_letter_retention) * 1000000)::bigint AS dead_letter_retention_us,
        (extract(epoch FROM s.erased_key_retention) * 1000000)::bigint AS erased_key_retention_us,
        (extract(epoch FROM s.scrub_after) * 1000000)::bigint AS scrub_after_us,
+       (extract(epoch FROM s.audit_retention) * 1000000)::bigint AS audit_retention_us,
        s.recorded_at
 FROM wharf_retention_settings s
 `
@@ -343,6 +374,7 @@ type RetentionSettingsGetRow struct {
 	DeadLetterRetentionUs int64
 	ErasedKeyRetentionUs  int64
 	ScrubAfterUs          int64
+	AuditRetentionUs      int64
 	RecordedAt            time.Time
 }
 
@@ -359,6 +391,7 @@ func (q *Queries) RetentionSettingsGet(ctx context.Context) (RetentionSettingsGe
 		&i.DeadLetterRetentionUs,
 		&i.ErasedKeyRetentionUs,
 		&i.ScrubAfterUs,
+		&i.AuditRetentionUs,
 		&i.RecordedAt,
 	)
 	return i, err
@@ -366,16 +399,16 @@ func (q *Queries) RetentionSettingsGet(ctx context.Context) (RetentionSettingsGe
 
 const retentionSettingsRecord = `-- name: RetentionSettingsRecord :exec
 INSERT INTO wharf_retention_settings (singleton, dedupe_window, inbox_retention, outbox_retention, attempt_retention,
-                                      dead_letter_retention, erased_key_retention, scrub_after, recorded_at)
+                                      dead_letter_retention, erased_key_retention, scrub_after, audit_retention, recorded_at)
 VALUES (true, ($1::bigint) * interval '1 microsecond', ($2::bigint) * interval '1 microsecond',
         ($3::bigint) * interval '1 microsecond', ($4::bigint) * interval '1 microsecond',
         ($5::bigint) * interval '1 microsecond', ($6::bigint) * interval '1 microsecond',
-        ($7::bigint) * interval '1 microsecond', now())
+        ($7::bigint) * interval '1 microsecond', ($8::bigint) * interval '1 microsecond', now())
 ON CONFLICT (singleton) DO UPDATE SET
     dedupe_window = EXCLUDED.dedupe_window, inbox_retention = EXCLUDED.inbox_retention,
     outbox_retention = EXCLUDED.outbox_retention, attempt_retention = EXCLUDED.attempt_retention,
     dead_letter_retention = EXCLUDED.dead_letter_retention, erased_key_retention = EXCLUDED.erased_key_retention,
-    scrub_after = EXCLUDED.scrub_after, recorded_at = EXCLUDED.recorded_at
+    scrub_after = EXCLUDED.scrub_after, audit_retention = EXCLUDED.audit_retention, recorded_at = EXCLUDED.recorded_at
 `
 
 type RetentionSettingsRecordParams struct {
@@ -386,6 +419,7 @@ type RetentionSettingsRecordParams struct {
 	DeadLetterRetentionUs int64
 	ErasedKeyRetentionUs  int64
 	ScrubAfterUs          int64
+	AuditRetentionUs      int64
 }
 
 // Records the retention settings the application's maintainer runs with
@@ -399,6 +433,7 @@ func (q *Queries) RetentionSettingsRecord(ctx context.Context, arg RetentionSett
 		arg.DeadLetterRetentionUs,
 		arg.ErasedKeyRetentionUs,
 		arg.ScrubAfterUs,
+		arg.AuditRetentionUs,
 	)
 	return err
 }
