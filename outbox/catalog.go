@@ -21,7 +21,7 @@ type EventType struct {
 	// it.
 	Schema json.RawMessage
 	// Example is the data of an example event: shown in the portal and
-	// sent by a test event. It must match Schema.
+	// sent by a test event. Required with a Schema, which it must match.
 	Example json.RawMessage
 	// Deprecated marks a type subscribers should move away from.
 	Deprecated bool

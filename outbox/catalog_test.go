@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -133,8 +134,9 @@ func TestCatalog(t *testing.T) {
 		for name, c := range map[string]*outbox.Catalog{
 			"duplicate":          {Types: []outbox.EventType{{Name: "a.b"}, {Name: "a.b"}}},
 			"bad name":           {Types: []outbox.EventType{{Name: "a *"}}},
-			"schema, no Compile": {Types: []outbox.EventType{{Name: "a.b", Schema: json.RawMessage(`["x"]`)}}},
-			"bad schema":         {Compile: requiredFields, Types: []outbox.EventType{{Name: "a.b", Schema: json.RawMessage(`{}`)}}},
+			"schema, no Compile": {Types: []outbox.EventType{{Name: "a.b", Schema: json.RawMessage(`["x"]`), Example: json.RawMessage(`{"x":1}`)}}},
+			"schema, no example": {Compile: requiredFields, Types: []outbox.EventType{{Name: "a.b", Schema: json.RawMessage(`["x"]`)}}},
+			"bad schema":         {Compile: requiredFields, Types: []outbox.EventType{{Name: "a.b", Schema: json.RawMessage(`{}`), Example: json.RawMessage(`{}`)}}},
 			"example not JSON":   {Types: []outbox.EventType{{Name: "a.b", Example: json.RawMessage(`{`)}}},
 			"example fails":      {Compile: requiredFields, Types: []outbox.EventType{{Name: "a.b", Schema: json.RawMessage(`["x"]`), Example: json.RawMessage(`{}`)}}},
 		} {
@@ -202,6 +204,13 @@ func TestPublishTo(t *testing.T) {
 	list, err = bundle.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{Tenant: &tenant})
 	require.NoError(t, err)
 	require.Empty(t, list)
+
+	// Recovering another endpoint of the tenant never sends it the event
+	// meant for ep (found by review: it did).
+	late := bundle.endpoint(t, other.URL(), &outbox.EndpointParams{Tenant: "acme"})
+	n, err := bundle.outbox.EndpointRecover(ctx, late.ID, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, n)
 }
 
 func TestEndpointErrorsNameTheirField(t *testing.T) {

@@ -444,8 +444,10 @@ func (s *endpoints) update(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, pa
 	if err != nil {
 		return nil, fmt.Errorf("outbox: update endpoint %s: %w", id, translateError(err))
 	}
-	if err := s.record(ctx, db, &row, "endpoint.update", "", map[string]any{"fields": params.fields()}); err != nil {
-		return nil, err
+	if fields := params.fields(); len(fields) > 0 {
+		if err := s.record(ctx, db, &row, "endpoint.update", "", map[string]any{"fields": fields}); err != nil {
+			return nil, err
+		}
 	}
 	return endpointFromRow(&row), nil
 }

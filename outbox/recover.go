@@ -44,19 +44,24 @@ func (o *Outbox) EndpointRecover(ctx context.Context, id uuid.UUID, since time.T
 	cursor := recoverCursor{}
 	for {
 		var n int
+		first := cursor == recoverCursor{}
 		err := o.inTx(ctx, func(tx pgx.Tx) error {
 			var err error
 			n, cursor, err = o.recoverBatch(ctx, tx, id, shape, since, cursor)
-			return err
+			if err != nil || (n == 0 && !first) {
+				return err
+			}
+			// Each batch commits on its own (a long recovery holds no
+			// transaction open), with its own entry: a recovery cut short
+			// is in the log as far as it went.
+			return o.recordRecover(ctx, tx, id, tenant, since, n)
 		})
 		if err != nil {
 			return total, err
 		}
 		total += n
 		if n < recoverBatch {
-			// Batches commit on their own, so a long recovery holds no
-			// transaction open; its entry is written after the last.
-			return total, o.recordRecover(ctx, o.pool, id, tenant, since, total)
+			return total, nil
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -99,7 +101,7 @@ func (h *Handler) api(write bool, fn func(http.ResponseWriter, *http.Request) er
 		// A write authenticated by the application's own credentials
 		// (cookies a browser adds by itself) must be JSON: a cross-site
 		// form cannot send that without a CORS preflight.
-		if write && r.Header.Get("Authorization") == "" && !isJSON(r) {
+		if write && !bearer(r) && !isJSON(r) {
 			h.writeError(w, r, &apiError{status: http.StatusUnsupportedMediaType, msg: "send the request as Content-Type: application/json"})
 			return
 		}
@@ -108,6 +110,13 @@ func (h *Handler) api(write bool, fn func(http.ResponseWriter, *http.Request) er
 			h.writeError(w, r, err)
 		}
 	})
+}
+
+// bearer is whether r carries a bearer token, which no browser adds by
+// itself.
+func bearer(r *http.Request) bool {
+	scheme, _, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	return ok && strings.EqualFold(scheme, "Bearer")
 }
 
 func isJSON(r *http.Request) bool {
@@ -188,7 +197,11 @@ func decode(r *http.Request, v any, optional bool) error {
 			field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return invalid(field, "unknown field %q", field)
 		}
-		return &apiError{status: http.StatusBadRequest, msg: "malformed JSON: " + err.Error()}
+		var syntax *json.SyntaxError
+		if errors.As(err, &syntax) {
+			return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf("malformed JSON at byte %d", syntax.Offset)}
+		}
+		return &apiError{status: http.StatusBadRequest, msg: "malformed JSON: the body must be one JSON object"}
 	}
 	if dec.More() {
 		return &apiError{status: http.StatusBadRequest, msg: "malformed JSON: more than one value"}
@@ -348,8 +361,10 @@ func (h *Handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 				params.EventTypes = []string{}
 			}
 		}
-		if ep, err = h.cfg.Outbox.EndpointUpdateTx(r.Context(), tx, ep.ID, params); err != nil {
-			return err
+		if params.URL != nil || params.Description != nil || params.EventTypes != nil {
+			if ep, err = h.cfg.Outbox.EndpointUpdateTx(r.Context(), tx, ep.ID, params); err != nil {
+				return err
+			}
 		}
 		switch {
 		case body.Disabled == nil || *body.Disabled == !ep.Enabled:
@@ -403,7 +418,14 @@ func (h *Handler) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// errSecretReadOnly refuses a read-only token the signing secret: with it
+// anyone could forge webhooks the tenant's receiver trusts.
+var errSecretReadOnly = &apiError{status: http.StatusForbidden, msg: "a read-only token cannot read the signing secret"}
+
 func (h *Handler) getSecret(w http.ResponseWriter, r *http.Request) error {
+	if accessOf(r.Context()).readOnly {
+		return errSecretReadOnly
+	}
 	ep, err := h.endpoint(r.Context(), nil, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -498,7 +520,7 @@ func subscribes(filter []string, eventType string) bool {
 }
 
 type recoverRequest struct {
-	Since *time.Time `json:"since"`
+	Since *string `json:"since"`
 }
 
 func (h *Handler) recoverEndpoint(w http.ResponseWriter, r *http.Request) error {
@@ -509,14 +531,20 @@ func (h *Handler) recoverEndpoint(w http.ResponseWriter, r *http.Request) error 
 	if body.Since == nil {
 		return invalid("since", "since is required: the oldest event to send again")
 	}
-	if body.Since.After(h.cfg.Now()) {
+	since, err := time.Parse(time.RFC3339Nano, *body.Since)
+	switch {
+	case err != nil:
+		return invalid("since", "since must be an RFC 3339 time")
+	case since.After(h.cfg.Now()):
 		return invalid("since", "since is in the future")
+	case since.Year() < 2000:
+		return invalid("since", "since is before the year 2000")
 	}
 	ep, err := h.endpoint(r.Context(), nil, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
-	n, err := h.cfg.Outbox.EndpointRecover(r.Context(), ep.ID, *body.Since)
+	n, err := h.cfg.Outbox.EndpointRecover(r.Context(), ep.ID, since)
 	if err != nil {
 		return err
 	}
@@ -544,6 +572,9 @@ func (h *Handler) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	params := &outbox.DeliveryListParams{
 		Tenant: &tenant, Limit: limit + 1, After: q.Get("cursor"),
 		EventType: q.Get("event_type"),
+	}
+	if et := params.EventType; len(et) > 256 || !utf8.ValidString(et) || strings.ContainsFunc(et, unicode.IsControl) {
+		return &apiError{status: http.StatusBadRequest, msg: "event_type must be an event type", field: "event_type"}
 	}
 	if raw := q.Get("endpoint_id"); raw != "" {
 		ep, err := h.endpoint(r.Context(), nil, raw)

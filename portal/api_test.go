@@ -225,6 +225,9 @@ func TestAPIErrors(t *testing.T) {
 		"bad status":        {acme, "GET", "/deliveries?status=lost", nil, 400, "status"},
 		"bad since":         {acme, "GET", "/deliveries?since=yesterday", nil, 400, "since"},
 		"recover w/o since": {acme, "POST", "/endpoints/0196b8a4-0000-7000-8000-000000000000/recover", map[string]any{}, 422, "since"},
+		"recover zero since": {acme, "POST", "/endpoints/0196b8a4-0000-7000-8000-000000000000/recover", map[string]any{"since": "0001-01-01T00:00:00Z"}, 422, "since"},
+		"event type NUL":    {acme, "GET", "/deliveries?event_type=%00", nil, 400, "event_type"},
+		"body not object":   {acme, "POST", "/endpoints", `[]`, 400, ""},
 		"unknown path":      {acme, "GET", "/nope", nil, 404, ""},
 		"too large":         {acme, "POST", "/endpoints", map[string]any{"url": "https://a.example", "description": strings.Repeat("x", 70<<10)}, 413, ""},
 	} {
@@ -249,15 +252,21 @@ func TestTokens(t *testing.T) {
 	require.Equal(t, http.StatusOK, f.call(t, readOnly, "GET", "/endpoints", nil).status)
 	got := f.call(t, readOnly, "POST", "/endpoints", map[string]any{"url": "https://a.example"})
 	require.Equal(t, http.StatusForbidden, got.status)
+	// Nor may it read a signing secret, with which it could forge webhooks.
+	id := f.call(t, token(t, "acme", false), "POST", "/endpoints", map[string]any{"url": "https://a.example"}).json(t)["id"].(string)
+	require.Equal(t, http.StatusForbidden, f.call(t, readOnly, "GET", "/endpoints/"+id+"/secret", nil).status)
+	_, err := portal.NewToken(testKey, portal.Token{Tenant: "acme", Expires: time.Now().Add(300 * time.Millisecond)})
+	require.Error(t, err, "a token would be dead on arrival")
 
 	otherKey, err := portal.NewToken([]byte(strings.Repeat("o", 32)), portal.Token{Tenant: "acme", Expires: time.Now().Add(time.Hour)})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusUnauthorized, f.call(t, otherKey, "GET", "/endpoints", nil).status)
 
 	// Expired: mint one that expires at once and wait for its second to pass.
-	short, err := portal.NewToken(testKey, portal.Token{Tenant: "acme", Expires: time.Now().Add(time.Second)})
+	expires := time.Now().Add(1100 * time.Millisecond)
+	short, err := portal.NewToken(testKey, portal.Token{Tenant: "acme", Expires: expires})
 	require.NoError(t, err)
-	deadline := time.Now().Add(time.Second + 100*time.Millisecond)
+	deadline := expires.Add(100 * time.Millisecond)
 	time.Sleep(time.Until(deadline)) // the token's expiry is a time, not an event
 	require.Equal(t, http.StatusUnauthorized, f.call(t, short, "GET", "/endpoints", nil).status)
 

@@ -9,6 +9,8 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -105,7 +107,7 @@ func (h *Handler) pageRoutes(mux *http.ServeMux) {
 	page("POST /endpoints", true, h.pages.create)
 	page("GET /endpoints/{id}", false, h.pages.endpoint)
 	page("POST /endpoints/{id}", true, h.pages.update)
-	page("POST /endpoints/{id}/secret", false, h.pages.secret)
+	page("POST /endpoints/{id}/secret", true, h.pages.secret) // see errSecretReadOnly
 	page("POST /endpoints/{id}/rotate", true, h.pages.rotate)
 	page("POST /endpoints/{id}/test", true, h.pages.test)
 	page("POST /endpoints/{id}/disable", true, h.pages.disable)
@@ -144,6 +146,7 @@ func (h *Handler) page(write bool, fn func(http.ResponseWriter, *http.Request) e
 			h.pages.render(w, r, http.StatusForbidden, "error.html", &view{Title: "Read-only"}, "This link only lets you look.")
 			return
 		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 		r = r.WithContext(withAccess(r.Context(), a))
 		if err := fn(w, r); err != nil {
 			h.pages.fail(w, r, err)
@@ -165,11 +168,17 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request, tok string) {
 		HttpOnly: true, Secure: r.TLS != nil || r.Header.Get("X-Forwarded-Proto") == "https",
 		SameSite: http.SameSiteLaxMode,
 	})
-	q := r.URL.Query()
-	q.Del("token")
-	target := h.cfg.Prefix + r.URL.Path
-	if len(q) > 0 {
-		target += "?" + q.Encode()
+	// Back to the same page, but only to a clean path of the portal's:
+	// a decoded path such as "/endpoints/..%2F..%2F%5Cevil.com" would
+	// otherwise send the browser off the site.
+	target := h.cfg.Prefix + "/"
+	if p := r.URL.Path; p == path.Clean(p) && !strings.ContainsAny(p, "\\%") && strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") {
+		target = h.cfg.Prefix + p
+		q := r.URL.Query()
+		q.Del("token")
+		if len(q) > 0 {
+			target += "?" + q.Encode()
+		}
 	}
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }

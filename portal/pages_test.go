@@ -115,3 +115,24 @@ func TestPageSecurityHeaders(t *testing.T) {
 		require.ErrorIs(t, err, portal.ErrInvalidConfig, bad)
 	}
 }
+
+// A link's redirect stays on the portal whatever path it names (found by
+// review: "..%2F..%2F%5Cevil.com" redirected to "/\evil.com").
+func TestLinkRedirectStaysOnThePortal(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	tok := token(t, "acme", false)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]string{
+		"/portal/endpoints/..%2F..%2F..%2F%5Cevil.com": "/portal/",
+		"/portal/deliveries/..%2F..%2F%5Cevil.com":     "/portal/",
+		"/portal/event-types":                          "/portal/event-types",
+		"/portal/":                                     "/portal/",
+	} {
+		resp, err := noFollow.Get(f.server.URL + path + "?token=" + url.QueryEscape(tok))
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, path)
+		require.Equal(t, want, resp.Header.Get("Location"), path)
+	}
+}

@@ -164,6 +164,10 @@ func New(cfg *Config) (*Handler, error) {
 	mux := http.NewServeMux()
 	h.apiRoutes(mux)
 	h.pageRoutes(mux)
+	// A refused cross-origin write answers as the API's errors do.
+	protection.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "cross-origin request refused: send it from the portal's origin or a trusted one"})
+	}))
 	var handler http.Handler = protection.Handler(mux)
 	if c.Prefix != "" {
 		handler = http.StripPrefix(c.Prefix, handler)
@@ -208,18 +212,14 @@ const cookieName = "wharf_portal"
 var (
 	// errNoCredentials is a request without any.
 	errNoCredentials = errors.New("no credentials")
-	// errNotBearer is an Authorization header of another scheme.
-	errNotBearer = errors.New("the Authorization header is not a Bearer token")
 )
 
 // authenticate finds who r acts for: a bearer token, then (for pages) the
 // portal's cookie, then the application's Authenticate.
 func (h *Handler) authenticate(r *http.Request, allowCookie bool) (*access, error) {
-	if auth := r.Header.Get("Authorization"); auth != "" {
-		token, ok := strings.CutPrefix(auth, "Bearer ")
-		if !ok {
-			return nil, errNotBearer
-		}
+	// A bearer token decides; another scheme (the app's Basic auth, say)
+	// is not the portal's, and the cookie or Authenticate may still.
+	if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
 		return h.parse(strings.TrimSpace(token), false)
 	}
 	if allowCookie {
@@ -261,5 +261,5 @@ func withAccess(ctx context.Context, a *access) context.Context {
 // rather than the application's Authenticate failing (500).
 func unauthenticated(err error) bool {
 	return errors.Is(err, ErrInvalidToken) || errors.Is(err, ErrUnauthenticated) ||
-		errors.Is(err, errNoCredentials) || errors.Is(err, errNotBearer)
+		errors.Is(err, errNoCredentials)
 }

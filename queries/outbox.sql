@@ -907,6 +907,8 @@ missed AS (
       AND (ev.created_at, ev.id) > (@after_created_at::timestamptz, @after_id::uuid)
       AND ev.scrubbed_at IS NULL
       AND ev.tenant = ep.tenant
+      -- An event published to one endpoint goes to no other.
+      AND (ev.target_endpoint_id IS NULL OR ev.target_endpoint_id = ep.id)
       AND (cardinality(ep.event_types) = 0
            OR EXISTS (
                SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
@@ -1031,11 +1033,18 @@ FOR KEY SHARE;
 -- the endpoint's filter, when the endpoint is enabled and of the event's
 -- tenant (no row otherwise): a test event, or an event meant for one
 -- receiver. Columns as OutboxPublish's.
-WITH events AS (
-    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
-    VALUES (@id::uuid, @created_at::timestamptz, @type::text, @payload::bytea, @ordering_key::text, @tenant::text,
-            @trace_context::text)
-    RETURNING wharf_outbox_events.id
+WITH target AS (
+    SELECT ep.id FROM wharf_outbox_endpoints ep
+    WHERE ep.id = @endpoint_id::uuid AND ep.enabled AND ep.tenant = @tenant::text
+),
+events AS (
+    -- Stored only with its delivery: nothing when the endpoint is not one
+    -- to send to.
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context, target_endpoint_id)
+    SELECT @id::uuid, @created_at::timestamptz, @type::text, @payload::bytea, @ordering_key::text, @tenant::text,
+           @trace_context::text, target.id
+    FROM target
+    RETURNING wharf_outbox_events.id, wharf_outbox_events.target_endpoint_id
 ),
 stored AS (
     INSERT INTO wharf_outbox_deliveries (
@@ -1044,7 +1053,7 @@ stored AS (
     SELECT gen_random_uuid(), events.id, @created_at::timestamptz, ep.id, @ordering_key::text, 'pending',
            @first_attempt_at::timestamptz, @created_at::timestamptz, @created_at::timestamptz
     FROM events
-    JOIN wharf_outbox_endpoints ep ON ep.id = @endpoint_id::uuid AND ep.enabled AND ep.tenant = @tenant::text
+    JOIN wharf_outbox_endpoints ep ON ep.id = events.target_endpoint_id
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id,
               wharf_outbox_deliveries.endpoint_id, wharf_outbox_deliveries.ordering_key
 )

@@ -22,6 +22,10 @@ CREATE TABLE wharf_audit_log (
 CREATE INDEX wharf_audit_log_at ON wharf_audit_log (at DESC, id DESC);
 CREATE INDEX wharf_audit_log_tenant_at ON wharf_audit_log (tenant, at DESC, id DESC);
 
+-- An event published to one endpoint only (PublishToTx: a test event)
+-- names it, so that recovering another endpoint never sends it there.
+ALTER TABLE wharf_outbox_events ADD COLUMN target_endpoint_id uuid;
+
 -- The jobs maintainer's AuditRetention, recorded with its other settings
 -- for the operator's tools (a record from an older build reads as the
 -- default, 365 days).

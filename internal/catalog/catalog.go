@@ -86,6 +86,12 @@ func New(cfg *Config) (*Catalog, error) {
 		}
 		c.known[t.Name] = true
 		if len(t.Schema) > 0 {
+			if len(t.Example) == 0 {
+				// A test event sends the example: one that fails its
+				// own schema could not be sent.
+				errs = append(errs, fmt.Errorf("type %q has a schema but no example", t.Name))
+				continue
+			}
 			if cfg.Compile == nil {
 				errs = append(errs, fmt.Errorf("type %q has a schema but the catalog no Compile", t.Name))
 				continue

@@ -170,14 +170,15 @@ type WharfOutboxEndpoint struct {
 }
 
 type WharfOutboxEvent struct {
-	ID           uuid.UUID
-	CreatedAt    time.Time
-	Type         string
-	Payload      []byte
-	OrderingKey  string
-	Tenant       string
-	ScrubbedAt   *time.Time
-	TraceContext string
+	ID               uuid.UUID
+	CreatedAt        time.Time
+	Type             string
+	Payload          []byte
+	OrderingKey      string
+	Tenant           string
+	ScrubbedAt       *time.Time
+	TraceContext     string
+	TargetEndpointID *uuid.UUID
 }
 
 type WharfOutboxLease struct {

@@ -1300,6 +1300,8 @@ missed AS (
       AND (ev.created_at, ev.id) > ($4::timestamptz, $5::uuid)
       AND ev.scrubbed_at IS NULL
       AND ev.tenant = ep.tenant
+      -- An event published to one endpoint goes to no other.
+      AND (ev.target_endpoint_id IS NULL OR ev.target_endpoint_id = ep.id)
       AND (cardinality(ep.event_types) = 0
            OR EXISTS (
                SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
@@ -2085,20 +2087,27 @@ func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([
 }
 
 const outboxPublishTo = `-- name: OutboxPublishTo :many
-WITH events AS (
-    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
-    VALUES ($1::uuid, $2::timestamptz, $3::text, $4::bytea, $5::text, $6::text,
-            $7::text)
-    RETURNING wharf_outbox_events.id
+WITH target AS (
+    SELECT ep.id FROM wharf_outbox_endpoints ep
+    WHERE ep.id = $1::uuid AND ep.enabled AND ep.tenant = $2::text
+),
+events AS (
+    -- Stored only with its delivery: nothing when the endpoint is not one
+    -- to send to.
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context, target_endpoint_id)
+    SELECT $3::uuid, $4::timestamptz, $5::text, $6::bytea, $7::text, $2::text,
+           $8::text, target.id
+    FROM target
+    RETURNING wharf_outbox_events.id, wharf_outbox_events.target_endpoint_id
 ),
 stored AS (
     INSERT INTO wharf_outbox_deliveries (
         id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
     )
-    SELECT gen_random_uuid(), events.id, $2::timestamptz, ep.id, $5::text, 'pending',
-           $8::timestamptz, $2::timestamptz, $2::timestamptz
+    SELECT gen_random_uuid(), events.id, $4::timestamptz, ep.id, $7::text, 'pending',
+           $9::timestamptz, $4::timestamptz, $4::timestamptz
     FROM events
-    JOIN wharf_outbox_endpoints ep ON ep.id = $9::uuid AND ep.enabled AND ep.tenant = $6::text
+    JOIN wharf_outbox_endpoints ep ON ep.id = events.target_endpoint_id
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id,
               wharf_outbox_deliveries.endpoint_id, wharf_outbox_deliveries.ordering_key
 )
@@ -2109,15 +2118,15 @@ JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id
 `
 
 type OutboxPublishToParams struct {
+	EndpointID     uuid.UUID
+	Tenant         string
 	ID             uuid.UUID
 	CreatedAt      time.Time
 	Type           string
 	Payload        []byte
 	OrderingKey    string
-	Tenant         string
 	TraceContext   string
 	FirstAttemptAt time.Time
-	EndpointID     uuid.UUID
 }
 
 type OutboxPublishToRow struct {
@@ -2135,15 +2144,15 @@ type OutboxPublishToRow struct {
 // receiver. Columns as OutboxPublish's.
 func (q *Queries) OutboxPublishTo(ctx context.Context, arg OutboxPublishToParams) ([]OutboxPublishToRow, error) {
 	rows, err := q.db.Query(ctx, outboxPublishTo,
+		arg.EndpointID,
+		arg.Tenant,
 		arg.ID,
 		arg.CreatedAt,
 		arg.Type,
 		arg.Payload,
 		arg.OrderingKey,
-		arg.Tenant,
 		arg.TraceContext,
 		arg.FirstAttemptAt,
-		arg.EndpointID,
 	)
 	if err != nil {
 		return nil, err
