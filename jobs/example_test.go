@@ -207,6 +207,7 @@ func ExampleMaintainer_Prune() {
 	//   "dedupe_keys_deleted": 0,
 	//   "idempotency_keys_deleted": 0,
 	//   "deliveries_deleted": 0,
+	//   "audit_entries_deleted": 0,
 	//   "messages_scrubbed": 0,
 	//   "events_scrubbed": 0,
 	//   "responses_scrubbed": 0

@@ -417,7 +417,7 @@ func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) 
 	}
 	attrs := []any{"dry_run", res.DryRun, "skipped", res.Skipped, "dropped", res.Dropped, "deferred", len(res.Deferred),
 		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted,
-		"deliveries_deleted", res.DeliveriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed,
+		"deliveries_deleted", res.DeliveriesDeleted, "audit_entries_deleted", res.AuditEntriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed,
 		"responses_scrubbed", res.ResponsesScrubbed}
 	if err != nil {
 		m.cfg.Logger.ErrorContext(ctx, "wharf: prune failed", append(attrs, "error", err)...)

@@ -28,7 +28,7 @@ func TestPeriodicJobsRecordRetention(t *testing.T) {
 	require.Equal(t, jobs.Config{
 		DedupeWindow: jobs.DefaultDedupeWindow, InboxRetention: 60 * 24 * time.Hour, OutboxRetention: jobs.DefaultOutboxRetention,
 		AttemptRetention: jobs.DefaultAttemptRetention, DeadLetterRetention: jobs.DefaultDeadLetterRetention,
-		ErasedKeyRetention: jobs.DefaultErasedKeyRetention, ScrubAfter: 36 * time.Hour,
+		ErasedKeyRetention: jobs.DefaultErasedKeyRetention, ScrubAfter: 36 * time.Hour, AuditRetention: jobs.DefaultAuditRetention,
 	}, rec.Config)
 	require.WithinDuration(t, before, rec.RecordedAt, time.Minute)
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/wharfhq/wharf/internal/catalog"
 )
@@ -83,8 +84,8 @@ func (e *EventDataError) Error() string {
 // Is matches ErrInvalidEvent.
 func (e *EventDataError) Is(target error) bool { return target == ErrInvalidEvent }
 
-// EventTypes returns the catalog's types, by name; none without a
-// Config.Catalog.
+// EventTypes returns the catalog's types and the operational ones
+// (EventEndpointDisabled…), by name.
 func (o *Outbox) EventTypes() []EventType {
 	types := o.catalog.Types()
 	out := make([]EventType, len(types))
@@ -100,14 +101,21 @@ func (o *Outbox) EventTypeByName(name string) (EventType, bool) {
 	return EventType(t), ok
 }
 
-// compileCatalog compiles Config.Catalog; nil without one.
+// compileCatalog compiles Config.Catalog (nil: an empty, lax one) with
+// the operational types.
 func compileCatalog(c *Catalog) (*catalog.Catalog, error) {
 	if c == nil {
-		return nil, nil
+		c = &Catalog{}
 	}
-	types := make([]catalog.Type, len(c.Types))
-	for i, t := range c.Types {
-		types[i] = catalog.Type(t)
+	types := make([]catalog.Type, 0, len(c.Types)+len(operationalTypes))
+	for _, t := range c.Types {
+		if strings.HasPrefix(t.Name, reservedPrefix) {
+			return nil, fmt.Errorf("%w: Catalog: type %q: types starting %q are the outbox's own", ErrInvalidConfig, t.Name, reservedPrefix)
+		}
+		types = append(types, catalog.Type(t))
+	}
+	for _, t := range operationalTypes {
+		types = append(types, catalog.Type(t))
 	}
 	var compile catalog.Compiler
 	if c.Compile != nil {

@@ -120,7 +120,9 @@ func TestCatalog(t *testing.T) {
 		for _, typ := range bundle.outbox.EventTypes() {
 			names = append(names, typ.Name)
 		}
-		require.Equal(t, []string{"account.closed", "invoice.paid", "invoice.voided"}, names)
+		require.Equal(t, []string{"account.closed", "invoice.paid", "invoice.voided", outbox.EventDeliveryDead,
+			outbox.EventCircuitClosed, outbox.EventCircuitOpened, outbox.EventEndpointDisabled, outbox.EventEndpointEnabled,
+			outbox.EventSecretRotated}, names, "the application's and the operational ones, by name")
 		typ, ok := bundle.outbox.EventTypeByName("invoice.paid")
 		require.True(t, ok)
 		require.JSONEq(t, `{"id":"in_1","cents":100}`, string(typ.Example))
@@ -192,7 +194,7 @@ func TestPublishTo(t *testing.T) {
 	require.Empty(t, other.all())
 
 	var events int
-	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_events").Scan(&events))
+	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_events WHERE type = 'wharf.test'").Scan(&events))
 	require.Equal(t, 1, events, "refused targeted publishes store nothing")
 
 	tenant := "acme"

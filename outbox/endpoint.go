@@ -217,6 +217,9 @@ type endpoints struct {
 	keys    *secretbox.Ring
 	egress  *egress.Client
 	catalog *catalog.Catalog
+	// kick asks, in the change's transaction, for the job that publishes
+	// the notices a change left.
+	kick func(ctx context.Context, db dbsqlc.DBTX) error
 }
 
 // EndpointCreate creates an endpoint and returns it with its secret. Bad
@@ -481,6 +484,9 @@ func (s *endpoints) disable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, r
 	if err := s.record(ctx, db, &row, "endpoint.disable", reason, nil); err != nil {
 		return nil, err
 	}
+	if err := s.kick(ctx, db); err != nil {
+		return nil, err
+	}
 	return endpointFromRow(&row), nil
 }
 
@@ -502,6 +508,9 @@ func (s *endpoints) enable(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (*
 		return nil, fmt.Errorf("outbox: enable endpoint %s: %w", id, translateError(err))
 	}
 	if err := s.record(ctx, db, &row, "endpoint.enable", "", nil); err != nil {
+		return nil, err
+	}
+	if err := s.kick(ctx, db); err != nil {
 		return nil, err
 	}
 	return endpointFromRow(&row), nil
@@ -585,6 +594,9 @@ func (s *endpoints) rotateSecret(ctx context.Context, db dbsqlc.DBTX, id uuid.UU
 		return nil, fmt.Errorf("outbox: rotate secret of endpoint %s: %w", id, translateError(err))
 	}
 	if err := s.record(ctx, db, &row, "endpoint.rotate_secret", "", map[string]any{"previous_secret_until": now.Add(overlap)}); err != nil {
+		return nil, err
+	}
+	if err := s.kick(ctx, db); err != nil {
 		return nil, err
 	}
 	return &EndpointWithSecret{Endpoint: endpointFromRow(&row), Secret: secret}, nil

@@ -96,6 +96,8 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	// self is the Outbox being built, for the engine's hooks.
+	var self *Outbox
 	events, err := compileCatalog(config.Catalog)
 	if err != nil {
 		return nil, err
@@ -133,6 +135,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		CircuitBreakerMaxCooldown: config.CircuitBreakerMaxCooldown,
 		OnDead:                    deadHook(config.OnDead),
 		OnEndpointDisabled:        disabledHook(config.OnEndpointDisabled),
+		OnNotice:                  func(ctx context.Context) { self.kickNotices(ctx) },
 		Logger:                    config.Logger,
 		TracerProvider:            config.TracerProvider,
 		MeterProvider:             config.MeterProvider,
@@ -144,7 +147,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Outbox{
+	self = &Outbox{
 		pool:       pool,
 		queries:    dbsqlc.New(pool),
 		config:     config,
@@ -154,7 +157,9 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Outbox, error) {
 		endpoints:  &endpoints{config: config, keys: keys, egress: sender, catalog: events},
 		engine:     engine,
 		catalog:    events,
-	}, nil
+	}
+	self.endpoints.kick = self.kickNoticesTx
+	return self, nil
 }
 
 // deadHook is Config.OnDead as the delivery engine calls it (nil: none).
@@ -181,6 +186,9 @@ func disabledHook(hook func(context.Context, DisabledEndpoint)) func(context.Con
 func (o *Outbox) AddWorkers(workers *river.Workers) error {
 	if workers == nil {
 		return errors.New("outbox: AddWorkers: nil workers")
+	}
+	if err := river.AddWorkerSafely(workers, &noticeWorker{outbox: o}); err != nil {
+		return fmt.Errorf("outbox: add notice worker: %w", err)
 	}
 	return o.engine.AddWorkers(workers)
 }

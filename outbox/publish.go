@@ -95,6 +95,12 @@ func (o *Outbox) PublishTx(ctx context.Context, tx pgx.Tx, event *Event) (*Publi
 // the order of events. Errors are as for PublishTx; when one event is refused
 // none is published.
 func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) ([]*PublishResult, error) {
+	return o.publish(ctx, tx, events, false)
+}
+
+// publish is PublishManyTx; operational lets events be of the reserved
+// types (the notice job's).
+func (o *Outbox) publish(ctx context.Context, tx pgx.Tx, events []*Event, operational bool) ([]*PublishResult, error) {
 	if len(events) == 0 {
 		return nil, nil
 	}
@@ -111,7 +117,7 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 		Tenants:        make([]string, len(events)),
 	}
 	for i, event := range events {
-		body, err := o.encodeEvent(event, now)
+		body, err := o.encodeEvent(event, now, operational)
 		if err != nil {
 			if len(events) > 1 {
 				return nil, fmt.Errorf("events[%d]: %w", i, err)
@@ -168,7 +174,8 @@ func (o *Outbox) PublishManyTx(ctx context.Context, tx pgx.Tx, events []*Event) 
 // as for PublishTx.
 func (o *Outbox) PublishToTx(ctx context.Context, tx pgx.Tx, endpointID uuid.UUID, event *Event) (*PublishResult, error) {
 	now := o.config.now()
-	body, err := o.encodeEvent(event, now)
+	// A test of an operational type is fine: it goes to this endpoint only.
+	body, err := o.encodeEvent(event, now, true)
 	if err != nil {
 		return nil, err
 	}
@@ -233,13 +240,16 @@ func publishedJobs(rows []dbsqlc.OutboxPublishRow) []delivery.Pending {
 
 // encodeEvent validates event, against the catalog too, and returns the
 // body to send, at most Config.MaxPayloadBytes long.
-func (o *Outbox) encodeEvent(event *Event, now time.Time) ([]byte, error) {
+func (o *Outbox) encodeEvent(event *Event, now time.Time, allowReserved bool) ([]byte, error) {
 	maxBytes := o.config.MaxPayloadBytes
 	if event == nil {
 		return nil, fmt.Errorf("%w: nil event", ErrInvalidEvent)
 	}
 	if err := checkEventType(event.Type); err != nil {
 		return nil, err
+	}
+	if !allowReserved && reserved(event.Type) {
+		return nil, fmt.Errorf("%w: type %q: types starting %q are the outbox's own", ErrInvalidEvent, event.Type, reservedPrefix)
 	}
 	if len(event.OrderingKey) > maxOrderingKeyLen {
 		return nil, fmt.Errorf("%w: ordering key longer than %d bytes", ErrInvalidEvent, maxOrderingKeyLen)

@@ -19,11 +19,14 @@ const RescueInterval = delivery.RescueInterval
 // middle of one.
 const RescueAfter = delivery.RescueAfter
 
-// PeriodicJobs returns the outbox's periodic job, for your River client's
-// Config.PeriodicJobs (wharfriver.Configure adds it): every RescueInterval,
-// and when the client starts, it runs Rescue on the outbox's queue. Its
-// worker is registered by AddWorkers.
-func (o *Outbox) PeriodicJobs() []*river.PeriodicJob { return o.engine.PeriodicJobs() }
+// PeriodicJobs returns the outbox's periodic jobs, for your River client's
+// Config.PeriodicJobs (wharfriver.Configure adds them): every
+// RescueInterval, and when the client starts, Rescue on the outbox's
+// queue; every NoticeInterval, PublishNotices. Their workers are
+// registered by AddWorkers.
+func (o *Outbox) PeriodicJobs() []*river.PeriodicJob {
+	return append(o.engine.PeriodicJobs(), o.noticePeriodicJob())
+}
 
 // Rescue finds the unfinished deliveries that no River job will attempt
 // (left unchanged, and overdue, for RescueAfter or more) and settles each,

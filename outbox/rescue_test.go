@@ -274,7 +274,7 @@ func TestRescue(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testConfig())
 		jobs := b.outbox.PeriodicJobs()
-		require.Len(t, jobs, 1)
+		require.Len(t, jobs, 2, "rescue and notices")
 		client := startClient(t, b.pool, b.outbox, func(cfg *river.Config) { cfg.PeriodicJobs = jobs })
 		events, cancel := client.Subscribe(river.EventKindJobCompleted)
 		defer cancel()

@@ -32,9 +32,6 @@ const (
 	maxBodyBytes     = 64 << 10
 	defaultPageLimit = 50
 	maxPageLimit     = 250
-	// testEventType is the type of a test event when the catalog has no
-	// type the endpoint subscribes to.
-	testEventType = "wharf.test"
 )
 
 func (h *Handler) apiRoutes(mux *http.ServeMux) {
@@ -491,7 +488,7 @@ func (h *Handler) testEvent(ep *outbox.Endpoint, eventType string) (*outbox.Even
 			return event, nil
 		}
 	}
-	event.Type = testEventType
+	event.Type = outbox.TestEventType
 	event.Data = map[string]string{"message": "A test event from the webhook portal."}
 	return event, nil
 }
@@ -503,13 +500,21 @@ func exampleOf(t outbox.EventType) any {
 	return t.Example
 }
 
-// subscribes is whether a filter matches a type, as the outbox matches.
+// subscribes is whether a filter matches a type, as the outbox matches:
+// an operational type (wharf.…) only by its name or a "wharf." prefix.
 func subscribes(filter []string, eventType string) bool {
+	operational := strings.HasPrefix(eventType, "wharf.")
 	if len(filter) == 0 {
-		return true
+		return !operational
 	}
 	for _, f := range filter {
-		if f == "*" || f == eventType {
+		if f == eventType {
+			return true
+		}
+		if operational && !strings.HasPrefix(f, "wharf.") {
+			continue
+		}
+		if f == "*" {
 			return true
 		}
 		if prefix, ok := strings.CutSuffix(f, "*"); ok && strings.HasSuffix(prefix, ".") && strings.HasPrefix(eventType, prefix) {

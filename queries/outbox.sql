@@ -131,12 +131,22 @@ stored AS (
     JOIN wharf_outbox_endpoints ep
       ON ep.enabled
      AND ep.tenant = input.tenant
-     AND (cardinality(ep.event_types) = 0
+     AND CASE WHEN starts_with(input.type, 'wharf.')
+         -- An operational event (wharf.endpoint.disabled, …) goes only to
+         -- the endpoints whose filter names it or a "wharf." prefix of it:
+         -- never through "*", another prefix or an empty filter.
+         THEN EXISTS (
+              SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
+              WHERE f.pattern = input.type
+                 OR (starts_with(f.pattern, 'wharf.') AND right(f.pattern, 2) = '.*'
+                     AND starts_with(input.type, left(f.pattern, -1))))
+         ELSE cardinality(ep.event_types) = 0
           OR EXISTS (
               SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
               WHERE f.pattern = input.type
                  OR f.pattern = '*'
-                 OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
+                 OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1))))
+         END
     ORDER BY input.n, ep.id
     -- seq is drawn in this order.
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
@@ -909,12 +919,20 @@ missed AS (
       AND ev.tenant = ep.tenant
       -- An event published to one endpoint goes to no other.
       AND (ev.target_endpoint_id IS NULL OR ev.target_endpoint_id = ep.id)
-      AND (cardinality(ep.event_types) = 0
+      -- Filters match as OutboxPublish's do.
+      AND CASE WHEN starts_with(ev.type, 'wharf.')
+          THEN EXISTS (
+               SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
+               WHERE f.pattern = ev.type
+                  OR (starts_with(f.pattern, 'wharf.') AND right(f.pattern, 2) = '.*'
+                      AND starts_with(ev.type, left(f.pattern, -1))))
+          ELSE cardinality(ep.event_types) = 0
            OR EXISTS (
                SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
                WHERE f.pattern = ev.type
                   OR f.pattern = '*'
-                  OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1)))))
+                  OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1))))
+          END
       AND NOT EXISTS (
           SELECT 1 FROM wharf_outbox_deliveries d
           WHERE d.event_id = ev.id AND d.endpoint_id = ep.id)
@@ -1061,3 +1079,23 @@ SELECT stored.id, stored.event_id, stored.endpoint_id, stored.ordering_key,
        ep.max_in_flight, ep.rate_limit_per_second > 0 AS rate_limited
 FROM stored
 JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id;
+
+-- name: OutboxNoticeClaim :many
+-- The oldest notices (see wharf_outbox_notices) up to max_rows, locked for
+-- the transaction that publishes and deletes them; those another such
+-- transaction holds are skipped.
+SELECT id, tenant, type, (data || jsonb_build_object('at', created_at))::jsonb AS data FROM wharf_outbox_notices
+ORDER BY id
+LIMIT @max_rows::int
+FOR UPDATE SKIP LOCKED;
+
+-- name: OutboxNoticeDelete :exec
+DELETE FROM wharf_outbox_notices WHERE id = ANY(@ids::bigint[]);
+
+-- name: OutboxNoticeJobWaiting :one
+-- Whether a notice job waits to run (not one running: it may have made
+-- its last claim already).
+SELECT EXISTS (
+    SELECT 1 FROM river_job
+    WHERE kind = 'wharf.outbox.notices' AND state IN ('available', 'pending', 'scheduled')
+) AS waiting;

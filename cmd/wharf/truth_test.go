@@ -88,7 +88,7 @@ func TestPruneByTheApplicationsRetention(t *testing.T) {
 	require.Contains(t, errOut, "no retention settings are recorded")
 	require.Contains(t, errOut, "-inbox-retention")
 	code, out, errOut := cli(t, "-database-url", url, "prune", "-dry-run", "-dedupe-window", "72h", "-inbox-retention", "60d",
-		"-outbox-retention", "60d", "-attempt-retention", "90d", "-dead-letter-retention", "30d", "-erased-key-retention", "90d")
+		"-outbox-retention", "60d", "-attempt-retention", "90d", "-dead-letter-retention", "30d", "-erased-key-retention", "90d", "-audit-retention", "365d")
 	require.Equal(t, 0, code, errOut)
 	require.Contains(t, out, "inbox-retention 60d")
 	code, out, _ = cli(t, "-database-url", url, "partitions")

@@ -188,6 +188,14 @@ type WharfOutboxLease struct {
 	ExpiresAt  time.Time
 }
 
+type WharfOutboxNotice struct {
+	ID        int64
+	CreatedAt time.Time
+	Tenant    string
+	Type      string
+	Data      json.RawMessage
+}
+
 type WharfOutboxRateBucket struct {
 	EndpointID  uuid.UUID
 	Tat         time.Time

@@ -1302,12 +1302,20 @@ missed AS (
       AND ev.tenant = ep.tenant
       -- An event published to one endpoint goes to no other.
       AND (ev.target_endpoint_id IS NULL OR ev.target_endpoint_id = ep.id)
-      AND (cardinality(ep.event_types) = 0
+      -- Filters match as OutboxPublish's do.
+      AND CASE WHEN starts_with(ev.type, 'wharf.')
+          THEN EXISTS (
+               SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
+               WHERE f.pattern = ev.type
+                  OR (starts_with(f.pattern, 'wharf.') AND right(f.pattern, 2) = '.*'
+                      AND starts_with(ev.type, left(f.pattern, -1))))
+          ELSE cardinality(ep.event_types) = 0
            OR EXISTS (
                SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
                WHERE f.pattern = ev.type
                   OR f.pattern = '*'
-                  OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1)))))
+                  OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1))))
+          END
       AND NOT EXISTS (
           SELECT 1 FROM wharf_outbox_deliveries d
           WHERE d.event_id = ev.id AND d.endpoint_id = ep.id)
@@ -1976,6 +1984,73 @@ func (q *Queries) OutboxLeaseSlotsCreate(ctx context.Context, arg OutboxLeaseSlo
 	return err
 }
 
+const outboxNoticeClaim = `-- name: OutboxNoticeClaim :many
+SELECT id, tenant, type, (data || jsonb_build_object('at', created_at))::jsonb AS data FROM wharf_outbox_notices
+ORDER BY id
+LIMIT $1::int
+FOR UPDATE SKIP LOCKED
+`
+
+type OutboxNoticeClaimRow struct {
+	ID     int64
+	Tenant string
+	Type   string
+	Data   json.RawMessage
+}
+
+// The oldest notices (see wharf_outbox_notices) up to max_rows, locked for
+// the transaction that publishes and deletes them; those another such
+// transaction holds are skipped.
+func (q *Queries) OutboxNoticeClaim(ctx context.Context, maxRows int32) ([]OutboxNoticeClaimRow, error) {
+	rows, err := q.db.Query(ctx, outboxNoticeClaim, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxNoticeClaimRow
+	for rows.Next() {
+		var i OutboxNoticeClaimRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Tenant,
+			&i.Type,
+			&i.Data,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxNoticeDelete = `-- name: OutboxNoticeDelete :exec
+DELETE FROM wharf_outbox_notices WHERE id = ANY($1::bigint[])
+`
+
+func (q *Queries) OutboxNoticeDelete(ctx context.Context, ids []int64) error {
+	_, err := q.db.Exec(ctx, outboxNoticeDelete, ids)
+	return err
+}
+
+const outboxNoticeJobWaiting = `-- name: OutboxNoticeJobWaiting :one
+SELECT EXISTS (
+    SELECT 1 FROM river_job
+    WHERE kind = 'wharf.outbox.notices' AND state IN ('available', 'pending', 'scheduled')
+) AS waiting
+`
+
+// Whether a notice job waits to run (not one running: it may have made
+// its last claim already).
+func (q *Queries) OutboxNoticeJobWaiting(ctx context.Context) (bool, error) {
+	row := q.db.QueryRow(ctx, outboxNoticeJobWaiting)
+	var waiting bool
+	err := row.Scan(&waiting)
+	return waiting, err
+}
+
 const outboxPublish = `-- name: OutboxPublish :many
 WITH input AS (
     -- unnest, not a subscript per element: reaching element i of an array
@@ -2007,12 +2082,22 @@ stored AS (
     JOIN wharf_outbox_endpoints ep
       ON ep.enabled
      AND ep.tenant = input.tenant
-     AND (cardinality(ep.event_types) = 0
+     AND CASE WHEN starts_with(input.type, 'wharf.')
+         -- An operational event (wharf.endpoint.disabled, …) goes only to
+         -- the endpoints whose filter names it or a "wharf." prefix of it:
+         -- never through "*", another prefix or an empty filter.
+         THEN EXISTS (
+              SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
+              WHERE f.pattern = input.type
+                 OR (starts_with(f.pattern, 'wharf.') AND right(f.pattern, 2) = '.*'
+                     AND starts_with(input.type, left(f.pattern, -1))))
+         ELSE cardinality(ep.event_types) = 0
           OR EXISTS (
               SELECT 1 FROM unnest(ep.event_types) AS f(pattern)
               WHERE f.pattern = input.type
                  OR f.pattern = '*'
-                 OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1)))))
+                 OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1))))
+         END
     ORDER BY input.n, ep.id
     -- seq is drawn in this order.
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,

@@ -100,6 +100,11 @@ type Config struct {
 	// in them is recovered and logged.
 	OnDead             func(ctx context.Context, d Dead)
 	OnEndpointDisabled func(ctx context.Context, e Disabled)
+	// OnNotice is called after a statement of the engine's committed a
+	// change that leaves an operational notice (an endpoint disabled, its
+	// circuit opened or closed, a delivery dead): the outbox publishes
+	// them. Not called in the caller's transaction.
+	OnNotice func(ctx context.Context)
 
 	Logger         *slog.Logger
 	TracerProvider trace.TracerProvider

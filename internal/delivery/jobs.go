@@ -114,6 +114,21 @@ type Shape struct {
 // schedule's first entry, without jitter.
 func (e *Engine) FirstDelay() time.Duration { return e.retries.firstDelay() }
 
+// InsertJob inserts a job of the outbox's other kinds with the engine's
+// insert-only client: in tx when not nil.
+func (e *Engine) InsertJob(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) error {
+	var err error
+	if tx != nil {
+		_, err = e.inserter.InsertTx(ctx, tx, args, opts)
+	} else {
+		_, err = e.inserter.Insert(ctx, args, opts)
+	}
+	if err != nil {
+		return fmt.Errorf("outbox: insert %s job: %w", args.Kind(), err)
+	}
+	return nil
+}
+
 // InsertJobs inserts the jobs of deliveries, to run after delay, in one
 // round trip: batch jobs (BatchArgs) for the deliveries to one endpoint
 // without an ordering key, in their order, and a job of its own for any

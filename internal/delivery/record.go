@@ -86,6 +86,9 @@ func (e *Engine) settle(ctx context.Context, log *slog.Logger, attempt, limit in
 		}
 	}
 	e.circuitChanged(ctx, log, d, changed)
+	if changed.disabledReason != "" || changed.circuitOpened || changed.circuitClosed || rec.status == outboxtype.StatusDead {
+		e.notice(ctx)
+	}
 	if rec.status == outboxtype.StatusDead {
 		e.onDead(ctx, Dead{DeliveryID: d.ID, EndpointID: d.EndpointID, EventID: d.EventID, Reason: out.errorText()})
 	}
@@ -239,7 +242,15 @@ func (e *Engine) circuitChanged(ctx context.Context, log *slog.Logger, d *outbox
 // and calls Config.OnDead for it.
 func (e *Engine) markedDead(ctx context.Context, dead dbsqlc.OutboxDeliveryMarkDeadRow, reason string) {
 	e.metrics.dead.Add(ctx, 1)
+	e.notice(ctx)
 	e.onDead(ctx, Dead{DeliveryID: dead.ID, EndpointID: dead.EndpointID, EventID: outboxtype.FormatEventID(dead.EventID), Reason: reason})
+}
+
+// notice calls Config.OnNotice, if set.
+func (e *Engine) notice(ctx context.Context) {
+	if e.config.OnNotice != nil {
+		e.config.OnNotice(ctx)
+	}
 }
 
 // onDead calls Config.OnDead, if set, with d.
