@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/wharfhq/wharf/audit"
@@ -16,8 +17,12 @@ func (h *Handler) auditLog(w http.ResponseWriter, r *http.Request) {
 		params.Tenant = &tenant
 	}
 	entries, err := audit.List(r.Context(), h.pool, params)
+	if errors.Is(err, audit.ErrInvalidCursor) {
+		h.fail(w, r, http.StatusBadRequest, "That page of the audit log does not exist.", nil)
+		return
+	}
 	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, "The audit log could not be read: "+err.Error(), nil)
+		h.fail(w, r, http.StatusInternalServerError, "The audit log could not be read.", err)
 		return
 	}
 	next := ""
