@@ -105,11 +105,23 @@ func (o *Outbox) PublishNotices(ctx context.Context) (int, error) {
 			if err != nil || len(rows) == 0 {
 				return err
 			}
-			events := make([]*Event, len(rows))
 			ids := make([]int64, len(rows))
+			arg := dbsqlc.OutboxNoticeSubscribedParams{Tenants: make([]string, len(rows)), Types: make([]string, len(rows))}
 			for i, r := range rows {
-				events[i] = &Event{Type: r.Type, Tenant: r.Tenant, Data: r.Data}
 				ids[i] = r.ID
+				arg.Tenants[i], arg.Types[i] = r.Tenant, r.Type
+			}
+			subscribed, err := q.OutboxNoticeSubscribed(ctx, arg)
+			if err != nil {
+				return err
+			}
+			// Only what some endpoint receives is stored as an event.
+			var events []*Event
+			for _, s := range subscribed {
+				if s.Subscribed {
+					r := rows[s.N-1]
+					events = append(events, &Event{Type: r.Type, Tenant: r.Tenant, Data: r.Data})
+				}
 			}
 			if _, err := o.publish(ctx, tx, events, true); err != nil {
 				return err

@@ -93,9 +93,19 @@ func TestOperationalEvents(t *testing.T) {
 	require.Equal(t, []string{"invoice.paid"}, all.types(t))
 	require.Equal(t, []string{"invoice.paid"}, star.types(t))
 	require.Empty(t, theirs.all())
-	var left int
+	// A notice nobody subscribes to is dropped, not stored as an event.
+	lonely := bundle.endpoint(t, "https://lonely.example/hook", &outbox.EndpointParams{Tenant: "lonely"})
+	_, err = bundle.outbox.EndpointDisable(ctx, lonely.ID, "no watcher")
+	require.NoError(t, err)
+	_, err = bundle.outbox.PublishNotices(ctx)
+	require.NoError(t, err)
+	var left, lonelyEvents, operational int
 	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_notices").Scan(&left))
 	require.Zero(t, left)
+	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_events WHERE tenant = 'lonely'").Scan(&lonelyEvents))
+	require.Zero(t, lonelyEvents)
+	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_events WHERE type LIKE 'wharf.%'").Scan(&operational))
+	require.Equal(t, 4, operational)
 	n, err := bundle.outbox.PublishNotices(ctx)
 	require.NoError(t, err)
 	require.Zero(t, n)

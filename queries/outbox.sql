@@ -1099,3 +1099,20 @@ SELECT EXISTS (
     SELECT 1 FROM river_job
     WHERE kind = 'wharf.outbox.notices' AND state IN ('available', 'pending', 'scheduled')
 ) AS waiting;
+
+-- name: OutboxNoticeSubscribed :many
+-- For each (tenant, type), whether an enabled endpoint of the tenant
+-- subscribes to the operational type (its filter names it or a "wharf."
+-- prefix of it, as OutboxPublish matches): notices nobody receives are
+-- not stored as events.
+SELECT input.n::int AS n, EXISTS (
+    SELECT 1 FROM wharf_outbox_endpoints ep, unnest(ep.event_types) AS f(pattern)
+    WHERE ep.enabled AND ep.tenant = input.tenant
+      AND (f.pattern = input.type
+           OR (starts_with(f.pattern, 'wharf.') AND right(f.pattern, 2) = '.*'
+               AND starts_with(input.type, left(f.pattern, -1))))
+) AS subscribed
+FROM (SELECT generate_subscripts(@tenants::text[], 1) AS n,
+             unnest(@tenants::text[]) AS tenant,
+             unnest(@types::text[]) AS type) AS input
+ORDER BY input.n;

@@ -69,7 +69,7 @@ func TestConfigure(t *testing.T) {
 		outbox.DefaultQueue: {MaxWorkers: wharfriver.DefaultOutboxWorkers},
 		river.QueueDefault:  {MaxWorkers: wharfriver.DefaultJobsWorkers},
 	}, cfg.Queues)
-	require.Len(t, cfg.PeriodicJobs, 6, "partition upkeep, retention, the rollup, the queue check, the inbox's and the outbox's rescues")
+	require.Len(t, cfg.PeriodicJobs, 7, "partition upkeep, retention, the rollup, the queue check, the inbox's and the outbox's rescues, the outbox's notices")
 	require.Equal(t, 90*time.Second, cfg.RescueStuckJobsAfter, "River's 1 min job timeout plus 30 s")
 
 	client, err := river.NewClient(riverpgxv5.New(pool), cfg)

@@ -2051,6 +2051,54 @@ func (q *Queries) OutboxNoticeJobWaiting(ctx context.Context) (bool, error) {
 	return waiting, err
 }
 
+const outboxNoticeSubscribed = `-- name: OutboxNoticeSubscribed :many
+SELECT input.n::int AS n, EXISTS (
+    SELECT 1 FROM wharf_outbox_endpoints ep, unnest(ep.event_types) AS f(pattern)
+    WHERE ep.enabled AND ep.tenant = input.tenant
+      AND (f.pattern = input.type
+           OR (starts_with(f.pattern, 'wharf.') AND right(f.pattern, 2) = '.*'
+               AND starts_with(input.type, left(f.pattern, -1))))
+) AS subscribed
+FROM (SELECT generate_subscripts($1::text[], 1) AS n,
+             unnest($1::text[]) AS tenant,
+             unnest($2::text[]) AS type) AS input
+ORDER BY input.n
+`
+
+type OutboxNoticeSubscribedParams struct {
+	Tenants []string
+	Types   []string
+}
+
+type OutboxNoticeSubscribedRow struct {
+	N          int32
+	Subscribed bool
+}
+
+// For each (tenant, type), whether an enabled endpoint of the tenant
+// subscribes to the operational type (its filter names it or a "wharf."
+// prefix of it, as OutboxPublish matches): notices nobody receives are
+// not stored as events.
+func (q *Queries) OutboxNoticeSubscribed(ctx context.Context, arg OutboxNoticeSubscribedParams) ([]OutboxNoticeSubscribedRow, error) {
+	rows, err := q.db.Query(ctx, outboxNoticeSubscribed, arg.Tenants, arg.Types)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxNoticeSubscribedRow
+	for rows.Next() {
+		var i OutboxNoticeSubscribedRow
+		if err := rows.Scan(&i.N, &i.Subscribed); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxPublish = `-- name: OutboxPublish :many
 WITH input AS (
     -- unnest, not a subscript per element: reaching element i of an array
