@@ -139,32 +139,30 @@ func (o *Outbox) PublishNotices(ctx context.Context) (int, error) {
 	}
 }
 
-// kickNotices asks for a notice job now, after a change the engine
-// committed left notices; the periodic job covers a failure.
+// kickNotices asks for a notice job after a change the engine committed
+// left notices, unless one waits to run: that one will see them, since
+// they committed before it runs. River's unique jobs would not do: they
+// count a running job as a duplicate, and a running job may have made its
+// last claim before the notices committed. The periodic job covers a
+// failure.
 func (o *Outbox) kickNotices(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
-	if err := o.kick(ctx, o.pool, nil); err != nil {
+	waiting, err := o.queries.OutboxNoticeJobWaiting(ctx)
+	if err == nil && !waiting {
+		err = o.engine.InsertJob(ctx, nil, noticeArgs{}, &river.InsertOpts{Queue: o.config.Queue})
+	}
+	if err != nil {
 		o.config.Logger.WarnContext(ctx, "outbox: asking for the notice job failed; the periodic one publishes them", "error", err)
 	}
 }
 
-// kickNoticesTx asks for a notice job in tx, for a change made in tx.
+// kickNoticesTx asks for a notice job in tx, for a change made in tx. It
+// always inserts one: a job waiting now may run before tx commits, and
+// miss its notices. (These are people's actions: a job each is cheap.)
 func (o *Outbox) kickNoticesTx(ctx context.Context, db dbsqlc.DBTX) error {
 	tx, ok := db.(pgx.Tx)
 	if !ok {
 		return nil
-	}
-	return o.kick(ctx, tx, tx)
-}
-
-// kick inserts a notice job unless one waits to run. River's unique jobs
-// would not do: they count a running job as a duplicate, and a running
-// job may have made its last claim before the new notice committed. Two
-// jobs racing do no harm: each claims what the other has not.
-func (o *Outbox) kick(ctx context.Context, db dbsqlc.DBTX, tx pgx.Tx) error {
-	waiting, err := dbsqlc.New(db).OutboxNoticeJobWaiting(ctx)
-	if err != nil || waiting {
-		return err
 	}
 	return o.engine.InsertJob(ctx, tx, noticeArgs{}, &river.InsertOpts{Queue: o.config.Queue})
 }

@@ -100,8 +100,12 @@ func TestOperationalEvents(t *testing.T) {
 	_, err = bundle.outbox.PublishNotices(ctx)
 	require.NoError(t, err)
 	var left, lonelyEvents, operational int
-	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_notices").Scan(&left))
-	require.Zero(t, left)
+	// The job the disable asked for may hold the notice (SKIP LOCKED) while
+	// the call above runs: wait for it to be done.
+	require.Eventually(t, func() bool {
+		require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_notices").Scan(&left))
+		return left == 0
+	}, awaitTimeout, 10*time.Millisecond)
 	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_events WHERE tenant = 'lonely'").Scan(&lonelyEvents))
 	require.Zero(t, lonelyEvents)
 	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT count(*) FROM wharf_outbox_events WHERE type LIKE 'wharf.%'").Scan(&operational))
