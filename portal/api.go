@@ -281,16 +281,7 @@ func (h *Handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page := endpointPage{Data: make([]endpointJSON, 0, len(list))}
-	if len(list) > limit {
-		list = list[:limit]
-		next := outbox.EndpointCursor(list[limit-1])
-		page.NextCursor = &next
-	}
-	for _, ep := range list {
-		page.Data = append(page.Data, endpointOf(ep))
-	}
-	writeJSON(w, http.StatusOK, page)
+	writeJSON(w, http.StatusOK, pageOf(list, limit, outbox.EndpointCursor, endpointOf))
 	return nil
 }
 
@@ -607,16 +598,7 @@ func (h *Handler) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	page := deliveryPage{Data: make([]deliveryJSON, 0, len(list))}
-	if len(list) > limit {
-		list = list[:limit]
-		next := outbox.DeliveryCursor(list[limit-1])
-		page.NextCursor = &next
-	}
-	for _, d := range list {
-		page.Data = append(page.Data, deliveryOf(d))
-	}
-	writeJSON(w, http.StatusOK, page)
+	writeJSON(w, http.StatusOK, pageOf(list, limit, outbox.DeliveryCursor, deliveryOf))
 	return nil
 }
 

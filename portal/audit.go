@@ -27,29 +27,17 @@ type auditEntryJSON struct {
 	Details    json.RawMessage `json:"details"`
 }
 
-type auditPage struct {
-	Data       []auditEntryJSON `json:"data"`
-	NextCursor *string          `json:"next_cursor"`
-}
-
-// auditEntries returns a page of the tenant's audit log and the cursor of
-// the next.
-func (h *Handler) auditEntries(r *http.Request, limit int) ([]*audit.Entry, *string, error) {
+// auditEntries returns a page of the tenant's audit log.
+func (h *Handler) auditEntries(r *http.Request, limit int) (page[*audit.Entry], error) {
 	tenant := accessOf(r.Context()).tenant
 	entries, err := audit.List(r.Context(), h.cfg.Pool, &audit.ListParams{Tenant: &tenant, Limit: limit + 1, After: r.URL.Query().Get("cursor")})
 	if errors.Is(err, audit.ErrInvalidCursor) {
-		return nil, nil, &apiError{status: http.StatusBadRequest, msg: "invalid cursor", field: "cursor"}
+		return page[*audit.Entry]{}, &apiError{status: http.StatusBadRequest, msg: "invalid cursor", field: "cursor"}
 	}
 	if err != nil {
-		return nil, nil, err
+		return page[*audit.Entry]{}, err
 	}
-	var next *string
-	if len(entries) > limit {
-		entries = entries[:limit]
-		c := audit.Cursor(entries[limit-1])
-		next = &c
-	}
-	return entries, next, nil
+	return pageOf(entries, limit, audit.Cursor, func(e *audit.Entry) *audit.Entry { return e }), nil
 }
 
 // actorOf is who a tenant is shown as having acted: itself by name;
@@ -67,18 +55,18 @@ func (h *Handler) listAuditLog(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	entries, next, err := h.auditEntries(r, limit)
+	entries, err := h.auditEntries(r, limit)
 	if err != nil {
 		return err
 	}
-	page := auditPage{Data: make([]auditEntryJSON, len(entries)), NextCursor: next}
-	for i, e := range entries {
-		page.Data[i] = auditEntryJSON{
+	out := page[auditEntryJSON]{Data: make([]auditEntryJSON, len(entries.Data)), NextCursor: entries.NextCursor}
+	for i, e := range entries.Data {
+		out.Data[i] = auditEntryJSON{
 			ID: e.ID, At: e.At.UTC(), Actor: actorOf(e), Action: e.Action, ObjectType: e.ObjectType,
 			ObjectID: e.ObjectID, Reason: e.Reason, Details: e.Details,
 		}
 	}
-	writeJSON(w, http.StatusOK, page)
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -93,15 +81,15 @@ type activityEntry struct {
 }
 
 func (p *pages) activity(w http.ResponseWriter, r *http.Request) error {
-	entries, next, err := p.h.auditEntries(r, defaultPageLimit)
+	entries, err := p.h.auditEntries(r, defaultPageLimit)
 	if err != nil {
 		return err
 	}
-	v := &activityView{Entries: make([]activityEntry, len(entries))}
-	if next != nil {
-		v.Next = *next
+	v := &activityView{Entries: make([]activityEntry, len(entries.Data))}
+	if entries.NextCursor != nil {
+		v.Next = *entries.NextCursor
 	}
-	for i, e := range entries {
+	for i, e := range entries.Data {
 		who := "you"
 		if e.Actor.Kind != audit.KindTenant {
 			who = "your provider"

@@ -38,9 +38,28 @@ type endpointWithSecret struct {
 	Secret string `json:"secret"`
 }
 
-type endpointPage struct {
-	Data       []endpointJSON `json:"data"`
-	NextCursor *string        `json:"next_cursor"`
+// page is a page of a list: data, and the cursor of the next page (null
+// on the last).
+type page[T any] struct {
+	Data       []T     `json:"data"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// pageOf makes the page of list, read with limit+1 rows: at most limit of
+// them, converted by conv, and the cursor of the last when there were
+// more.
+func pageOf[In, Out any](list []In, limit int, cursor func(In) string, conv func(In) Out) page[Out] {
+	var p page[Out]
+	if len(list) > limit {
+		list = list[:limit]
+		next := cursor(list[limit-1])
+		p.NextCursor = &next
+	}
+	p.Data = make([]Out, len(list))
+	for i, v := range list {
+		p.Data[i] = conv(v)
+	}
+	return p
 }
 
 func endpointOf(ep *outbox.Endpoint) endpointJSON {
@@ -83,11 +102,6 @@ type deliveryJSON struct {
 	NextAttemptAt  *time.Time `json:"next_attempt_at"`
 	CreatedAt      time.Time  `json:"created_at"`
 	SucceededAt    *time.Time `json:"succeeded_at"`
-}
-
-type deliveryPage struct {
-	Data       []deliveryJSON `json:"data"`
-	NextCursor *string        `json:"next_cursor"`
 }
 
 func deliveryOf(d *outbox.Delivery) deliveryJSON {
