@@ -73,9 +73,11 @@ type Config struct {
 	// each delivery answered after the commit that covers it), ReceiveManyTx
 	// gives up to BatchSize new messages one River job, and that job runs
 	// each handler in its own savepoint of one transaction (a job takes 30
-	// messages at most, whatever BatchSize). 1 turns batching off: each
-	// delivery commits alone and each message gets its own job. Defaults to
-	// DefaultBatchSize.
+	// messages at most, whatever BatchSize). A message's own job (ReceiveTx
+	// gives one to each message) takes on up to BatchSize-1 other messages
+	// whose jobs wait in its queue, in its transaction, the same way. 1
+	// turns batching off: each delivery commits alone and each message gets
+	// its own job and transaction. Defaults to DefaultBatchSize.
 	BatchSize int
 	// BatchWait is the longest a delivery waits for others to join its
 	// batch. It waits only while other batches of this Inbox are
@@ -207,6 +209,8 @@ func newEngines(ib *Inbox, c *Config, insertClient *river.Client[pgx.Tx]) (e eng
 	if e.processor, err = process.New(&process.Config{
 		Pool: ib.pool, Jobs: e.jobs, Ordering: e.ordering, Registry: ib.handlers, Metrics: ib.metrics,
 		Logger: c.Logger, Tracer: ib.tracer, Now: ib.clock, OnDead: onDead,
+		// A message's own job takes on waiting ones up to a batch.
+		Adopt: min(c.BatchSize, inboxjob.MaxMessages) - 1,
 	}); err != nil {
 		return e, err
 	}

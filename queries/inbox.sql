@@ -198,6 +198,55 @@ UPDATE wharf_inbox_messages
 SET status = 'processed', attempts = attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
 WHERE received_at = @received_at AND id = ANY((@ids::text[])::uuid[]);
 
+-- name: InboxMessagesAdopt :many
+-- Takes on, for a message's own job about to commit, the messages of other
+-- message jobs waiting in its queue (see process's adopt): their jobs,
+-- River's next to fetch, never run and with no snooze or failure of a batch
+-- in their args, locked as River's fetch locks them, so that no fetch takes
+-- them while this transaction holds them; and their messages, locked too,
+-- when each still waits for that job, unordered and never attempted. A job
+-- locked here whose message is not returned is left as it was: it
+-- becomes available again when the transaction ends.
+WITH jobs AS MATERIALIZED (
+    SELECT j.id, (j.args->>'message_id')::uuid AS message_id,
+           (j.args->>'received_at')::timestamptz AS received_at
+    FROM river_job j
+    -- No cast of state: River's fetch index is on its enum.
+    WHERE j.state = 'available' AND j.queue = @queue::text AND j.scheduled_at <= now()
+      AND j.kind = @kind::text AND j.attempt = 0
+      AND NOT (j.args ? 'not_before' OR j.args ? 'failed_in_batch')
+    ORDER BY j.priority, j.scheduled_at, j.id
+    LIMIT @max::int
+    FOR UPDATE SKIP LOCKED
+)
+-- A lookup per job (a join could plan a merge join that walks a partition's
+-- index from its first row).
+SELECT m.* FROM jobs
+CROSS JOIN LATERAL (
+    SELECT * FROM wharf_inbox_messages mm
+    WHERE mm.received_at = jobs.received_at AND mm.id = jobs.message_id
+      AND mm.job_id = jobs.id AND mm.status = 'received' AND mm.attempts = 0
+      AND mm.ordering_key = '' AND mm.scrubbed_at IS NULL
+    FOR UPDATE SKIP LOCKED
+) m
+ORDER BY m.id;
+
+-- name: InboxMessagesAdoptedFinish :exec
+-- Marks processed the adopted messages whose handlers never touched the
+-- database (by receipt time and id: they were received apart), and
+-- completes the jobs of the adopted messages the transaction settled, as
+-- River's completion would have.
+WITH marked AS (
+    -- Joined, so that each row's partition is found at run time.
+    UPDATE wharf_inbox_messages m
+    SET status = 'processed', attempts = m.attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
+    FROM (SELECT unnest(@received_ats::timestamptz[]) AS received_at, unnest(@ids::text[])::uuid AS id) AS v
+    WHERE m.received_at = v.received_at AND m.id = v.id
+)
+UPDATE river_job
+SET state = 'completed', attempt = attempt + 1, attempted_at = @now::timestamptz, finalized_at = @now::timestamptz
+WHERE river_job.id = ANY(@job_ids::bigint[]) AND river_job.state = 'available';
+
 -- name: InboxMessagesGet :many
 -- The messages of a batch as they are, without locking them.
 SELECT * FROM wharf_inbox_messages

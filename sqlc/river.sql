@@ -7,5 +7,9 @@ CREATE TABLE river_job (
     kind text NOT NULL,
     args jsonb NOT NULL,
     attempt smallint NOT NULL,
-    finalized_at timestamptz
+    attempted_at timestamptz,
+    finalized_at timestamptz,
+    priority smallint NOT NULL,
+    queue text NOT NULL,
+    scheduled_at timestamptz NOT NULL
 );

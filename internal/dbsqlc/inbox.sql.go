@@ -917,6 +917,118 @@ func (q *Queries) InboxMessageSources(ctx context.Context) ([]string, error) {
 	return items, nil
 }
 
+const inboxMessagesAdopt = `-- name: InboxMessagesAdopt :many
+WITH jobs AS MATERIALIZED (
+    SELECT j.id, (j.args->>'message_id')::uuid AS message_id,
+           (j.args->>'received_at')::timestamptz AS received_at
+    FROM river_job j
+    -- No cast of state: River's fetch index is on its enum.
+    WHERE j.state = 'available' AND j.queue = $1::text AND j.scheduled_at <= now()
+      AND j.kind = $2::text AND j.attempt = 0
+      AND NOT (j.args ? 'not_before' OR j.args ? 'failed_in_batch')
+    ORDER BY j.priority, j.scheduled_at, j.id
+    LIMIT $3::int
+    FOR UPDATE SKIP LOCKED
+)
+SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context FROM jobs
+CROSS JOIN LATERAL (
+    SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages mm
+    WHERE mm.received_at = jobs.received_at AND mm.id = jobs.message_id
+      AND mm.job_id = jobs.id AND mm.status = 'received' AND mm.attempts = 0
+      AND mm.ordering_key = '' AND mm.scrubbed_at IS NULL
+    FOR UPDATE SKIP LOCKED
+) m
+ORDER BY m.id
+`
+
+type InboxMessagesAdoptParams struct {
+	Queue string
+	Kind  string
+	Max   int32
+}
+
+// Takes on, for a message's own job about to commit, the messages of other
+// message jobs waiting in its queue (see process's adopt): their jobs,
+// River's next to fetch, never run and with no snooze or failure of a batch
+// in their args, locked as River's fetch locks them, so that no fetch takes
+// them while this transaction holds them; and their messages, locked too,
+// when each still waits for that job, unordered and never attempted. A job
+// locked here whose message is not returned is left as it was: it
+// becomes available again when the transaction ends.
+// A lookup per job (a join could plan a merge join that walks a partition's
+// index from its first row).
+func (q *Queries) InboxMessagesAdopt(ctx context.Context, arg InboxMessagesAdoptParams) ([]WharfInboxMessage, error) {
+	rows, err := q.db.Query(ctx, inboxMessagesAdopt, arg.Queue, arg.Kind, arg.Max)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WharfInboxMessage
+	for rows.Next() {
+		var i WharfInboxMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ReceivedAt,
+			&i.Source,
+			&i.EventID,
+			&i.EventType,
+			&i.Headers,
+			&i.Body,
+			&i.PayloadHash,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.JobID,
+			&i.ProcessedAt,
+			&i.UpdatedAt,
+			&i.ScrubbedAt,
+			&i.OrderingKey,
+			&i.TraceContext,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxMessagesAdoptedFinish = `-- name: InboxMessagesAdoptedFinish :exec
+WITH marked AS (
+    -- Joined, so that each row's partition is found at run time.
+    UPDATE wharf_inbox_messages m
+    SET status = 'processed', attempts = m.attempts + 1, processed_at = $1::timestamptz, updated_at = $1::timestamptz
+    FROM (SELECT unnest($3::timestamptz[]) AS received_at, unnest($4::text[])::uuid AS id) AS v
+    WHERE m.received_at = v.received_at AND m.id = v.id
+)
+UPDATE river_job
+SET state = 'completed', attempt = attempt + 1, attempted_at = $1::timestamptz, finalized_at = $1::timestamptz
+WHERE river_job.id = ANY($2::bigint[]) AND river_job.state = 'available'
+`
+
+type InboxMessagesAdoptedFinishParams struct {
+	Now         time.Time
+	JobIds      []int64
+	ReceivedAts []time.Time
+	Ids         []string
+}
+
+// Marks processed the adopted messages whose handlers never touched the
+// database (by receipt time and id: they were received apart), and
+// completes the jobs of the adopted messages the transaction settled, as
+// River's completion would have.
+func (q *Queries) InboxMessagesAdoptedFinish(ctx context.Context, arg InboxMessagesAdoptedFinishParams) error {
+	_, err := q.db.Exec(ctx, inboxMessagesAdoptedFinish,
+		arg.Now,
+		arg.JobIds,
+		arg.ReceivedAts,
+		arg.Ids,
+	)
+	return err
+}
+
 const inboxMessagesAwaitUnlocked = `-- name: InboxMessagesAwaitUnlocked :exec
 SELECT 1
 FROM wharf_inbox_messages m

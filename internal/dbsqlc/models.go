@@ -18,7 +18,11 @@ type RiverJob struct {
 	Kind        string
 	Args        json.RawMessage
 	Attempt     int16
+	AttemptedAt *time.Time
 	FinalizedAt *time.Time
+	Priority    int16
+	Queue       string
+	ScheduledAt time.Time
 }
 
 type WharfAuditLog struct {

@@ -101,6 +101,9 @@ type Config struct {
 	Now func() time.Time
 	// OnDead, if set, is told of each message processing made dead.
 	OnDead OnDead
+	// Adopt is how many waiting messages of other jobs a message's own job
+	// may take on in its transaction (see adopt); 0 takes on none.
+	Adopt int
 }
 
 // errInvalidConfig wraps each problem New (or NewRescuer) finds with its
@@ -132,6 +135,9 @@ func (c *Config) validate() error {
 	}
 	if c.Now == nil {
 		p.Addf("no Now")
+	}
+	if c.Adopt < 0 || c.Adopt >= inboxjob.MaxMessages {
+		p.Addf("Adopt %d is outside [0, %d)", c.Adopt, inboxjob.MaxMessages)
 	}
 	return p.Err()
 }

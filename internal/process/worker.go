@@ -40,7 +40,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[inboxjob.ProcessArgs])
 		// as it does a failure of this worker.
 		return &handlerFailed{messageID: job.Args.MessageID}
 	}
-	r := &single{p: w.p, job: job,
+	r := &single{p: w.p, job: job, pastHalf: halfway(ctx),
 		log: w.p.config.Logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)}
 	err := pgx.BeginFunc(ctx, w.p.config.Pool, func(tx pgx.Tx) error { return r.run(ctx, tx) })
 	return r.settle(ctx, err)
@@ -52,16 +52,19 @@ type single struct {
 	job *river.Job[inboxjob.ProcessArgs]
 	log *slog.Logger
 
-	msg    *dbsqlc.WharfInboxMessage // the job's message, once it is its own to run
-	took   time.Duration             // the handler's run time
-	parked bool                      // waiting for an earlier message of its ordering key
+	pastHalf func() bool // see halfway
+
+	msg     *dbsqlc.WharfInboxMessage // the job's message, once it is its own to run
+	took    time.Duration             // the handler's run time
+	parked  bool                      // waiting for an earlier message of its ordering key
+	adopted *batch                    // the other jobs' messages it ran (see adopt)
 }
 
 // run is the job's transaction: load and lock the message, wait for its
 // turn, mark it processed, run its handler, wake the next message of its
-// ordering key, complete the job.
+// ordering key, adopt waiting messages (see adopt), complete the job.
 func (r *single) run(ctx context.Context, tx pgx.Tx) error {
-	r.parked = false
+	r.parked, r.adopted = false, nil
 	msg, err := r.load(ctx, tx)
 	if msg == nil {
 		return err
@@ -85,6 +88,9 @@ func (r *single) run(ctx context.Context, tx pgx.Tx) error {
 		return err
 	}
 	if err := r.p.config.Ordering.WakeNext(ctx, tx, msg); err != nil {
+		return err
+	}
+	if err := r.adopt(ctx, tx); err != nil {
 		return err
 	}
 	return completeJob(ctx, tx, r.job)
@@ -154,12 +160,22 @@ func (r *single) runHandler(ctx context.Context, tx pgx.Tx, reg Registration) er
 func (r *single) settle(ctx context.Context, err error) error {
 	if err == nil {
 		r.report(ctx)
+		if r.adopted != nil {
+			r.adopted.report(ctx)
+		}
 		return nil
 	}
 	var notOwned *notOwnedError
 	if errors.As(err, &notOwned) {
 		r.log.InfoContext(ctx, "inbox: the message is no longer this job's; the job ends without running it", "reason", err)
 		return err
+	}
+	if isAdoptionLost(err) {
+		// Rolled back: the message's own work and the adopted ones'. It
+		// runs again at once, using no attempt, and adopts nothing then.
+		r.log.WarnContext(ctx, "inbox: a message this job adopted lost its transaction; the job runs again alone", "error", err)
+		r.adopted = nil
+		return river.JobSnooze(0)
 	}
 	if lostConflict(err) && shared.SnoozeCount(r.job.Metadata) < maxConflictRetries {
 		// Rolled back: the handler's writes and the job's mark alike.
