@@ -1,20 +1,27 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/loadtest"
+	"github.com/wharfhq/wharf/internal/telemetrytest"
 )
 
 // createSeen makes the table where handlers note the transaction they ran
@@ -209,4 +216,152 @@ func TestAdoptionUnderConcurrency(t *testing.T) {
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
 	txs := seenOnce(t, b.pool, eventIDs(msgs))
 	t.Logf("400 messages in %d transactions", txs)
+}
+
+// TestAdoptedFailureAtCommitChargesOnlyItsMessage: an adopted handler
+// whose write fails only at the commit (a deferred constraint) loses the
+// whole transaction; the adopting job's own message is not charged with
+// it (with MaxAttempts 1 it would be dead), and the bad message fails on
+// its own job.
+func TestAdoptedFailureAtCommitChargesOnlyItsMessage(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	dead := map[string]bool{}
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MaxAttempts: 1, OnDead: func(_ context.Context, msg *inbox.Message, _ error) {
+		mu.Lock()
+		defer mu.Unlock()
+		dead[msg.EventID] = true
+	}}})
+	ctx := context.Background()
+	createSeen(t, b.pool)
+	_, err := b.pool.Exec(ctx, "CREATE TABLE d (id int PRIMARY KEY, ref int REFERENCES d (id) DEFERRABLE INITIALLY DEFERRED)")
+	require.NoError(t, err)
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.EventID == "evt_03" {
+			_, err := tx.Exec(ctx, "INSERT INTO d VALUES (1, 999)")
+			return err
+		}
+		return noteSeen(ctx, tx, msg)
+	})
+	msgs := numbered("evt", 8)
+	receiveEach(t, b.pool, b.inbox, msgs)
+	b.startWorkersWith(t, oneWorker)
+	awaitSettled(t, b.pool, inbox.StatusProcessed, inbox.StatusDead)
+
+	rows, err := b.pool.Query(ctx, "SELECT event_id FROM wharf_inbox_messages WHERE status = 'dead'")
+	require.NoError(t, err)
+	deadIDs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"evt_03"}, deadIDs)
+	good := slices.DeleteFunc(eventIDs(msgs), func(id string) bool { return id == "evt_03" })
+	seenOnce(t, b.pool, good)
+	require.Eventually(t, func() bool { // OnDead runs after the commit
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Equal(dead, map[string]bool{"evt_03": true})
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// TestAdoptionHoldsNoJobItLeaves: a job the adopting transaction does not
+// take (an ordered message's) stays free for River's fetch while the
+// adopted handlers run.
+func TestAdoptionHoldsNoJobItLeaves(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil)
+	ctx := context.Background()
+	msgs := numbered("evt", 3)
+	msgs[1].OrderingKey = "k"
+	receiveEach(t, b.pool, b.inbox, msgs)
+	var orderedJob int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT job_id FROM wharf_inbox_messages WHERE event_id = 'evt_01'").Scan(&orderedJob))
+	fetchable := make(chan int, 3)
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if msg.EventID != "evt_02" {
+			return nil
+		}
+		// As River's fetch locks it, from another connection.
+		var n int
+		err := pgx.BeginFunc(ctx, b.pool, func(other pgx.Tx) error {
+			return other.QueryRow(ctx, "SELECT count(*) FROM (SELECT id FROM river_job WHERE id = $1 FOR UPDATE SKIP LOCKED) j", orderedJob).Scan(&n)
+		})
+		fetchable <- n
+		return err
+	})
+	b.startWorkersWith(t, oneWorker)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	require.Equal(t, 1, <-fetchable, "the ordered message's job was held")
+}
+
+// TestAdoptedHandlerCommittingIsCounted: when an adopted handler commits
+// the transaction itself, the messages that committed with it are counted
+// processed once each.
+func TestAdoptedHandlerCommittingIsCounted(t *testing.T) {
+	t.Parallel()
+	metrics := telemetrytest.NewMetrics(t)
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: metrics.Provider}})
+	createSeen(t, b.pool)
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		if !strings.HasSuffix(msg.EventID, "_04") {
+			return noteSeen(ctx, tx, msg)
+		}
+		return pgx.BeginFunc(ctx, tx.Conn(), func(inner pgx.Tx) error { return noteSeen(ctx, inner, msg) })
+	})
+	msgs := numbered("evt", 10)
+	receiveEach(t, b.pool, b.inbox, msgs)
+	b.startWorkersWith(t, oneWorker)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	seenOnce(t, b.pool, eventIDs(msgs))
+	data := metrics.CollectWhen(t, "every message counted", func(data map[string]metricdata.Aggregation) bool {
+		return maps.Equal(telemetrytest.Sum(data["wharf_inbox_messages_handled"], "source", "status"),
+			map[string]int64{"payments/processed": 10})
+	})
+	require.Equal(t, map[string]int64{"payments/processed": 10},
+		telemetrytest.SumBy(t, data["wharf_inbox_messages_handled"], "source", "status"))
+}
+
+// TestAdoptedLogLinesNameTheirOwnMessage: an adopted message's failure is
+// logged with its own id once, and the adopting job's id apart.
+func TestAdoptedLogLinesNameTheirOwnMessage(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	b := setup(t, &setupOpts{cfg: &inbox.Config{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}})
+	var once sync.Once
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		var err error
+		if msg.EventID == "evt_01" {
+			once.Do(func() { err = errors.New("fails once") })
+		}
+		return err
+	})
+	receiveEach(t, b.pool, b.inbox, numbered("evt", 3))
+	b.startWorkersWith(t, oneWorker)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	var line string
+	for _, l := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(l, "will retry") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line, buf.String())
+	require.Equal(t, 1, strings.Count(line, `"message_id"`), line)
+	require.Contains(t, line, `"adopted_by_job_id"`)
+	require.Contains(t, line, `"event_id":"evt_01"`)
+}
+
+// syncBuffer is a bytes.Buffer safe for the workers' concurrent logging.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

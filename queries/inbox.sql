@@ -215,6 +215,15 @@ WITH jobs AS MATERIALIZED (
     WHERE j.state = 'available' AND j.queue = @queue::text AND j.scheduled_at <= now()
       AND j.kind = @kind::text AND j.attempt = 0
       AND NOT (j.args ? 'not_before' OR j.args ? 'failed_in_batch')
+      AND NOT j.id = ANY(@skip::bigint[])
+      -- Checked before the lock too, so that a job left to run on its own
+      -- (an ordered message's) is not held from River's fetch meanwhile.
+      AND EXISTS (
+          SELECT 1 FROM wharf_inbox_messages em
+          WHERE em.received_at = (j.args->>'received_at')::timestamptz
+            AND em.id = (j.args->>'message_id')::uuid
+            AND em.job_id = j.id AND em.status = 'received' AND em.attempts = 0
+            AND em.ordering_key = '' AND em.scrubbed_at IS NULL)
     ORDER BY j.priority, j.scheduled_at, j.id
     LIMIT @max::int
     FOR UPDATE SKIP LOCKED

@@ -926,8 +926,17 @@ WITH jobs AS MATERIALIZED (
     WHERE j.state = 'available' AND j.queue = $1::text AND j.scheduled_at <= now()
       AND j.kind = $2::text AND j.attempt = 0
       AND NOT (j.args ? 'not_before' OR j.args ? 'failed_in_batch')
+      AND NOT j.id = ANY($3::bigint[])
+      -- Checked before the lock too, so that a job left to run on its own
+      -- (an ordered message's) is not held from River's fetch meanwhile.
+      AND EXISTS (
+          SELECT 1 FROM wharf_inbox_messages em
+          WHERE em.received_at = (j.args->>'received_at')::timestamptz
+            AND em.id = (j.args->>'message_id')::uuid
+            AND em.job_id = j.id AND em.status = 'received' AND em.attempts = 0
+            AND em.ordering_key = '' AND em.scrubbed_at IS NULL)
     ORDER BY j.priority, j.scheduled_at, j.id
-    LIMIT $3::int
+    LIMIT $4::int
     FOR UPDATE SKIP LOCKED
 )
 SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context FROM jobs
@@ -944,6 +953,7 @@ ORDER BY m.id
 type InboxMessagesAdoptParams struct {
 	Queue string
 	Kind  string
+	Skip  []int64
 	Max   int32
 }
 
@@ -958,7 +968,12 @@ type InboxMessagesAdoptParams struct {
 // A lookup per job (a join could plan a merge join that walks a partition's
 // index from its first row).
 func (q *Queries) InboxMessagesAdopt(ctx context.Context, arg InboxMessagesAdoptParams) ([]WharfInboxMessage, error) {
-	rows, err := q.db.Query(ctx, inboxMessagesAdopt, arg.Queue, arg.Kind, arg.Max)
+	rows, err := q.db.Query(ctx, inboxMessagesAdopt,
+		arg.Queue,
+		arg.Kind,
+		arg.Skip,
+		arg.Max,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/inboxjob"
@@ -35,16 +38,65 @@ import (
 // runs on its own once the transaction ends, as does every adopted job if
 // the transaction rolls back.
 
-// adoptionLostError is a failure of an adopted message's handler that
-// lost the transaction (see batchFatalError): the own message's work is
-// lost with it.
-type adoptionLostError struct{ err error }
+// adoptionLostError is the loss of a transaction in which the job
+// adopted messages: whatever lost it (an adopted handler that broke or
+// ended the transaction, a deferred constraint failing at the commit, the
+// job's context running out), the job's own message is not to blame, so
+// the job runs again alone (see single.settle). committed reports that an
+// adopted handler committed the transaction itself (through tx.Conn()):
+// the own message and the adopted ones before it are processed.
+type adoptionLostError struct {
+	err       error
+	committed bool
+}
 
 func (e *adoptionLostError) Error() string {
-	return "inbox: an adopted message lost the transaction: " + e.err.Error()
+	return "inbox: a transaction with adopted messages was lost: " + e.err.Error()
 }
 
 func (e *adoptionLostError) Unwrap() error { return e.err }
+
+// suspects are the jobs adopted in transactions that were lost, which a
+// node adopts no more for suspectTTL: one of them may be what lost it (a
+// deferred constraint, say), and it then goes on its own job, where a
+// failure is its own. At most maxSuspects are kept.
+type suspects struct {
+	mu   sync.Mutex
+	jobs map[int64]time.Time // until when
+}
+
+const (
+	suspectTTL  = 10 * time.Minute
+	maxSuspects = 4096
+)
+
+func (s *suspects) add(ids []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	if s.jobs == nil || len(s.jobs)+len(ids) > maxSuspects {
+		maps.DeleteFunc(s.jobs, func(_ int64, until time.Time) bool { return now.After(until) })
+		if s.jobs == nil || len(s.jobs)+len(ids) > maxSuspects {
+			s.jobs = map[int64]time.Time{}
+		}
+	}
+	for _, id := range ids {
+		s.jobs[id] = now.Add(suspectTTL)
+	}
+}
+
+func (s *suspects) list() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	ids := make([]int64, 0, len(s.jobs))
+	for id, until := range s.jobs {
+		if now.Before(until) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
 
 // adopts reports whether the job adopts messages: a first run, never
 // snoozed (a job whose transaction an adopted message lost runs again
@@ -64,6 +116,7 @@ func (r *single) adopt(ctx context.Context, tx pgx.Tx) error {
 	q := dbsqlc.New(pgxtx.GenericPlans{DBTX: tx})
 	rows, err := q.InboxMessagesAdopt(ctx, dbsqlc.InboxMessagesAdoptParams{
 		Queue: r.job.Queue, Kind: inboxjob.ProcessArgs{}.Kind(), Max: int32(r.p.config.Adopt),
+		Skip: r.p.suspects.list(),
 	})
 	if err != nil {
 		return fmt.Errorf("inbox: adopt waiting messages: %w", err)
@@ -71,7 +124,15 @@ func (r *single) adopt(ctx context.Context, tx pgx.Tx) error {
 	if len(rows) == 0 {
 		return nil
 	}
-	b := &batch{p: r.p, log: r.log, pastHalf: r.pastHalf, took: map[uuid.UUID]time.Duration{},
+	// From here on the transaction holds other messages' work: whatever
+	// loses it is not the own message's failure.
+	r.adoptedJobs = make([]int64, len(rows))
+	for i := range rows {
+		r.adoptedJobs[i] = inboxjob.JobID(&rows[i])
+	}
+	// Its own lines: the job's carry the own message's id.
+	log := r.p.config.Logger.With("adopted_by_job_id", r.job.ID)
+	b := &batch{p: r.p, log: log, pastHalf: r.pastHalf, took: map[uuid.UUID]time.Duration{},
 		tx: tx, q: q, rows: rows, now: r.p.config.Now(), order: &ordering.BatchOrder{}, sp: &savepoints{ctx: ctx}}
 	var settled []int64
 	for i := range b.rows {
@@ -80,7 +141,14 @@ func (r *single) adopt(ctx context.Context, tx pgx.Tx) error {
 		}
 		msg := &b.rows[i]
 		if err := b.alone(ctx, msg); err != nil {
-			return &adoptionLostError{err}
+			lost := &adoptionLostError{err: err, committed: tx.Conn().PgConn().TxStatus() == 'I'}
+			if lost.committed {
+				// Its handler committed the transaction, its own mark with
+				// it: it and those before it are processed.
+				b.processed = append(b.processed, msg)
+				r.adopted = b
+			}
+			return lost
 		}
 		settled = append(settled, inboxjob.JobID(msg))
 	}
@@ -104,9 +172,22 @@ func (r *single) adopt(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// isAdoptionLost reports whether err is an adopted message's loss of the
-// job's transaction.
-func isAdoptionLost(err error) bool {
+// settleAdoption settles a transaction lost after the job adopted
+// messages (err): it runs again at once, alone, using no attempt, and this
+// node adopts none of those messages' jobs for a while (see suspects). If
+// an adopted handler committed the transaction itself, what committed is
+// reported.
+func (r *single) settleAdoption(ctx context.Context, err error) error {
+	r.p.suspects.add(r.adoptedJobs)
 	var lost *adoptionLostError
-	return errors.As(err, &lost)
+	if errors.As(err, &lost) && lost.committed {
+		r.log.WarnContext(ctx, "inbox: an adopted message's handler committed the transaction itself; what ran before it is processed, the rest run on their own jobs",
+			"error", err)
+		r.report(ctx)
+		r.adopted.report(ctx)
+	} else {
+		r.log.WarnContext(ctx, "inbox: the transaction lost after adopting messages rolled back; the job runs again alone",
+			"error", err)
+	}
+	return river.JobSnooze(0)
 }

@@ -154,7 +154,8 @@ type TestHooks struct {
 
 // Processor runs handlers for the inbox's workers.
 type Processor struct {
-	config Config
+	config   Config
+	suspects suspects // see adopt
 	// TestHooks are for tests only.
 	TestHooks TestHooks
 }

@@ -54,17 +54,18 @@ type single struct {
 
 	pastHalf func() bool // see halfway
 
-	msg     *dbsqlc.WharfInboxMessage // the job's message, once it is its own to run
-	took    time.Duration             // the handler's run time
-	parked  bool                      // waiting for an earlier message of its ordering key
-	adopted *batch                    // the other jobs' messages it ran (see adopt)
+	msg         *dbsqlc.WharfInboxMessage // the job's message, once it is its own to run
+	took        time.Duration             // the handler's run time
+	parked      bool                      // waiting for an earlier message of its ordering key
+	adopted     *batch                    // the other jobs' messages it ran (see adopt)
+	adoptedJobs []int64                   // their jobs: set once the transaction holds them
 }
 
 // run is the job's transaction: load and lock the message, wait for its
 // turn, mark it processed, run its handler, wake the next message of its
 // ordering key, adopt waiting messages (see adopt), complete the job.
 func (r *single) run(ctx context.Context, tx pgx.Tx) error {
-	r.parked, r.adopted = false, nil
+	r.parked, r.adopted, r.adoptedJobs = false, nil, nil
 	msg, err := r.load(ctx, tx)
 	if msg == nil {
 		return err
@@ -170,12 +171,8 @@ func (r *single) settle(ctx context.Context, err error) error {
 		r.log.InfoContext(ctx, "inbox: the message is no longer this job's; the job ends without running it", "reason", err)
 		return err
 	}
-	if isAdoptionLost(err) {
-		// Rolled back: the message's own work and the adopted ones'. It
-		// runs again at once, using no attempt, and adopts nothing then.
-		r.log.WarnContext(ctx, "inbox: a message this job adopted lost its transaction; the job runs again alone", "error", err)
-		r.adopted = nil
-		return river.JobSnooze(0)
+	if r.adoptedJobs != nil {
+		return r.settleAdoption(ctx, err)
 	}
 	if lostConflict(err) && shared.SnoozeCount(r.job.Metadata) < maxConflictRetries {
 		// Rolled back: the handler's writes and the job's mark alike.
