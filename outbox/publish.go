@@ -145,12 +145,22 @@ func (o *Outbox) publish(ctx context.Context, tx pgx.Tx, events []*Event, operat
 	ctx, span := o.tracer.Start(ctx, "wharf.outbox.publish", trace.WithAttributes(attribute.Int("wharf.events", len(events))))
 	defer span.End()
 	params.TraceContext = telemetry.StoredContext(ctx)
+	// One event's deliveries get a job each: the statement writes them.
+	inline := len(events) == 1
+	if inline {
+		jobs := o.engine.InlineJobs(firstDelay)
+		params.InsertJobs, params.JobKind, params.JobQueue, params.JobMaxAttempts = true, jobs.Kind, jobs.Queue, jobs.MaxAttempts
+		params.JobScheduledAt, params.JobState = jobs.ScheduledAt, jobs.State
+		params.Notify, params.NotifyTopic, params.NotifyPayload = jobs.Notify, jobs.NotifyTopic, jobs.NotifyPayload
+	}
 	rows, err := o.queries.WithTx(tx).OutboxPublish(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: publish: %w", err)
 	}
-	if err := o.engine.InsertJobs(ctx, tx, publishedJobs(rows), firstDelay); err != nil {
-		return nil, err
+	if !inline {
+		if err := o.engine.InsertJobs(ctx, tx, publishedJobs(rows), firstDelay); err != nil {
+			return nil, err
+		}
 	}
 
 	o.engine.CountPublished(ctx, len(events))

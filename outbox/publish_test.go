@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/outbox"
@@ -192,4 +195,92 @@ func TestPublish(t *testing.T) {
 		_, err := bundle.outbox.PublishTx(ctx, nil, &outbox.Event{Type: "x"})
 		require.Error(t, err)
 	})
+}
+
+// TestPublishWritesItsJobs: one event's delivery jobs are written by the
+// publish statement as River's insert writes them, and the insert
+// notification wakes a worker that would otherwise wait a minute for its
+// poll.
+func TestPublishWritesItsJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("WakesAWorker", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		receiver := okSink(t)
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startClient(t, bundle.pool, bundle.outbox, func(cfg *river.Config) { cfg.FetchPollInterval = time.Minute })
+		// The first is delivered by River's first fetch or by a
+		// notification; once it is, only a notification (or the minute's
+		// poll) starts the second's job.
+		first := bundle.publish(t, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 1}})
+		bundle.awaitDelivery(t, ep.ID, first[0].EventID, outbox.StatusSucceeded)
+		started := time.Now()
+		second := bundle.publish(t, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 2}})
+		bundle.awaitDelivery(t, ep.ID, second[0].EventID, outbox.StatusSucceeded)
+		require.Less(t, time.Since(started), 20*time.Second, "delivered before the poll")
+
+		// Back to back, most within the interval of the one before: those
+		// that do not notify in their own transaction are covered by a
+		// notification sent on its own.
+		started = time.Now()
+		var burst []*outbox.PublishResult
+		for i := range 5 {
+			burst = append(burst, bundle.publish(t, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 10 + i}})...)
+		}
+		for _, res := range burst {
+			bundle.awaitDelivery(t, ep.ID, res.EventID, outbox.StatusSucceeded)
+		}
+		require.Less(t, time.Since(started), 20*time.Second, "delivered before the poll")
+	})
+
+	t.Run("AsRiverWritesThem", func(t *testing.T) {
+		t.Parallel()
+		// A job each: PublishManyTx's jobs are River's insert's.
+		bundle := setup(t, singleJobConfig())
+		bundle.endpoint(t, okSink(t).URL(), nil)
+		bundle.publish(t, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 1}})
+		inline := jobRows(t, bundle)
+		require.Len(t, inline, 1)
+		bundle.publish(t, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 2}},
+			&outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 3}})
+		all := jobRows(t, bundle)
+		require.Len(t, all, 3)
+		for _, river := range all[1:] {
+			require.Equal(t, river, inline[0])
+		}
+	})
+
+	t.Run("FirstAttemptLaterIsScheduled", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig()
+		cfg.RetrySchedule = []time.Duration{time.Hour, time.Minute}
+		bundle := setup(t, cfg)
+		bundle.endpoint(t, okSink(t).URL(), nil)
+		bundle.publish(t, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 1}})
+		var state string
+		var in time.Duration
+		require.NoError(t, bundle.pool.QueryRow(ctx,
+			"SELECT state::text, scheduled_at - now() FROM river_job").Scan(&state, &in))
+		require.Equal(t, "scheduled", state)
+		require.InDelta(t, time.Hour.Seconds(), in.Seconds(), 60)
+	})
+}
+
+// jobRows returns what River's insert sets of each job, in id order, with
+// whether its args name a stored delivery.
+func jobRows(t *testing.T, bundle *testBundle) []string {
+	t.Helper()
+	rows, err := bundle.pool.Query(context.Background(), `
+		SELECT concat_ws(' ', j.kind, j.queue, j.state, j.attempt, j.max_attempts, j.priority, j.tags::text,
+		                 j.metadata::text, j.unique_key IS NULL, j.unique_states IS NULL, j.errors IS NULL,
+		                 j.attempted_at IS NULL, j.finalized_at IS NULL, j.scheduled_at <= now(),
+		                 j.created_at <= now(), d.id IS NOT NULL, (SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(j.args) k))
+		FROM river_job j LEFT JOIN wharf_outbox_deliveries d ON d.id = (j.args->>'delivery_id')::uuid
+		ORDER BY j.id`)
+	require.NoError(t, err)
+	jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return jobs
 }

@@ -151,11 +151,34 @@ stored AS (
     -- seq is drawn in this order.
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
               wharf_outbox_deliveries.endpoint_id, wharf_outbox_deliveries.ordering_key
+),
+jobs AS (
+    -- When the caller asks (one event: a delivery job each, see
+    -- delivery.OneJobEach), each delivery's River job, as River's insert
+    -- writes it, in this round trip rather than one of its own.
+    INSERT INTO river_job (args, kind, max_attempts, queue, scheduled_at, state)
+    SELECT jsonb_build_object('delivery_id', stored.id), @job_kind::text, @job_max_attempts,
+           @job_queue::text, coalesce(sqlc.narg('job_scheduled_at')::timestamptz, now()),
+           -- Cast here: a parameter sent as text (PgBouncer's modes) would not be.
+           CAST(@job_state::text AS river_job_state)
+    FROM stored
+    WHERE @insert_jobs::boolean
+    RETURNING river_job.id
+),
+notified AS (
+    -- River's insert notification, which wakes a worker at once, on its
+    -- channel as River names it.
+    SELECT pg_notify(concat(current_schema(), '.', @notify_topic::text), @notify_payload::text)
+    FROM (SELECT 1 FROM jobs LIMIT 1) AS inserted
+    WHERE @notify::boolean
 )
 SELECT stored.id, stored.event_id, stored.endpoint_id, stored.ordering_key,
        ep.max_in_flight, ep.rate_limit_per_second > 0 AS rate_limited
 FROM stored
 JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id
+-- Always true: it makes the notification run (a CTE that only reads runs
+-- when read).
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY stored.seq;
 
 -- name: OutboxDeliveryGetForWork :many
@@ -1116,3 +1139,8 @@ FROM (SELECT generate_subscripts(@tenants::text[], 1) AS n,
              unnest(@tenants::text[]) AS tenant,
              unnest(@types::text[]) AS type) AS input
 ORDER BY input.n;
+
+-- name: RiverNotifyInsert :exec
+-- River's insert notification, on its own (see delivery's wake), on its
+-- channel as River names it: the schema, a dot and the topic.
+SELECT pg_notify(concat(current_schema(), '.', @topic::text), @payload::text);

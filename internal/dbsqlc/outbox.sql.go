@@ -2150,11 +2150,32 @@ stored AS (
     -- seq is drawn in this order.
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
               wharf_outbox_deliveries.endpoint_id, wharf_outbox_deliveries.ordering_key
+),
+jobs AS (
+    -- When the caller asks (one event: a delivery job each, see
+    -- delivery.OneJobEach), each delivery's River job, as River's insert
+    -- writes it, in this round trip rather than one of its own.
+    INSERT INTO river_job (args, kind, max_attempts, queue, scheduled_at, state)
+    SELECT jsonb_build_object('delivery_id', stored.id), $9::text, $10,
+           $11::text, coalesce($12::timestamptz, now()),
+           -- Cast here: a parameter sent as text (PgBouncer's modes) would not be.
+           CAST($13::text AS river_job_state)
+    FROM stored
+    WHERE $14::boolean
+    RETURNING river_job.id
+),
+notified AS (
+    -- River's insert notification, which wakes a worker at once, on its
+    -- channel as River names it.
+    SELECT pg_notify(concat(current_schema(), '.', $15::text), $16::text)
+    FROM (SELECT 1 FROM jobs LIMIT 1) AS inserted
+    WHERE $17::boolean
 )
 SELECT stored.id, stored.event_id, stored.endpoint_id, stored.ordering_key,
        ep.max_in_flight, ep.rate_limit_per_second > 0 AS rate_limited
 FROM stored
 JOIN wharf_outbox_endpoints ep ON ep.id = stored.endpoint_id
+WHERE (SELECT count(*) FROM notified) >= 0
 ORDER BY stored.seq
 `
 
@@ -2167,6 +2188,15 @@ type OutboxPublishParams struct {
 	CreatedAt      time.Time
 	TraceContext   string
 	FirstAttemptAt time.Time
+	JobKind        string
+	JobMaxAttempts int16
+	JobQueue       string
+	JobScheduledAt *time.Time
+	JobState       string
+	InsertJobs     bool
+	NotifyTopic    string
+	NotifyPayload  string
+	Notify         bool
 }
 
 type OutboxPublishRow struct {
@@ -2183,6 +2213,8 @@ type OutboxPublishRow struct {
 // Returns the deliveries in the order they were stored (by event, then
 // endpoint), with their endpoint's concurrency cap and whether it is rate
 // limited, which the jobs' grouping heeds.
+// Always true: it makes the notification run (a CTE that only reads runs
+// when read).
 func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([]OutboxPublishRow, error) {
 	rows, err := q.db.Query(ctx, outboxPublish,
 		arg.Ids,
@@ -2193,6 +2225,15 @@ func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([
 		arg.CreatedAt,
 		arg.TraceContext,
 		arg.FirstAttemptAt,
+		arg.JobKind,
+		arg.JobMaxAttempts,
+		arg.JobQueue,
+		arg.JobScheduledAt,
+		arg.JobState,
+		arg.InsertJobs,
+		arg.NotifyTopic,
+		arg.NotifyPayload,
+		arg.Notify,
 	)
 	if err != nil {
 		return nil, err
@@ -2431,4 +2472,20 @@ func (q *Queries) OutboxRateTake(ctx context.Context, arg OutboxRateTakeParams) 
 		&i.BucketMissing,
 	)
 	return i, err
+}
+
+const riverNotifyInsert = `-- name: RiverNotifyInsert :exec
+SELECT pg_notify(concat(current_schema(), '.', $1::text), $2::text)
+`
+
+type RiverNotifyInsertParams struct {
+	Topic   string
+	Payload string
+}
+
+// River's insert notification, on its own (see delivery's wake), on its
+// channel as River names it: the schema, a dot and the topic.
+func (q *Queries) RiverNotifyInsert(ctx context.Context, arg RiverNotifyInsertParams) error {
+	_, err := q.db.Exec(ctx, riverNotifyInsert, arg.Topic, arg.Payload)
+	return err
 }

@@ -197,6 +197,9 @@ type Engine struct {
 	// database (see attempt.go and record.go).
 	loads   *groupcommit.Batcher[uuid.UUID, *outboxtype.Delivery]
 	records *groupcommit.Keyed[uuid.UUID, *dbsqlc.OutboxAttemptRecordParams, *dbsqlc.OutboxAttemptRecordRow]
+	// wake notifies River of the jobs InlineJobs has the publish
+	// statement write.
+	wake *wake
 }
 
 // New returns the Engine of cfg on pool. It inserts jobs with an
@@ -222,6 +225,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Engine, error) {
 		pool:       pool,
 		queries:    dbsqlc.New(pool),
 		inserter:   inserter,
+		wake:       newWake(dbsqlc.New(pool), c.Queue),
 		partitions: partition.NewCache(pool),
 		keys:       c.Keys,
 		egress:     c.Egress,
