@@ -235,6 +235,38 @@ func TestPublishWritesItsJobs(t *testing.T) {
 		require.Less(t, time.Since(started), 20*time.Second, "delivered before the poll")
 	})
 
+	t.Run("WakesAWorkerForALateCommit", func(t *testing.T) {
+		t.Parallel()
+		bundle := setup(t, testConfig())
+		receiver := okSink(t)
+		ep := bundle.endpoint(t, receiver.URL(), nil)
+		startClient(t, bundle.pool, bundle.outbox, func(cfg *river.Config) { cfg.FetchPollInterval = time.Minute })
+		warm := bundle.publish(t, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 1}})
+		bundle.awaitDelivery(t, ep.ID, warm[0].EventID, outbox.StatusSucceeded)
+
+		txA, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = txA.Rollback(ctx) }()
+		txB, err := bundle.pool.Begin(ctx)
+		require.NoError(t, err)
+		defer func() { _ = txB.Rollback(ctx) }()
+		// Sent back to back: the first notifies in its transaction, the
+		// second does not.
+		a, err := bundle.outbox.PublishTx(ctx, txA, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 2}})
+		require.NoError(t, err)
+		b, err := bundle.outbox.PublishTx(ctx, txB, &outbox.Event{Type: "invoice.paid", Data: map[string]int{"amount": 3}})
+		require.NoError(t, err)
+		require.NoError(t, txA.Commit(ctx))
+		// The second's transaction does other work before it commits: the
+		// notification an interval after its publish has gone by then.
+		time.Sleep(30 * time.Millisecond)
+		require.NoError(t, txB.Commit(ctx))
+		started := time.Now()
+		bundle.awaitDelivery(t, ep.ID, a.EventID, outbox.StatusSucceeded)
+		bundle.awaitDelivery(t, ep.ID, b.EventID, outbox.StatusSucceeded)
+		require.Less(t, time.Since(started), 20*time.Second, "delivered before the poll")
+	})
+
 	t.Run("AsRiverWritesThem", func(t *testing.T) {
 		t.Parallel()
 		// A job each: PublishManyTx's jobs are River's insert's.

@@ -154,7 +154,7 @@ stored AS (
 ),
 jobs AS (
     -- When the caller asks (one event: a delivery job each, see
-    -- delivery.OneJobEach), each delivery's River job, as River's insert
+    -- delivery.InlineJobs), each delivery's River job, as River's insert
     -- writes it, in this round trip rather than one of its own.
     INSERT INTO river_job (args, kind, max_attempts, queue, scheduled_at, state)
     SELECT jsonb_build_object('delivery_id', stored.id), @job_kind::text, @job_max_attempts,

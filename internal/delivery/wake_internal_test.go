@@ -5,37 +5,59 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/testdb"
 )
 
+// listen listens on River's insert channel on a connection of pool's.
+func listen(t *testing.T, pool *pgxpool.Pool) *pgxpool.Conn {
+	t.Helper()
+	conn, err := pool.Acquire(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(conn.Release)
+	_, err = conn.Exec(context.Background(), `LISTEN "public.river_insert"`)
+	require.NoError(t, err)
+	return conn
+}
+
+// notifications returns the payloads conn receives within d.
+func notifications(t *testing.T, conn *pgxpool.Conn, d time.Duration) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	var got []string
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return got
+		}
+		got = append(got, n.Payload)
+	}
+}
+
 // TestWakeNotifiesOncePerInterval: the first publish of an interval
-// notifies in its transaction; the others of the interval do not, and one
-// notification on its own follows at the interval's end.
+// notifies in its transaction; the others do not, and are covered by a
+// notification on its own an interval after the last of them, and a late
+// one after that.
 func TestWakeNotifiesOncePerInterval(t *testing.T) {
 	t.Parallel()
 	pool := testdb.New(t)
-	ctx := context.Background()
-	listener, err := pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer listener.Release()
-	_, err = listener.Exec(ctx, `LISTEN "public.river_insert"`) // River's channel
-	require.NoError(t, err)
-
+	listener := listen(t, pool)
 	w := newWake(dbsqlc.New(pool), "q")
-	w.interval = 200 * time.Millisecond
+	w.interval, w.late = 200*time.Millisecond, 300*time.Millisecond
 	require.True(t, w.inTx())
-	first := w.last.Load()
 	require.False(t, w.inTx())
 	require.False(t, w.inTx())
-	require.True(t, w.trailing.Load(), "a notification on its own is due")
-	require.Eventually(t, func() bool { return !w.trailing.Load() && w.last.Load() > first }, 5*time.Second, time.Millisecond)
-	require.GreaterOrEqual(t, time.Duration(w.last.Load()-first), w.interval, "not before the interval's end")
-	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	n, err := listener.Conn().WaitForNotification(waitCtx)
-	require.NoError(t, err, "the notification on its own reaches River's channel")
-	require.JSONEq(t, `{"queue":"q"}`, n.Payload)
+	suppressed := time.Now()
+	require.True(t, w.armed.Load(), "a notification on its own is due")
+	got := notifications(t, listener, 350*time.Millisecond)
+	require.Len(t, got, 1, "one, the interval after the last publish that did not notify")
+	require.GreaterOrEqual(t, time.Since(suppressed), w.interval)
+	require.JSONEq(t, `{"queue":"q"}`, got[0])
+	require.Len(t, notifications(t, listener, 500*time.Millisecond), 1, "and a late one")
+	require.False(t, w.armed.Load())
+	require.True(t, w.inTx(), "an interval on, a publish notifies in its transaction again")
 }

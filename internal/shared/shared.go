@@ -25,7 +25,9 @@ import (
 // commits that notify follow one another: at one a millisecond, 32
 // goroutines publishing one event per transaction ran about 15% slower
 // than at one per 100 ms (docs/performance.md), and a burst of commits
-// closer than 5 ms apart no longer waits for the poll.
+// closer than 5 ms apart no longer waits for the poll. A single event's
+// publish writes its jobs and notifies itself, on a schedule of its own
+// (internal/delivery's wake).
 const InsertNotifyInterval = time.Millisecond
 
 // Micro returns t in UTC at Postgres's microsecond precision, so a timestamp
