@@ -1,7 +1,6 @@
 package inbox_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -175,27 +174,6 @@ func TestAdoptedFailureRetriesAlone(t *testing.T) {
 	require.Contains(t, lastError, "fails once")
 }
 
-// TestAdoptedHandlerEndingTheTransaction: an adopted message's handler
-// that commits the transaction behind Wharf's back loses nothing and
-// doubles nothing: what ran before it committed with its marks, and the
-// rest go on alone.
-func TestAdoptedHandlerEndingTheTransaction(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	createSeen(t, b.pool)
-	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		if !strings.HasSuffix(msg.EventID, "_04") {
-			return noteSeen(ctx, tx, msg)
-		}
-		return pgx.BeginFunc(ctx, tx.Conn(), func(inner pgx.Tx) error { return noteSeen(ctx, inner, msg) })
-	})
-	msgs := numbered("evt", 10)
-	receiveEach(t, b.pool, b.inbox, msgs)
-	b.startWorkersWith(t, oneWorker)
-	awaitSettled(t, b.pool, inbox.StatusProcessed)
-	seenOnce(t, b.pool, eventIDs(msgs))
-}
-
 // TestAdoptionUnderConcurrency: messages received one per transaction
 // while many workers process them, some adopting what others would fetch,
 // each run exactly once.
@@ -292,10 +270,11 @@ func TestAdoptionHoldsNoJobItLeaves(t *testing.T) {
 	require.Equal(t, 1, <-fetchable, "the ordered message's job was held")
 }
 
-// TestAdoptedHandlerCommittingIsCounted: when an adopted handler commits
-// the transaction itself, the messages that committed with it are counted
-// processed once each.
-func TestAdoptedHandlerCommittingIsCounted(t *testing.T) {
+// TestAdoptedHandlerEndingTheTransaction: an adopted message's handler
+// that commits the transaction behind Wharf's back loses nothing and
+// doubles nothing: what ran before it committed with its marks, and is
+// counted processed once each; the rest go on alone.
+func TestAdoptedHandlerEndingTheTransaction(t *testing.T) {
 	t.Parallel()
 	metrics := telemetrytest.NewMetrics(t)
 	b := setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: metrics.Provider}})
@@ -323,7 +302,7 @@ func TestAdoptedHandlerCommittingIsCounted(t *testing.T) {
 // logged with its own id once, and the adopting job's id apart.
 func TestAdoptedLogLinesNameTheirOwnMessage(t *testing.T) {
 	t.Parallel()
-	var buf syncBuffer
+	var buf telemetrytest.Logs
 	b := setup(t, &setupOpts{cfg: &inbox.Config{Logger: slog.New(slog.NewJSONHandler(&buf, nil))}})
 	var once sync.Once
 	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
@@ -346,22 +325,4 @@ func TestAdoptedLogLinesNameTheirOwnMessage(t *testing.T) {
 	require.Equal(t, 1, strings.Count(line, `"message_id"`), line)
 	require.Contains(t, line, `"adopted_by_job_id"`)
 	require.Contains(t, line, `"event_id":"evt_01"`)
-}
-
-// syncBuffer is a bytes.Buffer safe for the workers' concurrent logging.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/wharfhq/wharf/internal/telemetrytest"
 	"github.com/wharfhq/wharf/internal/testclock"
 	"github.com/wharfhq/wharf/outbox"
 )
@@ -80,36 +81,18 @@ func (ts *tokenServer) clients() []string {
 	return append([]string(nil), ts.client...)
 }
 
-// logBuffer collects a logger's output for tests that read it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // capturingConfig is testConfig logging everything, down to debug, into
 // the returned buffer.
-func capturingConfig() (*outbox.Config, *logBuffer) {
+func capturingConfig() (*outbox.Config, *telemetrytest.Logs) {
 	cfg := testConfig()
-	logs := &logBuffer{}
+	logs := &telemetrytest.Logs{}
 	cfg.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return cfg, logs
 }
 
 // requireNoSecrets fails when any credential appears in what an operator
 // can see of b: endpoint reads, deliveries, attempts, and logs.
-func requireNoSecrets(t *testing.T, b *testBundle, logs *logBuffer) {
+func requireNoSecrets(t *testing.T, b *testBundle, logs *telemetrytest.Logs) {
 	t.Helper()
 	ctx := context.Background()
 	var seen strings.Builder

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -298,24 +297,6 @@ func TestUnworkedQueueIsReported(t *testing.T) {
 	require.Equal(t, map[string]int64{"forgotten": 1}, telemetrytest.GaugeBy(t, metrics.Collect(t)["wharf_unworked_queue_jobs"], "queue"))
 }
 
-// lockedBuffer is a log destination that goroutines share.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type failingArgs struct{}
 
 func (failingArgs) Kind() string { return "app_failing" }
@@ -335,7 +316,7 @@ func TestOneLogLinePerFailure(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	var logs lockedBuffer
+	var logs telemetrytest.Logs
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ib, err := inbox.New(pool, &inbox.Config{Logger: logger, BatchSize: 1})
 	require.NoError(t, err)
@@ -379,7 +360,7 @@ func TestOneLogLinePerFailure(t *testing.T) {
 // logger (which writes to logs), waits until a job of kind has recorded a
 // failure, and returns the logs. River logs a failure before it records it
 // on the job.
-func awaitJobFailure(t *testing.T, pool *pgxpool.Pool, logger *slog.Logger, logs *lockedBuffer, comps *wharfriver.Components, kind string) string {
+func awaitJobFailure(t *testing.T, pool *pgxpool.Pool, logger *slog.Logger, logs *telemetrytest.Logs, comps *wharfriver.Components, kind string) string {
 	t.Helper()
 	ctx := context.Background()
 	cfg := &river.Config{Logger: logger, FetchCooldown: 10 * time.Millisecond, FetchPollInterval: 50 * time.Millisecond}
@@ -405,7 +386,7 @@ func TestPeriodicJobFailureIsLogged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	var logs lockedBuffer
+	var logs telemetrytest.Logs
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ib, err := inbox.New(pool, &inbox.Config{Logger: logger})
 	require.NoError(t, err)
@@ -424,7 +405,7 @@ func TestDeliveryJobFailureIsLogged(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := testdb.New(t)
-	var logs lockedBuffer
+	var logs telemetrytest.Logs
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	ob, err := outbox.New(pool, &outbox.Config{Logger: logger, AllowPrivateNetworks: true, DeliveryBatchSize: 1})
 	require.NoError(t, err)

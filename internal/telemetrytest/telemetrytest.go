@@ -3,8 +3,10 @@
 package telemetrytest
 
 import (
+	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,4 +132,24 @@ func NewTracer(tb testing.TB) (*sdktrace.TracerProvider, *tracetest.SpanRecorder
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	tb.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	return tp, recorder
+}
+
+// Logs collects a logger's output (slog.NewJSONHandler(&logs, nil), say)
+// for tests that read it; goroutines may share it.
+type Logs struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *Logs) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+// String returns what was logged so far.
+func (l *Logs) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
