@@ -298,6 +298,45 @@ func TestAdoptedHandlerEndingTheTransaction(t *testing.T) {
 		telemetrytest.SumBy(t, data["wharf_inbox_messages_handled"], "source", "status"))
 }
 
+// TestAdoptedHandlerEndingTheTransactionCountsWhatCommitted: when an
+// adopted handler commits the transaction itself, only what that commit
+// made processed is counted: not a message before it whose handler failed
+// (rolled back, its failure not yet recorded) nor one whose handler never
+// touched the database (its mark was still to come); both run again on
+// their own jobs and are counted then, once.
+func TestAdoptedHandlerEndingTheTransactionCountsWhatCommitted(t *testing.T) {
+	t.Parallel()
+	metrics := telemetrytest.NewMetrics(t)
+	b := setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: metrics.Provider}})
+	createSeen(t, b.pool)
+	var failedOnce sync.Once
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		switch {
+		case strings.HasSuffix(msg.EventID, "_01"):
+			var err error
+			failedOnce.Do(func() { err = errors.New("fails once") })
+			if err != nil {
+				return err
+			}
+		case strings.HasSuffix(msg.EventID, "_02"):
+			return nil // never touches the database
+		case strings.HasSuffix(msg.EventID, "_04"):
+			return pgx.BeginFunc(ctx, tx.Conn(), func(inner pgx.Tx) error { return noteSeen(ctx, inner, msg) })
+		}
+		return noteSeen(ctx, tx, msg)
+	})
+	msgs := numbered("evt", 8)
+	receiveEach(t, b.pool, b.inbox, msgs)
+	b.startWorkersWith(t, oneWorker)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	seenOnce(t, b.pool, slices.DeleteFunc(eventIDs(msgs), func(id string) bool { return id == "evt_02" }))
+	want := map[string]int64{"payments/processed": 8}
+	data := metrics.CollectWhen(t, "every message counted", func(data map[string]metricdata.Aggregation) bool {
+		return maps.Equal(telemetrytest.Sum(data["wharf_inbox_messages_handled"], "source", "status"), want)
+	})
+	require.Equal(t, want, telemetrytest.SumBy(t, data["wharf_inbox_messages_handled"], "source", "status"))
+}
+
 // TestAdoptedLogLinesNameTheirOwnMessage: an adopted message's failure is
 // logged with its own id once, and the adopting job's id apart.
 func TestAdoptedLogLinesNameTheirOwnMessage(t *testing.T) {

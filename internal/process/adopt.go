@@ -144,8 +144,14 @@ func (r *single) adopt(ctx context.Context, tx pgx.Tx) error {
 			lost := &adoptionLostError{err: err, committed: tx.Conn().PgConn().TxStatus() == 'I'}
 			if lost.committed {
 				// Its handler committed the transaction, its own mark with
-				// it: it and those before it are processed.
-				b.processed = append(b.processed, msg)
+				// it: it and those before it whose marks were written are
+				// processed. The others (a handler that failed, rolled back
+				// and not yet recorded; one that never touched the
+				// database, not yet marked) run again on their own jobs.
+				b.processed = slices.DeleteFunc(b.processed, func(m *dbsqlc.WharfInboxMessage) bool {
+					return slices.Contains(b.unmarked, m.ID)
+				})
+				b.processed, b.failures = append(b.processed, msg), nil
 				r.adopted = b
 			}
 			return lost
