@@ -298,14 +298,25 @@ func TestAdoptedHandlerEndingTheTransaction(t *testing.T) {
 		telemetrytest.SumBy(t, data["wharf_inbox_messages_handled"], "source", "status"))
 }
 
-// TestAdoptedHandlerEndingTheTransactionCountsWhatCommitted: when an
-// adopted handler commits the transaction itself, only what that commit
-// made processed is counted: not a message before it whose handler failed
-// (rolled back, its failure not yet recorded) nor one whose handler never
-// touched the database (its mark was still to come); both run again on
-// their own jobs and are counted then, once.
+// TestAdoptedHandlerEndingTheTransactionCountsWhatCommitted and its batch
+// twin: when a handler commits the transaction itself, only what that
+// commit made processed is counted: not a message before it whose handler
+// failed (rolled back, its failure not yet recorded) nor one whose handler
+// never touched the database (its mark was still to come); both run again
+// on their own jobs and are counted then, once.
 func TestAdoptedHandlerEndingTheTransactionCountsWhatCommitted(t *testing.T) {
 	t.Parallel()
+	endingTheTransactionCounts(t, receiveEach)
+}
+
+func TestBatchHandlerEndingTheTransactionCountsWhatCommitted(t *testing.T) {
+	t.Parallel()
+	endingTheTransactionCounts(t, func(t *testing.T, pool *pgxpool.Pool, ib *inbox.Inbox, msgs []inbox.Incoming) {
+		receiveMany(t, pool, ib, msgs) // one batch job
+	})
+}
+
+func endingTheTransactionCounts(t *testing.T, receive func(*testing.T, *pgxpool.Pool, *inbox.Inbox, []inbox.Incoming)) {
 	metrics := telemetrytest.NewMetrics(t)
 	b := setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: metrics.Provider}})
 	createSeen(t, b.pool)
@@ -326,7 +337,7 @@ func TestAdoptedHandlerEndingTheTransactionCountsWhatCommitted(t *testing.T) {
 		return noteSeen(ctx, tx, msg)
 	})
 	msgs := numbered("evt", 8)
-	receiveEach(t, b.pool, b.inbox, msgs)
+	receive(t, b.pool, b.inbox, msgs)
 	b.startWorkersWith(t, oneWorker)
 	awaitSettled(t, b.pool, inbox.StatusProcessed)
 	seenOnce(t, b.pool, slices.DeleteFunc(eventIDs(msgs), func(id string) bool { return id == "evt_02" }))

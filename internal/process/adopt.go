@@ -141,18 +141,9 @@ func (r *single) adopt(ctx context.Context, tx pgx.Tx) error {
 		}
 		msg := &b.rows[i]
 		if err := b.alone(ctx, msg); err != nil {
-			lost := &adoptionLostError{err: err, committed: tx.Conn().PgConn().TxStatus() == 'I'}
+			lost := &adoptionLostError{err: err, committed: b.selfCommitted}
 			if lost.committed {
-				// Its handler committed the transaction, its own mark with
-				// it: it and those before it whose marks were written are
-				// processed. The others (a handler that failed, rolled back
-				// and not yet recorded; one that never touched the
-				// database, not yet marked) run again on their own jobs.
-				b.processed = slices.DeleteFunc(b.processed, func(m *dbsqlc.WharfInboxMessage) bool {
-					return slices.Contains(b.unmarked, m.ID)
-				})
-				b.processed, b.failures = append(b.processed, msg), nil
-				r.adopted = b
+				r.adopted = b // reported with reportSelfCommitted
 			}
 			return lost
 		}
@@ -190,7 +181,7 @@ func (r *single) settleAdoption(ctx context.Context, err error) error {
 		r.log.WarnContext(ctx, "inbox: an adopted message's handler committed the transaction itself; what ran before it is processed, the rest run on their own jobs",
 			"error", err)
 		r.report(ctx)
-		r.adopted.report(ctx)
+		r.adopted.reportSelfCommitted(ctx)
 	} else {
 		r.log.WarnContext(ctx, "inbox: the transaction lost after adopting messages rolled back; the job runs again alone",
 			"error", err)

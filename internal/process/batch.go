@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -45,10 +46,26 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.BatchArg
 	}
 	b.pastHalf = halfway(ctx)
 	if err := pgx.BeginFunc(ctx, w.p.config.Pool, func(tx pgx.Tx) error { return b.run(ctx, tx) }); err != nil {
+		if b.selfCommitted {
+			b.reportSelfCommitted(ctx)
+		}
 		return b.splitAfter(ctx, err)
 	}
 	b.report(ctx)
 	return nil
+}
+
+// reportSelfCommitted reports what a handler that committed the
+// transaction itself made processed: the messages whose marks went with
+// that commit. The others handled before it (a handler that failed,
+// rolled back and not yet recorded; one that never touched the database,
+// not yet marked) run again on jobs of their own, and are reported there.
+func (b *batch) reportSelfCommitted(ctx context.Context) {
+	b.processed = slices.DeleteFunc(b.processed, func(m *dbsqlc.WharfInboxMessage) bool {
+		return slices.Contains(b.unmarked, m.ID)
+	})
+	b.failures, b.late = nil, nil
+	b.report(ctx)
 }
 
 // batch is one run of a batch job: what its transaction has done so far.
@@ -67,12 +84,13 @@ type batch struct {
 	order *ordering.BatchOrder
 	sp    *savepoints
 
-	ran       bool // a handler of the batch ran, or a message parked
-	processed []*dbsqlc.WharfInboxMessage
-	failures  []batchFailure
-	waiting   []ordering.Held // for an earlier message of their ordering key
-	unmarked  []uuid.UUID     // processed by handlers that never touched the database
-	late      []uuid.UUID     // to hand over to a new batch job (see pastHalf)
+	ran           bool // a handler of the batch ran, or a message parked
+	selfCommitted bool // a handler committed the transaction itself
+	processed     []*dbsqlc.WharfInboxMessage
+	failures      []batchFailure
+	waiting       []ordering.Held // for an earlier message of their ordering key
+	unmarked      []uuid.UUID     // processed by handlers that never touched the database
+	late          []uuid.UUID     // to hand over to a new batch job (see pastHalf)
 }
 
 // batchFailure is a message whose handler failed within a batch.
@@ -238,6 +256,9 @@ func (b *batch) alone(ctx context.Context, msg *dbsqlc.WharfInboxMessage) error 
 	if err != nil {
 		var fatal *batchFatalError
 		if errors.As(err, &fatal) {
+			if b.selfCommitted {
+				b.processed = append(b.processed, msg) // its mark went with the commit
+			}
 			return fatal.err
 		}
 		b.failures = append(b.failures, batchFailure{msg, err})
@@ -323,6 +344,9 @@ func (b *batch) runGroup(ctx context.Context, reg Registration, group []*dbsqlc.
 	end(spanErr)
 	var fatal *batchFatalError
 	if errors.As(herr, &fatal) {
+		if b.selfCommitted {
+			b.processed = append(b.processed, group...) // their mark went with the commit
+		}
 		return false, fatal.err
 	}
 	if herr != nil {
@@ -357,6 +381,7 @@ func (b *batch) runInSavepoint(ctx context.Context, what string, run func(contex
 		// Through Conn() or a raw COMMIT: whatever ran before, these
 		// messages' marks included, committed with it; the rest continue on
 		// jobs of their own.
+		b.selfCommitted = true
 		return &batchFatalError{fmt.Errorf("inbox: the handler of %s ended the batch's transaction", what)}
 	}
 	if herr == nil {
