@@ -23,9 +23,14 @@ type Config[In any] struct {
 	// slot to when it has run. Required.
 	Timeout time.Duration
 	// MaxWait is how long a batch waits for more calls to join it while
-	// other batches are running (an idle Batcher runs a batch at once).
-	// Defaults to 0: a batch waits only for a slot.
+	// other batches are running. Defaults to 0: a batch waits only for a
+	// slot.
 	MaxWait time.Duration
+	// IdleWait is how long a batch waits for more calls to join it when
+	// no other batch is running: for callers that come together (the
+	// jobs of one fetch) rather than one after another. Defaults to 0: an
+	// idle Batcher runs a batch at once.
+	IdleWait time.Duration
 	// Weight and MaxWeight close a batch to a call that would take its
 	// weight past MaxWeight (the bodies a statement sends in one
 	// parameter, say); such a call starts the next batch. Defaults to
@@ -39,8 +44,8 @@ type Config[In any] struct {
 // batch, which then runs as one statement or one transaction (group
 // commit). It has no goroutine of its own: the first caller of a batch
 // leads it. A batch closes when a slot is free for it (after MaxWait, when
-// other batches are running) or it is full, so the busier the database,
-// the larger the batches.
+// other batches are running, or IdleWait when none is) or it is full, so
+// the busier the database, the larger the batches.
 //
 // A batch runs on a context of its own (the leader's values, without its
 // cancellation, bounded by Timeout): one caller going away must not fail
@@ -128,8 +133,13 @@ func (b *Batcher[In, Out]) lead(ctx context.Context, bt *batch[In, Out]) {
 	b.mu.Lock()
 	idle := b.idle
 	b.mu.Unlock()
-	if b.cfg.MaxWait > 0 && idle != nil {
-		timer := time.NewTimer(b.cfg.MaxWait)
+	wait := b.cfg.IdleWait
+	if idle != nil {
+		wait = b.cfg.MaxWait
+	}
+	if wait > 0 {
+		// idle is nil when no batch runs: its case never fires then.
+		timer := time.NewTimer(wait)
 		select {
 		case <-bt.full:
 		case <-idle:

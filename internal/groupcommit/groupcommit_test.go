@@ -254,6 +254,39 @@ func TestBatcherWaitsWhileOthersRun(t *testing.T) {
 	require.Equal(t, []int{1, 5}, sizes)
 }
 
+// TestBatcherIdleWaitGathers: with IdleWait, the first call to an idle
+// Batcher waits for the calls that come with it, which join its batch,
+// and a batch filling up stops the wait.
+func TestBatcherIdleWaitGathers(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var sizes []int
+	c := New(Config[int]{MaxSize: 3, Slots: 2, Timeout: time.Minute, IdleWait: time.Minute},
+		func(_ context.Context, ins []int) ([]int, []error) {
+			mu.Lock()
+			defer mu.Unlock()
+			sizes = append(sizes, len(ins))
+			return ins, nil
+		})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := c.Do(ctx, 0)
+		require.NoError(t, err)
+	})
+	require.Eventually(t, func() bool { return c.Gathering() == 1 }, 10*time.Second, time.Millisecond, "the idle leader waits")
+	for i := 1; i <= 2; i++ {
+		wg.Go(func() {
+			_, err := c.Do(ctx, i)
+			require.NoError(t, err)
+		})
+	}
+	wg.Wait() // the third call filled the batch: no minute's wait
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []int{3}, sizes)
+}
+
 // TestBatcherWeight: a call that would take the open batch's weight past
 // MaxWeight starts the next batch.
 func TestBatcherWeight(t *testing.T) {
