@@ -28,9 +28,9 @@ import (
 )
 
 // examplePoolSize is the example's connection pool size unless
-// DATABASE_URL sets pool_max_conns: the inbox's busy workers (8, each holding
-// a connection for its batch's transaction), its two receive batches and
-// River's own connections, without crowding a small server.
+// DATABASE_URL sets pool_max_conns: the inbox's processing transactions (8,
+// half the pool, each holding a connection while it runs), its two receive
+// batches and River's own connections, without crowding a small server.
 const examplePoolSize = 16
 
 // riverConfig is the River configuration the example runs with.
@@ -48,12 +48,16 @@ const examplePoolSize = 16
 // inserted moments after another (an ordering wake, a retry) may get no
 // insert notification of its own and wait for the next poll.
 //
-// The inbox queue has few workers because each works a batch of up to 30
-// messages in one transaction, holding a connection meanwhile: more workers
-// than the pool can spare starve the receivers of connections (measured:
-// 16 inbox workers on this 16-connection pool tripled the p99 of receiving
-// under load, 4 could not keep up with it). Outbox workers hold a
-// connection only for their short statements, not while a request is out.
+// The inbox runs at most 8 processing transactions at once (its
+// MaxProcessing: half of the pool), each holding a connection while it
+// runs: more on this 16-connection pool starve the receivers of
+// connections (measured: 16 of them tripled the p99 of receiving under
+// load). Its 32 workers beyond them wait holding none, and the batch jobs
+// among them share transactions; fewer workers would cap processing,
+// since River fetches a queue's jobs at most MaxWorkers per FetchCooldown
+// (8 workers and a 10 ms cooldown fell behind at 1,000 webhooks/s once
+// batch jobs merged). Outbox workers hold a connection only for their
+// short statements, not while a request is out.
 //
 // JobTimeout must also exceed every outbox endpoint's request timeout
 // (15 s by default). Wharf's periodic jobs (partition upkeep, retention) run
@@ -61,7 +65,7 @@ const examplePoolSize = 16
 func riverConfig(workers *river.Workers, logger *slog.Logger) *river.Config {
 	return &river.Config{
 		Queues: map[string]river.QueueConfig{
-			inbox.DefaultQueue:  {MaxWorkers: 8},
+			inbox.DefaultQueue:  {MaxWorkers: 32},
 			outbox.DefaultQueue: {MaxWorkers: 50},
 			river.QueueDefault:  {MaxWorkers: 2},
 		},

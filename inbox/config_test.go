@@ -19,6 +19,7 @@ func TestConfigProblemsAreJoined(t *testing.T) {
 	cfg := &inbox.Config{
 		MaxAttempts:    -1,
 		ReceiveTimeout: -1,
+		MaxProcessing:  -2,
 		Sources: []inbox.Source{
 			{Name: "a", Verifier: v},
 			{Name: "a", Verifier: v},
@@ -30,12 +31,12 @@ func TestConfigProblemsAreJoined(t *testing.T) {
 	err := cfg.Validate()
 	require.ErrorIs(t, err, inbox.ErrInvalidConfig)
 	for _, want := range []string{
-		"MaxAttempts -1 is negative", "ReceiveTimeout -1ns is negative", `source "a" is configured twice`,
+		"MaxAttempts -1 is negative", "ReceiveTimeout -1ns is negative", "MaxProcessing -2 is negative", `source "a" is configured twice`,
 		`source name "" must be`, `source "b" has no Verifier`, `source "c": MaxBodyBytes -5`, `source "c": unknown MismatchPolicy 7`,
 	} {
 		require.ErrorContains(t, err, want)
 	}
-	require.Len(t, strings.Split(err.Error(), "\n"), 7, "one line per problem")
+	require.Len(t, strings.Split(err.Error(), "\n"), 8, "one line per problem")
 
 	_, err = inbox.New(testdb.New(t), cfg)
 	require.ErrorIs(t, err, inbox.ErrInvalidConfig)

@@ -86,6 +86,16 @@ type Config struct {
 	// alongside them. Defaults to DefaultBatchWait; a negative value never
 	// waits.
 	BatchWait time.Duration
+	// MaxProcessing caps the processing transactions this Inbox runs at
+	// once, each holding a connection of the pool while it runs. Jobs of
+	// the inbox queue that River starts beyond it wait for one, holding
+	// a River worker but no connection, and batch jobs among them whose
+	// messages have no ordering key share a transaction, up to BatchSize
+	// messages, while the node's handlers are quick (a mean under a
+	// millisecond a message). So the queue's MaxWorkers may exceed what
+	// the pool can spare. Defaults to half the pool's MaxConns, at least
+	// 2.
+	MaxProcessing int
 	// Now returns the current time; tests inject a clock. Defaults to
 	// time.Now.
 	Now func() time.Time
@@ -209,8 +219,11 @@ func newEngines(ib *Inbox, c *Config, insertClient *river.Client[pgx.Tx]) (e eng
 	if e.processor, err = process.New(&process.Config{
 		Pool: ib.pool, Jobs: e.jobs, Ordering: e.ordering, Registry: ib.handlers, Metrics: ib.metrics,
 		Logger: c.Logger, Tracer: ib.tracer, Now: ib.clock, OnDead: onDead,
-		// A message's own job takes on waiting ones up to a batch.
-		Adopt: min(c.BatchSize, inboxjob.MaxMessages) - 1,
+		// A message's own job takes on waiting ones up to a batch, and
+		// batch jobs that start together share a transaction up to one.
+		Adopt:        min(c.BatchSize, inboxjob.MaxMessages) - 1,
+		Merge:        min(c.BatchSize, inboxjob.MaxMessages),
+		Transactions: cmp.Or(c.MaxProcessing, max(int(ib.pool.Config().MaxConns)/2, 2)),
 	}); err != nil {
 		return e, err
 	}
@@ -268,6 +281,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BatchSize < 0 {
 		p.Addf("BatchSize %d is negative", c.BatchSize)
+	}
+	if c.MaxProcessing < 0 {
+		p.Addf("MaxProcessing %d is negative", c.MaxProcessing)
 	}
 	if c.ReceiveTimeout < 0 {
 		p.Addf("ReceiveTimeout %s is negative", c.ReceiveTimeout)

@@ -514,3 +514,33 @@ WHERE m.status IN ('received', 'failed')
       END
 LIMIT @max
 FOR UPDATE OF m SKIP LOCKED;
+
+-- name: InboxMessagesGetForUpdateEach :many
+-- InboxMessagesGetForUpdate for the messages of batch jobs merged into one
+-- transaction (see process's merge), received apart: (received_ats[i],
+-- ids[i]), given in id order, in which each lookup locks its row. A lookup
+-- per message, so that each row's partition is found at run time.
+SELECT m.* FROM (SELECT unnest(@received_ats::timestamptz[]) AS received_at, unnest(@ids::text[])::uuid AS id) AS k
+CROSS JOIN LATERAL (
+    SELECT * FROM wharf_inbox_messages mm
+    WHERE mm.received_at = k.received_at AND mm.id = k.id
+    FOR UPDATE
+) m
+ORDER BY m.id;
+
+-- name: InboxMessagesMarkProcessedEach :exec
+-- InboxMessagesMarkProcessed for messages received apart (received_ats[i],
+-- ids[i]): those of batch jobs merged into one transaction. Joined, so
+-- that each row's partition is found at run time.
+UPDATE wharf_inbox_messages m
+SET status = 'processed', attempts = m.attempts + 1, processed_at = @now::timestamptz, updated_at = @now::timestamptz
+FROM (SELECT unnest(@received_ats::timestamptz[]) AS received_at, unnest(@ids::text[])::uuid AS id) AS v
+WHERE m.received_at = v.received_at AND m.id = v.id;
+
+-- name: InboxJobsCompleteRunning :exec
+-- Completes the running jobs of batch jobs merged into one transaction
+-- (see process's merge), as River's completion (JobCompleteTx) does; a
+-- job no longer running is left as it is.
+UPDATE river_job
+SET state = 'completed', finalized_at = @now::timestamptz
+WHERE id = ANY(@ids::bigint[]) AND state = 'running';

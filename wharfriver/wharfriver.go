@@ -23,10 +23,12 @@ import (
 // Workers per queue that Configure gives a Wharf queue missing from
 // river.Config.Queues. A queue already there keeps its settings.
 const (
-	// DefaultInboxWorkers works the inbox queue. Each worker holds a
-	// connection for its batch's transaction: more than the pool can spare
-	// starve receiving (docs/operations.md, "River configuration").
-	DefaultInboxWorkers = 8
+	// DefaultInboxWorkers works the inbox queue. Workers beyond the
+	// inbox's MaxProcessing transactions wait for one holding no
+	// connection, their batch jobs merging (docs/operations.md, "River
+	// configuration"); River fetches a queue's jobs at most MaxWorkers
+	// per FetchCooldown.
+	DefaultInboxWorkers = 32
 	// DefaultOutboxWorkers works the outbox queue; a worker holds a
 	// connection only for its short statements, not while a request is out.
 	DefaultOutboxWorkers = 50

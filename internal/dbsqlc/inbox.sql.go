@@ -51,6 +51,25 @@ func (q *Queries) InboxGaugeBySource(ctx context.Context) ([]InboxGaugeBySourceR
 	return items, nil
 }
 
+const inboxJobsCompleteRunning = `-- name: InboxJobsCompleteRunning :exec
+UPDATE river_job
+SET state = 'completed', finalized_at = $1::timestamptz
+WHERE id = ANY($2::bigint[]) AND state = 'running'
+`
+
+type InboxJobsCompleteRunningParams struct {
+	Now time.Time
+	Ids []int64
+}
+
+// Completes the running jobs of batch jobs merged into one transaction
+// (see process's merge), as River's completion (JobCompleteTx) does; a
+// job no longer running is left as it is.
+func (q *Queries) InboxJobsCompleteRunning(ctx context.Context, arg InboxJobsCompleteRunningParams) error {
+	_, err := q.db.Exec(ctx, inboxJobsCompleteRunning, arg.Now, arg.Ids)
+	return err
+}
+
 const inboxKeyClaim = `-- name: InboxKeyClaim :one
 INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
 VALUES ($1, $2, $3, $4, $5)
@@ -1172,6 +1191,63 @@ func (q *Queries) InboxMessagesGetForUpdate(ctx context.Context, arg InboxMessag
 	return items, nil
 }
 
+const inboxMessagesGetForUpdateEach = `-- name: InboxMessagesGetForUpdateEach :many
+SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context FROM (SELECT unnest($1::timestamptz[]) AS received_at, unnest($2::text[])::uuid AS id) AS k
+CROSS JOIN LATERAL (
+    SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages mm
+    WHERE mm.received_at = k.received_at AND mm.id = k.id
+    FOR UPDATE
+) m
+ORDER BY m.id
+`
+
+type InboxMessagesGetForUpdateEachParams struct {
+	ReceivedAts []time.Time
+	Ids         []string
+}
+
+// InboxMessagesGetForUpdate for the messages of batch jobs merged into one
+// transaction (see process's merge), received apart: (received_ats[i],
+// ids[i]), given in id order, in which each lookup locks its row. A lookup
+// per message, so that each row's partition is found at run time.
+func (q *Queries) InboxMessagesGetForUpdateEach(ctx context.Context, arg InboxMessagesGetForUpdateEachParams) ([]WharfInboxMessage, error) {
+	rows, err := q.db.Query(ctx, inboxMessagesGetForUpdateEach, arg.ReceivedAts, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []WharfInboxMessage
+	for rows.Next() {
+		var i WharfInboxMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ReceivedAt,
+			&i.Source,
+			&i.EventID,
+			&i.EventType,
+			&i.Headers,
+			&i.Body,
+			&i.PayloadHash,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.JobID,
+			&i.ProcessedAt,
+			&i.UpdatedAt,
+			&i.ScrubbedAt,
+			&i.OrderingKey,
+			&i.TraceContext,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const inboxMessagesHeldOutsideBatch = `-- name: InboxMessagesHeldOutsideBatch :many
 WITH b AS (
     SELECT ($2::text[])[i]::uuid AS id, ($3::text[])[i] AS source, ($4::text[])[i] AS ordering_key
@@ -1305,6 +1381,27 @@ type InboxMessagesMarkProcessedParams struct {
 // database (the others are marked one by one, inside their savepoints).
 func (q *Queries) InboxMessagesMarkProcessed(ctx context.Context, arg InboxMessagesMarkProcessedParams) error {
 	_, err := q.db.Exec(ctx, inboxMessagesMarkProcessed, arg.Now, arg.ReceivedAt, arg.Ids)
+	return err
+}
+
+const inboxMessagesMarkProcessedEach = `-- name: InboxMessagesMarkProcessedEach :exec
+UPDATE wharf_inbox_messages m
+SET status = 'processed', attempts = m.attempts + 1, processed_at = $1::timestamptz, updated_at = $1::timestamptz
+FROM (SELECT unnest($2::timestamptz[]) AS received_at, unnest($3::text[])::uuid AS id) AS v
+WHERE m.received_at = v.received_at AND m.id = v.id
+`
+
+type InboxMessagesMarkProcessedEachParams struct {
+	Now         time.Time
+	ReceivedAts []time.Time
+	Ids         []string
+}
+
+// InboxMessagesMarkProcessed for messages received apart (received_ats[i],
+// ids[i]): those of batch jobs merged into one transaction. Joined, so
+// that each row's partition is found at run time.
+func (q *Queries) InboxMessagesMarkProcessedEach(ctx context.Context, arg InboxMessagesMarkProcessedEachParams) error {
+	_, err := q.db.Exec(ctx, inboxMessagesMarkProcessedEach, arg.Now, arg.ReceivedAts, arg.Ids)
 	return err
 }
 

@@ -24,6 +24,9 @@ type ProcessArgs struct {
 	// the retry by the client's RetryPolicy (and its first attempt stands
 	// for the batch's, so that MaxAttempts counts handler runs).
 	FailedInBatch bool `json:"failed_in_batch,omitempty"`
+	// Unordered says that the message has no ordering key: the job may
+	// share its transaction with batch jobs (see process's merge).
+	Unordered bool `json:"unordered,omitempty"`
 }
 
 // Kind is the River job kind of inbox processing.
@@ -38,6 +41,10 @@ type BatchArgs struct {
 	// of their ordering keys that were being processed, were handed over to a
 	// new batch job (see process's handOver).
 	Waits int `json:"waits,omitempty"`
+	// Unordered says that none of the messages has an ordering key: the
+	// job may share its transaction with other such jobs (see process's
+	// merge).
+	Unordered bool `json:"unordered,omitempty"`
 }
 
 // Kind is the River job kind of batched inbox processing.

@@ -81,9 +81,10 @@ func (j *Jobs) One(id uuid.UUID, at time.Time) river.InsertManyParams {
 	return river.InsertManyParams{Args: ProcessArgs{MessageID: id, ReceivedAt: at}, InsertOpts: j.Opts()}
 }
 
-// Batch is the insert of one batch job for messages ids, received at.
-func (j *Jobs) Batch(at time.Time, ids []uuid.UUID) river.InsertManyParams {
-	return river.InsertManyParams{Args: BatchArgs{ReceivedAt: at, MessageIDs: ids}, InsertOpts: j.BatchOpts()}
+// Batch is the insert of one batch job for messages ids, received at;
+// unordered when none of them has an ordering key.
+func (j *Jobs) Batch(at time.Time, ids []uuid.UUID, unordered bool) river.InsertManyParams {
+	return river.InsertManyParams{Args: BatchArgs{ReceivedAt: at, MessageIDs: ids, Unordered: unordered}, InsertOpts: j.BatchOpts()}
 }
 
 // Insert inserts processing jobs, in tx, for messages about to be stored

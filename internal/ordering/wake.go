@@ -192,7 +192,7 @@ func (o *Ordering) batchJobs(inserts []river.InsertManyParams, at time.Time, run
 			inserts = append(inserts, o.config.Jobs.One(ids[0], at))
 		default:
 			slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
-			inserts = append(inserts, o.config.Jobs.Batch(at, ids))
+			inserts = append(inserts, o.config.Jobs.Batch(at, ids, false)) // ordered runs
 		}
 		ids = nil
 	}

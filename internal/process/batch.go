@@ -30,22 +30,39 @@ type BatchWorker struct {
 	p *Processor
 }
 
-// Work runs the batch's handlers in one transaction; if that transaction
-// is lost, its messages go on to jobs of their own.
+// Work runs the batch's handlers in one transaction, which it may share
+// with other batch jobs that start with it (see merge); if that
+// transaction is lost, its messages go on to jobs of their own.
 func (w *BatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.BatchArgs]) error {
-	b := &batch{p: w.p, job: job, log: w.p.config.Logger.With("job_id", job.ID, "attempt", job.Attempt),
-		took: map[uuid.UUID]time.Duration{}}
 	if job.Attempt > 1 {
 		// The batch's transaction failed before (a crash, a timeout, a lost
 		// connection): let each message go its own way.
+		b := w.p.newBatch(job)
 		if err := b.split(ctx); err != nil {
 			b.log.WarnContext(ctx, "inbox: could not split a failed batch into jobs of their own; River runs the batch job again", "error", err)
 			return err
 		}
 		return nil
 	}
+	call := gateCall{ctx: ctx, run: func(ctx context.Context) error { return w.p.runBatch(ctx, job) }}
+	if w.p.mergeable(job) {
+		call.batch = job
+	}
+	_, err := w.p.gate.Do(ctx, call)
+	return err
+}
+
+// newBatch returns a run of job.
+func (p *Processor) newBatch(job *river.Job[inboxjob.BatchArgs]) *batch {
+	return &batch{p: p, job: job, log: p.config.Logger.With("job_id", job.ID, "attempt", job.Attempt),
+		took: map[uuid.UUID]time.Duration{}}
+}
+
+// runBatch runs job's first attempt in a transaction of its own.
+func (p *Processor) runBatch(ctx context.Context, job *river.Job[inboxjob.BatchArgs]) error {
+	b := p.newBatch(job)
 	b.pastHalf = halfway(ctx)
-	if err := pgx.BeginFunc(ctx, w.p.config.Pool, func(tx pgx.Tx) error { return b.run(ctx, tx) }); err != nil {
+	if err := pgx.BeginFunc(ctx, p.config.Pool, func(tx pgx.Tx) error { return b.run(ctx, tx) }); err != nil {
 		if b.selfCommitted {
 			b.reportSelfCommitted(ctx)
 		}
@@ -68,10 +85,15 @@ func (b *batch) reportSelfCommitted(ctx context.Context) {
 	b.report(ctx)
 }
 
-// batch is one run of a batch job: what its transaction has done so far.
+// batch is one run of a batch job, or of batch jobs merged into one
+// transaction (see merge): what its transaction has done so far.
 type batch struct {
-	p        *Processor
-	job      *river.Job[inboxjob.BatchArgs]
+	p   *Processor
+	job *river.Job[inboxjob.BatchArgs] // the job whose Work runs the batch
+	// merged are the jobs of a merged batch, job among them, and jobOf
+	// the job that lists each of their messages; nil for one job's.
+	merged   []*river.Job[inboxjob.BatchArgs]
+	jobOf    map[uuid.UUID]int64
 	log      *slog.Logger
 	pastHalf func() bool                 // see halfway
 	took     map[uuid.UUID]time.Duration // handler run times
@@ -125,15 +147,29 @@ func (b *batch) run(ctx context.Context, tx pgx.Tx) error {
 			return fmt.Errorf("inbox: hand the rest of a batch on: %w", err)
 		}
 	}
-	if err := b.p.config.Ordering.WakeNextOf(ctx, tx, b.job.Args.ReceivedAt, b.processed); err != nil {
-		return err
+	if b.merged == nil {
+		// A merged batch's messages have no ordering key: none to wake.
+		if err := b.p.config.Ordering.WakeNextOf(ctx, tx, b.job.Args.ReceivedAt, b.processed); err != nil {
+			return err
+		}
 	}
 	for _, f := range b.failures {
 		if err := b.p.retryAlone(ctx, tx, f.msg, f.cause); err != nil {
 			return err
 		}
 	}
+	if b.merged != nil {
+		return b.completeMerged(ctx)
+	}
 	return completeJob(ctx, tx, b.job)
+}
+
+// owns reports whether row still waits for the job that lists it.
+func (b *batch) owns(row *dbsqlc.WharfInboxMessage) bool {
+	if b.jobOf != nil {
+		return inboxjob.OwnedBy(row, b.jobOf[row.ID])
+	}
+	return inboxjob.OwnedBy(row, b.job.ID)
 }
 
 // load starts the transaction's work afresh: it locks the batch's
@@ -148,18 +184,26 @@ func (b *batch) load(ctx context.Context, tx pgx.Tx) error {
 	b.q = dbsqlc.New(pgxtx.GenericPlans{DBTX: tx})
 	// Locked here, in id order, so that no other run of this job, nor a
 	// split, nor Forget, changes them while their handlers run.
-	rows, err := b.q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
-		ReceivedAt: b.job.Args.ReceivedAt, Ids: pgxtx.UUIDTexts(b.job.Args.MessageIDs),
-	})
+	var rows []dbsqlc.WharfInboxMessage
+	var err error
+	if b.merged != nil {
+		rows, err = b.loadMerged(ctx)
+	} else {
+		rows, err = b.q.InboxMessagesGetForUpdate(ctx, dbsqlc.InboxMessagesGetForUpdateParams{
+			ReceivedAt: b.job.Args.ReceivedAt, Ids: pgxtx.UUIDTexts(b.job.Args.MessageIDs),
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("inbox: load messages: %w", err)
 	}
 	b.rows, b.now = rows, b.p.config.Now()
-	if b.order, err = ordering.NewBatchOrder(ctx, tx, b.job.ID, b.job.Args.ReceivedAt, rows); err != nil {
-		return err
-	}
 	b.sp = &savepoints{ctx: ctx}
-	return nil
+	if b.merged != nil {
+		b.order = &ordering.BatchOrder{} // no ordering key (see loadMerged)
+		return nil
+	}
+	b.order, err = ordering.NewBatchOrder(ctx, tx, b.job.ID, b.job.Args.ReceivedAt, rows)
+	return err
 }
 
 // processAll runs the handlers of the messages the job still owns, in
@@ -170,7 +214,7 @@ func (b *batch) load(ctx context.Context, tx pgx.Tx) error {
 // that lost the transaction.
 func (b *batch) processAll(ctx context.Context) error {
 	for i := 0; i < len(b.rows); i++ {
-		if !inboxjob.OwnedBy(&b.rows[i], b.job.ID) {
+		if !b.owns(&b.rows[i]) {
 			continue
 		}
 		if b.ran && b.pastHalf() {
@@ -226,7 +270,7 @@ func (b *batch) leave(rest []*dbsqlc.WharfInboxMessage, from int) {
 		b.late = append(b.late, m.ID)
 	}
 	for j := from; j < len(b.rows); j++ {
-		if inboxjob.OwnedBy(&b.rows[j], b.job.ID) {
+		if b.owns(&b.rows[j]) {
 			b.late = append(b.late, b.rows[j].ID)
 		}
 	}
@@ -296,7 +340,7 @@ func (b *batch) group(i int) (reg Registration, group []*dbsqlc.WharfInboxMessag
 	group = []*dbsqlc.WharfInboxMessage{msg}
 	for next = i + 1; next < len(b.rows); next++ {
 		m := &b.rows[next]
-		if !inboxjob.OwnedBy(m, b.job.ID) {
+		if !b.owns(m) {
 			continue
 		}
 		if r, _ := b.p.config.Registry.Lookup(m.Source, m.EventType); r != reg {
@@ -322,11 +366,7 @@ func (b *batch) runGroup(ctx context.Context, reg Registration, group []*dbsqlc.
 	for i, m := range group {
 		ids[i] = m.ID
 	}
-	b.sp.start(pgxtx.Capture(func(db pgxtx.DBTX) error {
-		return dbsqlc.New(db).InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
-			Now: b.now, ReceivedAt: group[0].ReceivedAt, Ids: pgxtx.UUIDTexts(ids),
-		})
-	}))
+	b.sp.start(pgxtx.Capture(func(db pgxtx.DBTX) error { return b.markProcessed(ctx, db, group) }))
 	started := time.Now()
 	spanCtx, end := b.p.startGroupSpans(ctx, group)
 	herr := b.runInSavepoint(spanCtx, fmt.Sprintf("%d messages from %s", len(group), group[0].ID), func(ctx context.Context, htx handlerTx) error {
@@ -395,15 +435,40 @@ func (b *batch) runInSavepoint(ctx context.Context, what string, run func(contex
 	return herr
 }
 
+// markProcessed marks msgs, messages of the batch, processed in db, in
+// one statement.
+func (b *batch) markProcessed(ctx context.Context, db dbsqlc.DBTX, msgs []*dbsqlc.WharfInboxMessage) error {
+	q := dbsqlc.New(db)
+	if b.merged == nil {
+		ids := make([]uuid.UUID, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+		}
+		return q.InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
+			Now: b.now, ReceivedAt: b.job.Args.ReceivedAt, Ids: pgxtx.UUIDTexts(ids),
+		})
+	}
+	each := dbsqlc.InboxMessagesMarkProcessedEachParams{Now: b.now}
+	for _, m := range msgs {
+		each.ReceivedAts = append(each.ReceivedAts, m.ReceivedAt)
+		each.Ids = append(each.Ids, m.ID.String())
+	}
+	return q.InboxMessagesMarkProcessedEach(ctx, each)
+}
+
 // markUntouched marks processed, in one statement, the messages whose
 // handlers never touched the database (and so took no savepoint).
 func (b *batch) markUntouched(ctx context.Context) error {
 	if len(b.unmarked) == 0 {
 		return nil
 	}
-	if err := b.q.InboxMessagesMarkProcessed(ctx, dbsqlc.InboxMessagesMarkProcessedParams{
-		Now: b.now, ReceivedAt: b.job.Args.ReceivedAt, Ids: pgxtx.UUIDTexts(b.unmarked),
-	}); err != nil {
+	var msgs []*dbsqlc.WharfInboxMessage
+	for i := range b.rows {
+		if slices.Contains(b.unmarked, b.rows[i].ID) {
+			msgs = append(msgs, &b.rows[i])
+		}
+	}
+	if err := b.markProcessed(ctx, pgxtx.GenericPlans{DBTX: b.tx}, msgs); err != nil {
 		return fmt.Errorf("inbox: mark processed: %w", err)
 	}
 	return nil
@@ -419,6 +484,9 @@ const maxHandOns = 3
 // earlier messages another transaction holds, are handed over to a new
 // batch job, or, past maxHandOns, to jobs of their own.
 func (b *batch) settleWaiting(ctx context.Context) error {
+	if len(b.waiting) == 0 {
+		return nil
+	}
 	rest, err := b.p.config.Ordering.ParkHeld(ctx, b.tx, b.job.Args.ReceivedAt, b.waiting)
 	if err != nil {
 		return err
@@ -448,12 +516,30 @@ func (b *batch) settleWaiting(ctx context.Context) error {
 
 // handOver hands ids, messages of the batch, over to a new batch job on the
 // batch's queue that runs at once, with waits as its Waits (how many times
-// its messages were handed over while waiting for their turn).
+// its messages were handed over while waiting for their turn); those of a
+// merged batch to a new batch job per receipt time.
 func (b *batch) handOver(ctx context.Context, ids []uuid.UUID, waits int) error {
-	args := inboxjob.BatchArgs{ReceivedAt: b.job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
 	opts := b.p.config.Jobs.BatchOpts()
 	opts.Queue = b.job.Queue
-	_, err := b.p.config.Jobs.Assign(ctx, b.tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}})
+	if b.merged == nil {
+		args := inboxjob.BatchArgs{ReceivedAt: b.job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
+		_, err := b.p.config.Jobs.Assign(ctx, b.tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}})
+		return err
+	}
+	var inserts []river.InsertManyParams
+	for _, job := range b.merged {
+		var theirs []uuid.UUID
+		for _, id := range ids {
+			if b.jobOf[id] == job.ID {
+				theirs = append(theirs, id)
+			}
+		}
+		if len(theirs) > 0 {
+			args := inboxjob.BatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: theirs, Waits: waits, Unordered: true}
+			inserts = append(inserts, river.InsertManyParams{Args: args, InsertOpts: opts})
+		}
+	}
+	_, err := b.p.config.Jobs.Assign(ctx, b.tx, inserts)
 	return err
 }
 
@@ -464,6 +550,7 @@ func (b *batch) report(ctx context.Context) {
 			"messages", len(b.late))
 	}
 	for _, msg := range b.processed {
+		b.p.handlerTime.add(b.took[msg.ID])
 		b.p.config.Metrics.Handled(ctx, msg, inboxjob.StatusProcessed, b.took[msg.ID])
 		b.log.DebugContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 	}
@@ -475,6 +562,7 @@ func (b *batch) report(ctx context.Context) {
 		if usesNoAttempt(f.cause) {
 			continue // waiting for its turn (ordering), the handler's snooze, or a run of its own: not a failure
 		}
+		b.p.handlerTime.add(b.took[f.msg.ID])
 		status := failureStatus(f.cause, 1, b.p.config.Jobs.MaxAttempts())
 		b.p.config.Metrics.Handled(ctx, f.msg, status, b.took[f.msg.ID])
 		logFailure(ctx, b.log.With("message_id", f.msg.ID), f.msg, status, f.cause)

@@ -12,7 +12,7 @@ func TestNewNamesWhatConfigLacks(t *testing.T) {
 	t.Parallel()
 	_, err := New(&Config{})
 	require.ErrorIs(t, err, errInvalidConfig)
-	for _, want := range []string{"no Pool", "no Jobs", "no Ordering", "no Registry", "no Metrics", "no Logger", "no Tracer", "no Now"} {
+	for _, want := range []string{"no Pool", "no Jobs", "no Ordering", "no Registry", "no Metrics", "no Logger", "no Tracer", "no Now", "Transactions 0 is below 1"} {
 		require.ErrorContains(t, err, want)
 	}
 	_, err = NewRescuer(&RescuerConfig{})

@@ -27,6 +27,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
+	"github.com/wharfhq/wharf/internal/groupcommit"
 	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/ordering"
 	"github.com/wharfhq/wharf/internal/pgxtx"
@@ -104,6 +105,12 @@ type Config struct {
 	// Adopt is how many waiting messages of other jobs a message's own job
 	// may take on in its transaction (see adopt); 0 takes on none.
 	Adopt int
+	// Merge is how many messages at most batch jobs share a transaction
+	// for (see merge); below 2, none do.
+	Merge int
+	// Transactions is how many processing transactions run at once (see
+	// merge's gate).
+	Transactions int
 }
 
 // errInvalidConfig wraps each problem New (or NewRescuer) finds with its
@@ -139,6 +146,12 @@ func (c *Config) validate() error {
 	if c.Adopt < 0 || c.Adopt >= inboxjob.MaxMessages {
 		p.Addf("Adopt %d is outside [0, %d)", c.Adopt, inboxjob.MaxMessages)
 	}
+	if c.Merge < 0 || c.Merge > inboxjob.MaxMessages {
+		p.Addf("Merge %d is outside [0, %d]", c.Merge, inboxjob.MaxMessages)
+	}
+	if c.Transactions < 1 {
+		p.Addf("Transactions %d is below 1", c.Transactions)
+	}
 	return p.Err()
 }
 
@@ -154,8 +167,10 @@ type TestHooks struct {
 
 // Processor runs handlers for the inbox's workers.
 type Processor struct {
-	config   Config
-	suspects suspects // see adopt
+	config      Config
+	suspects    suspects                                 // see adopt
+	gate        *groupcommit.Batcher[gateCall, struct{}] // see merge
+	handlerTime handlerTime                              // see merge
 	// TestHooks are for tests only.
 	TestHooks TestHooks
 }
@@ -165,7 +180,9 @@ func New(cfg *Config) (*Processor, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Processor{config: *cfg}, nil
+	p := &Processor{config: *cfg}
+	p.gate = p.newGate(cfg.Transactions, cfg.Merge)
+	return p, nil
 }
 
 // Worker returns the River worker of a message's own job.

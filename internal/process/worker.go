@@ -40,10 +40,14 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[inboxjob.ProcessArgs])
 		// as it does a failure of this worker.
 		return &handlerFailed{messageID: job.Args.MessageID}
 	}
-	r := &single{p: w.p, job: job, pastHalf: halfway(ctx),
-		log: w.p.config.Logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)}
-	err := pgx.BeginFunc(ctx, w.p.config.Pool, func(tx pgx.Tx) error { return r.run(ctx, tx) })
-	return r.settle(ctx, err)
+	alone := func(ctx context.Context) error {
+		r := &single{p: w.p, job: job, pastHalf: halfway(ctx),
+			log: w.p.config.Logger.With("message_id", job.Args.MessageID, "job_id", job.ID, "attempt", job.Attempt)}
+		err := pgx.BeginFunc(ctx, w.p.config.Pool, func(tx pgx.Tx) error { return r.run(ctx, tx) })
+		return r.settle(ctx, err)
+	}
+	_, err := w.p.gate.Do(ctx, gateCall{ctx: ctx, batch: w.p.mergeableOne(job), run: alone})
+	return err
 }
 
 // single is one run of a message's own job.
@@ -202,6 +206,7 @@ func (r *single) report(ctx context.Context) {
 	case r.parked:
 		r.log.DebugContext(ctx, "inbox: message parked until the earlier message of its ordering key finishes", "ordering_key", r.msg.OrderingKey)
 	case r.msg != nil:
+		r.p.handlerTime.add(r.took)
 		r.p.config.Metrics.Handled(ctx, r.msg, inboxjob.StatusProcessed, r.took)
 		r.log.DebugContext(ctx, "inbox: message processed", "source", r.msg.Source, "event_id", r.msg.EventID, "event_type", r.msg.EventType)
 	}
@@ -240,6 +245,7 @@ func (r *single) recordFailure(ctx context.Context, cause error) error {
 		r.log.InfoContext(ctx, "inbox: the message was skipped, erased, replayed or rescued while its handler failed; the failure is not recorded")
 		return river.JobCancel(&notOwnedError{messageID: r.msg.ID, jobID: r.job.ID})
 	}
+	r.p.handlerTime.add(r.took)
 	r.p.config.Metrics.Handled(ctx, r.msg, status, r.took)
 	logFailure(ctx, r.log, r.msg, status, cause)
 	if status == inboxjob.StatusDead {

@@ -244,7 +244,7 @@ func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []u
 	if len(won) == 0 {
 		return nil
 	}
-	jobOf, err := r.config.Jobs.Insert(ctx, tx, r.jobs(ids, won, now))
+	jobOf, err := r.config.Jobs.Insert(ctx, tx, r.jobs(msgs, ids, won, now))
 	if err != nil {
 		return err
 	}
@@ -274,21 +274,26 @@ func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []u
 	return nil
 }
 
-// jobs returns the job inserts of the messages ids[won], received now.
-func (r *Receiver) jobs(ids []uuid.UUID, won []int, now time.Time) []river.InsertManyParams {
+// jobs returns the job inserts of the messages msgs[won], ids[won],
+// received now.
+func (r *Receiver) jobs(msgs []Message, ids []uuid.UUID, won []int, now time.Time) []river.InsertManyParams {
 	var jobs []river.InsertManyParams
 	if len(won) == 1 || r.config.BatchSize <= 1 {
 		for _, i := range won {
-			jobs = append(jobs, r.config.Jobs.One(ids[i], now))
+			one := r.config.Jobs.One(ids[i], now)
+			one.Args = inboxjob.ProcessArgs{MessageID: ids[i], ReceivedAt: now, Unordered: msgs[i].OrderingKey == ""}
+			jobs = append(jobs, one)
 		}
 		return jobs
 	}
 	for chunk := range slices.Chunk(won, min(r.config.BatchSize, inboxjob.MaxMessages)) {
 		batch := make([]uuid.UUID, len(chunk))
+		unordered := true
 		for k, i := range chunk {
 			batch[k] = ids[i]
+			unordered = unordered && msgs[i].OrderingKey == ""
 		}
-		jobs = append(jobs, r.config.Jobs.Batch(now, batch))
+		jobs = append(jobs, r.config.Jobs.Batch(now, batch, unordered))
 	}
 	return jobs
 }
