@@ -317,8 +317,10 @@ type Config struct {
 	// DialTLSContext or DialTLS set is refused (ErrInvalidConfig): those
 	// would connect where the guard cannot see; use TLSClientConfig.
 	//
-	// Defaults to a transport with HTTP/2, up to 512 idle connections (64
-	// per host) kept for 90 seconds and a 10 second TLS handshake timeout.
+	// Defaults to a transport with HTTP/2, up to 1,024 idle connections
+	// (256 per host, so that one stays open for each request an endpoint
+	// has in flight) kept for 90 seconds and a 10 second TLS handshake
+	// timeout.
 	Transport *http.Transport
 
 	// WrapTransport wraps the transport (after Transport's clone is made):
