@@ -93,8 +93,9 @@ type Config struct {
 	// messages have no ordering key share a transaction, up to BatchSize
 	// messages, while the node's handlers are quick (a mean under a
 	// millisecond a message). So the queue's MaxWorkers may exceed what
-	// the pool can spare. Defaults to half the pool's MaxConns, at least
-	// 2.
+	// the pool can spare. A job that waits half its River timeout runs
+	// again later, using no attempt. Defaults to half the pool's MaxConns,
+	// at least 1.
 	MaxProcessing int
 	// Now returns the current time; tests inject a clock. Defaults to
 	// time.Now.
@@ -223,7 +224,7 @@ func newEngines(ib *Inbox, c *Config, insertClient *river.Client[pgx.Tx]) (e eng
 		// batch jobs that start together share a transaction up to one.
 		Adopt:        min(c.BatchSize, inboxjob.MaxMessages) - 1,
 		Merge:        min(c.BatchSize, inboxjob.MaxMessages),
-		Transactions: cmp.Or(c.MaxProcessing, max(int(ib.pool.Config().MaxConns)/2, 2)),
+		Transactions: cmp.Or(c.MaxProcessing, max(int(ib.pool.Config().MaxConns)/2, 1)),
 	}); err != nil {
 		return e, err
 	}

@@ -539,8 +539,9 @@ WHERE m.received_at = v.received_at AND m.id = v.id;
 
 -- name: InboxJobsCompleteRunning :exec
 -- Completes the running jobs of batch jobs merged into one transaction
--- (see process's merge), as River's completion (JobCompleteTx) does; a
--- job no longer running is left as it is.
+-- (see process's merge), as River's completion (JobCompleteTx) does, at
+-- the database's time (River's job cleaner reads it, never Wharf's
+-- clock); a job no longer running is left as it is.
 UPDATE river_job
-SET state = 'completed', finalized_at = @now::timestamptz
+SET state = 'completed', finalized_at = now()
 WHERE id = ANY(@ids::bigint[]) AND state = 'running';

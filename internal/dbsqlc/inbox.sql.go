@@ -53,20 +53,16 @@ func (q *Queries) InboxGaugeBySource(ctx context.Context) ([]InboxGaugeBySourceR
 
 const inboxJobsCompleteRunning = `-- name: InboxJobsCompleteRunning :exec
 UPDATE river_job
-SET state = 'completed', finalized_at = $1::timestamptz
-WHERE id = ANY($2::bigint[]) AND state = 'running'
+SET state = 'completed', finalized_at = now()
+WHERE id = ANY($1::bigint[]) AND state = 'running'
 `
 
-type InboxJobsCompleteRunningParams struct {
-	Now time.Time
-	Ids []int64
-}
-
 // Completes the running jobs of batch jobs merged into one transaction
-// (see process's merge), as River's completion (JobCompleteTx) does; a
-// job no longer running is left as it is.
-func (q *Queries) InboxJobsCompleteRunning(ctx context.Context, arg InboxJobsCompleteRunningParams) error {
-	_, err := q.db.Exec(ctx, inboxJobsCompleteRunning, arg.Now, arg.Ids)
+// (see process's merge), as River's completion (JobCompleteTx) does, at
+// the database's time (River's job cleaner reads it, never Wharf's
+// clock); a job no longer running is left as it is.
+func (q *Queries) InboxJobsCompleteRunning(ctx context.Context, ids []int64) error {
+	_, err := q.db.Exec(ctx, inboxJobsCompleteRunning, ids)
 	return err
 }
 

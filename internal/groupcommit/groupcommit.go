@@ -7,6 +7,7 @@ package groupcommit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -33,11 +34,19 @@ type Config[In any] struct {
 	IdleWait time.Duration
 	// Weight and MaxWeight close a batch to a call that would take its
 	// weight past MaxWeight (the bodies a statement sends in one
-	// parameter, say); such a call starts the next batch. Defaults to
-	// none.
+	// parameter, say); such a call starts the next batch, and a batch at
+	// MaxWeight takes no more. Defaults to none.
 	Weight    func(In) int
 	MaxWeight int
+	// LeaderBoundsWait makes the context of a batch's leader, as it was
+	// given to Do (its deadline and cancellation), bound the batch's wait
+	// for a slot too, not only Timeout. Defaults to false.
+	LeaderBoundsWait bool
 }
+
+// ErrNoSlot is the error of every call of a batch that found no slot in
+// time (Config.Timeout, or the leader's context with LeaderBoundsWait).
+var ErrNoSlot = errors.New("groupcommit: no slot in time")
 
 // Batcher runs the concurrent calls of one statement together: callers
 // that arrive while earlier batches are in the database join the next
@@ -120,7 +129,7 @@ func (b *Batcher[In, Out]) join(in In) (bt *batch[In, Out], index int, lead bool
 	index = len(bt.ins)
 	bt.ins = append(bt.ins, in)
 	bt.weight += weight
-	if len(bt.ins) >= b.cfg.MaxSize {
+	if len(bt.ins) >= b.cfg.MaxSize || (b.cfg.Weight != nil && bt.weight >= b.cfg.MaxWeight) {
 		b.closeLocked(bt)
 	}
 	return bt, index, lead
@@ -147,13 +156,22 @@ func (b *Batcher[In, Out]) lead(ctx context.Context, bt *batch[In, Out]) {
 		}
 		timer.Stop()
 	}
+	caller := ctx
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.Timeout)
 	defer cancel()
+	var callerDone <-chan struct{}
+	if b.cfg.LeaderBoundsWait {
+		callerDone = caller.Done()
+	}
 	select {
 	case b.slots <- struct{}{}:
 	case <-ctx.Done():
 		b.close(bt)
-		bt.fail(fmt.Errorf("no slot within %s: %w", b.cfg.Timeout, ctx.Err()))
+		bt.fail(fmt.Errorf("%w (%s): %w", ErrNoSlot, b.cfg.Timeout, ctx.Err()))
+		return
+	case <-callerDone:
+		b.close(bt)
+		bt.fail(fmt.Errorf("%w: %w", ErrNoSlot, context.Cause(caller)))
 		return
 	}
 	b.started()

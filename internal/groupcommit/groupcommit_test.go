@@ -287,8 +287,9 @@ func TestBatcherIdleWaitGathers(t *testing.T) {
 	require.Equal(t, []int{3}, sizes)
 }
 
-// TestBatcherWeight: a call that would take the open batch's weight past
-// MaxWeight starts the next batch.
+// TestBatcherWeight: a batch at MaxWeight takes no more calls, and a call
+// that would take the open batch's weight past MaxWeight starts the next
+// batch.
 func TestBatcherWeight(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -309,16 +310,17 @@ func TestBatcherWeight(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { _, _ = c.Do(ctx, 1) })
 	require.Eventually(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(batches) == 1 }, 10*time.Second, time.Millisecond)
-	for _, w := range []int{4, 6} { // 10: one batch
-		wg.Go(func() { _, _ = c.Do(ctx, w) })
-		require.Eventually(t, func() bool {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return c.open != nil && c.open.weight >= w
-		}, 10*time.Second, time.Millisecond)
+	gathering := func(n int) {
+		require.Eventually(t, func() bool { return c.Gathering() == n }, 10*time.Second, time.Millisecond)
 	}
+	wg.Go(func() { _, _ = c.Do(ctx, 4) })
+	gathering(1)
+	wg.Go(func() { _, _ = c.Do(ctx, 5) }) // 9
+	gathering(2)
 	wg.Go(func() { _, _ = c.Do(ctx, 3) }) // past 10: the next batch
-	require.Eventually(t, func() bool { return c.Gathering() == 1 }, 10*time.Second, time.Millisecond)
+	gathering(1)
+	wg.Go(func() { _, _ = c.Do(ctx, 7) }) // 10: full, it takes no more
+	gathering(0)
 	close(release)
 	wg.Wait()
 	mu.Lock()
@@ -329,5 +331,5 @@ func TestBatcherWeight(t *testing.T) {
 	for _, b := range batches[1:] {
 		slices.Sort(b)
 	}
-	require.ElementsMatch(t, [][]int{{4, 6}, {3}}, batches[1:])
+	require.ElementsMatch(t, [][]int{{4, 5}, {3, 7}}, batches[1:])
 }

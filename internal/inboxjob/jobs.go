@@ -76,9 +76,10 @@ func (j *Jobs) BatchOpts() *river.InsertOpts {
 	return &river.InsertOpts{Queue: j.config.Queue, MaxAttempts: batchMaxAttempts}
 }
 
-// One is the insert of a job of its own for message id, received at.
-func (j *Jobs) One(id uuid.UUID, at time.Time) river.InsertManyParams {
-	return river.InsertManyParams{Args: ProcessArgs{MessageID: id, ReceivedAt: at}, InsertOpts: j.Opts()}
+// One is the insert of a job of its own for message id, received at;
+// unordered when the message has no ordering key.
+func (j *Jobs) One(id uuid.UUID, at time.Time, unordered bool) river.InsertManyParams {
+	return river.InsertManyParams{Args: ProcessArgs{MessageID: id, ReceivedAt: at, Unordered: unordered}, InsertOpts: j.Opts()}
 }
 
 // Batch is the insert of one batch job for messages ids, received at;

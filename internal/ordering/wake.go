@@ -166,7 +166,7 @@ func (o *Ordering) inserts(heads []parkedHead, runs [][]uuid.UUID, limit int) []
 		switch {
 		case runs[i] == nil:
 		case h.status != inboxjob.StatusReceived || limit <= 1:
-			inserts = append(inserts, o.config.Jobs.One(h.id, h.receivedAt))
+			inserts = append(inserts, o.config.Jobs.One(h.id, h.receivedAt, false))
 		default:
 			if _, ok := groups[h.receivedAt]; !ok {
 				times = append(times, h.receivedAt)
@@ -189,7 +189,7 @@ func (o *Ordering) batchJobs(inserts []river.InsertManyParams, at time.Time, run
 		switch len(ids) {
 		case 0:
 		case 1:
-			inserts = append(inserts, o.config.Jobs.One(ids[0], at))
+			inserts = append(inserts, o.config.Jobs.One(ids[0], at, false))
 		default:
 			slices.SortFunc(ids, func(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) })
 			inserts = append(inserts, o.config.Jobs.Batch(at, ids, false)) // ordered runs

@@ -44,12 +44,11 @@ func (w *BatchWorker) Work(ctx context.Context, job *river.Job[inboxjob.BatchArg
 		}
 		return nil
 	}
-	call := gateCall{ctx: ctx, run: func(ctx context.Context) error { return w.p.runBatch(ctx, job) }}
+	call := gateCall{ctx: ctx, row: job.JobRow, run: func(ctx context.Context) error { return w.p.runBatch(ctx, job) }}
 	if w.p.mergeable(job) {
 		call.batch = job
 	}
-	_, err := w.p.gate.Do(ctx, call)
-	return err
+	return w.p.through(call)
 }
 
 // newBatch returns a run of job.
@@ -522,7 +521,8 @@ func (b *batch) handOver(ctx context.Context, ids []uuid.UUID, waits int) error 
 	opts := b.p.config.Jobs.BatchOpts()
 	opts.Queue = b.job.Queue
 	if b.merged == nil {
-		args := inboxjob.BatchArgs{ReceivedAt: b.job.Args.ReceivedAt, MessageIDs: ids, Waits: waits}
+		// Unordered messages stay so (late ones, not waiting for their turn).
+		args := inboxjob.BatchArgs{ReceivedAt: b.job.Args.ReceivedAt, MessageIDs: ids, Waits: waits, Unordered: b.job.Args.Unordered && waits == 0}
 		_, err := b.p.config.Jobs.Assign(ctx, b.tx, []river.InsertManyParams{{Args: args, InsertOpts: opts}})
 		return err
 	}
@@ -536,6 +536,8 @@ func (b *batch) handOver(ctx context.Context, ids []uuid.UUID, waits int) error 
 		}
 		if len(theirs) > 0 {
 			args := inboxjob.BatchArgs{ReceivedAt: job.Args.ReceivedAt, MessageIDs: theirs, Waits: waits, Unordered: true}
+			opts := b.p.config.Jobs.BatchOpts()
+			opts.Queue = job.Queue
 			inserts = append(inserts, river.InsertManyParams{Args: args, InsertOpts: opts})
 		}
 	}
@@ -552,12 +554,11 @@ func (b *batch) report(ctx context.Context) {
 	for _, msg := range b.processed {
 		b.p.handlerTime.add(b.took[msg.ID])
 		b.p.config.Metrics.Handled(ctx, msg, inboxjob.StatusProcessed, b.took[msg.ID])
-		b.log.DebugContext(ctx, "inbox: message processed", "message_id", msg.ID, "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
+		b.msgLog(msg).DebugContext(ctx, "inbox: message processed", "source", msg.Source, "event_id", msg.EventID, "event_type", msg.EventType)
 	}
 	for _, f := range b.failures {
 		if lostConflict(f.cause) {
-			b.log.InfoContext(ctx, "inbox: a handler lost a deadlock or serialization conflict in a batch; its message runs again alone at once, using no attempt",
-				"message_id", f.msg.ID)
+			b.msgLog(f.msg).InfoContext(ctx, "inbox: a handler lost a deadlock or serialization conflict in a batch; its message runs again alone at once, using no attempt")
 		}
 		if usesNoAttempt(f.cause) {
 			continue // waiting for its turn (ordering), the handler's snooze, or a run of its own: not a failure
@@ -565,11 +566,21 @@ func (b *batch) report(ctx context.Context) {
 		b.p.handlerTime.add(b.took[f.msg.ID])
 		status := failureStatus(f.cause, 1, b.p.config.Jobs.MaxAttempts())
 		b.p.config.Metrics.Handled(ctx, f.msg, status, b.took[f.msg.ID])
-		logFailure(ctx, b.log.With("message_id", f.msg.ID), f.msg, status, f.cause)
+		logFailure(ctx, b.msgLog(f.msg), f.msg, status, f.cause)
 		if status == inboxjob.StatusDead {
 			b.p.config.OnDead.call(ctx, b.p.config.Logger, f.msg, f.cause)
 		}
 	}
+}
+
+// msgLog is the batch's logger for a line about msg: with its id, and in a
+// merged batch its own job's.
+func (b *batch) msgLog(msg *dbsqlc.WharfInboxMessage) *slog.Logger {
+	log := b.log.With("message_id", msg.ID)
+	if b.jobOf != nil {
+		log = log.With("job_id", b.jobOf[msg.ID])
+	}
+	return log
 }
 
 // halfway returns a function that reports whether half of the time ctx

@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/groupcommit"
@@ -50,8 +52,39 @@ import (
 // job as a batch job (a message's own job as a batch of one).
 type gateCall struct {
 	ctx   context.Context // the job's: the run's, and a merge's leader's
+	row   *rivertype.JobRow
 	batch *river.Job[inboxjob.BatchArgs]
 	run   func(context.Context) error
+}
+
+// through runs call, a job's, through the gate. A job waits for a slot
+// for at most half the time its River timeout leaves it, so that it runs
+// with the other half; if none came by then it runs again later (a
+// snooze: no attempt used), where a run on a context that ran out while
+// it waited would have failed an attempt, or split a batch.
+func (p *Processor) through(call gateCall) error {
+	wait, cancel := waitContext(call.ctx)
+	defer cancel()
+	_, err := p.gate.Do(wait, call)
+	if !errors.Is(err, groupcommit.ErrNoSlot) {
+		return err
+	}
+	if call.ctx.Err() != nil {
+		return context.Cause(call.ctx) // the client stopping, or River cancelling the job
+	}
+	p.config.Logger.InfoContext(call.ctx, "inbox: no processing transaction came free within half the job's timeout; it runs again later, using no attempt",
+		"job_id", call.row.ID)
+	return river.JobSnooze(0)
+}
+
+// waitContext is ctx, a job's, with its deadline brought forward to half
+// the time it leaves (unchanged without one).
+func waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
 }
 
 const (
@@ -72,7 +105,7 @@ const (
 func (p *Processor) newGate(slots, merge int) *groupcommit.Batcher[gateCall, struct{}] {
 	merge = max(merge, 1)
 	return groupcommit.New(groupcommit.Config[gateCall]{
-		MaxSize: merge, Slots: slots, Timeout: gateTimeout, MaxWait: mergeMaxWait, IdleWait: mergeIdleWait,
+		MaxSize: merge, Slots: slots, Timeout: gateTimeout, MaxWait: mergeMaxWait, IdleWait: mergeIdleWait, LeaderBoundsWait: true,
 		Weight: func(c gateCall) int {
 			if c.batch == nil {
 				return merge // alone
@@ -106,27 +139,46 @@ func (p *Processor) mergeableOne(job *river.Job[inboxjob.ProcessArgs]) *river.Jo
 }
 
 // runGate runs calls, which took a slot together: alone, or batch jobs
-// merged into one transaction on the first's context (the leader's).
+// merged into one transaction on the first live one's context (the
+// leader's). A job whose context ended while it waited (River cancelled
+// it, or the client is stopping) is left out of the merge and ends as it
+// would have alone.
 func (p *Processor) runGate(_ context.Context, calls []gateCall) ([]struct{}, []error) {
 	outs := make([]struct{}, len(calls))
-	if len(calls) == 1 {
-		return outs, []error{calls[0].run(calls[0].ctx)}
+	errs := make([]error, len(calls))
+	var live []int
+	for i, c := range calls {
+		if len(calls) > 1 && c.ctx.Err() != nil {
+			errs[i] = c.run(c.ctx) // fails at once, as its own run
+			continue
+		}
+		live = append(live, i)
 	}
-	ctx := calls[0].ctx
-	b := p.newBatch(calls[0].batch)
+	switch len(live) {
+	case 0:
+		return outs, errs
+	case 1:
+		errs[live[0]] = calls[live[0]].run(calls[live[0]].ctx)
+		return outs, errs
+	}
+	lead := calls[live[0]]
+	ctx := lead.ctx
+	b := p.newBatch(lead.batch)
 	b.jobOf = map[uuid.UUID]int64{}
-	for _, c := range calls {
-		b.merged = append(b.merged, c.batch)
-		for _, id := range c.batch.Args.MessageIDs {
-			b.jobOf[id] = c.batch.ID
+	for _, i := range live {
+		job := calls[i].batch
+		b.merged = append(b.merged, job)
+		for _, id := range job.Args.MessageIDs {
+			b.jobOf[id] = job.ID
 		}
 	}
-	b.log = b.log.With("merged_job_ids", mergedIDs(b.merged))
+	// A message's lines name its own job (see batch.msgLog).
+	b.log = p.config.Logger.With("merged_job_ids", mergedIDs(b.merged))
 	b.pastHalf = halfway(ctx)
 	err := pgx.BeginFunc(ctx, p.config.Pool, func(tx pgx.Tx) error { return b.run(ctx, tx) })
 	if err == nil {
 		b.report(ctx)
-		return outs, nil
+		return outs, errs
 	}
 	if b.selfCommitted {
 		b.log.WarnContext(ctx, "inbox: a handler committed a merged batch's transaction itself; what ran before it is processed, the jobs run again alone",
@@ -135,8 +187,7 @@ func (p *Processor) runGate(_ context.Context, calls []gateCall) ([]struct{}, []
 	} else {
 		b.log.WarnContext(ctx, "inbox: a merged batch's transaction was lost; its jobs run again alone", "error", err)
 	}
-	errs := make([]error, len(calls))
-	for i := range errs {
+	for _, i := range live {
 		errs[i] = river.JobSnooze(0)
 	}
 	return outs, errs
@@ -185,9 +236,7 @@ func (b *batch) loadMerged(ctx context.Context) ([]dbsqlc.WharfInboxMessage, err
 
 // completeMerged completes the jobs of a merged batch in its transaction.
 func (b *batch) completeMerged(ctx context.Context) error {
-	if err := b.q.InboxJobsCompleteRunning(ctx, dbsqlc.InboxJobsCompleteRunningParams{
-		Now: b.now, Ids: mergedIDs(b.merged),
-	}); err != nil {
+	if err := b.q.InboxJobsCompleteRunning(ctx, mergedIDs(b.merged)); err != nil {
 		return fmt.Errorf("inbox: complete merged jobs: %w", err)
 	}
 	return nil

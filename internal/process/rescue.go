@@ -134,7 +134,7 @@ func (r *Rescuer) rescueTx(ctx context.Context, tx pgx.Tx) ([]stranded, error) {
 		s.msg, s.jobState = &rows[i].WharfInboxMessage, rows[i].JobState
 		switch s.jobState {
 		case "", "completed":
-			inserts = append(inserts, r.config.Jobs.One(s.msg.ID, s.msg.ReceivedAt))
+			inserts = append(inserts, r.config.Jobs.One(s.msg.ID, s.msg.ReceivedAt, s.msg.OrderingKey == ""))
 			continue
 		case "gone":
 			s.cause = fmt.Errorf("dead: its River job %d is gone (deleted outside Wharf?) and it was never processed; replay it to run it", inboxjob.JobID(s.msg))

@@ -127,7 +127,7 @@ func (b *batch) split(ctx context.Context) error {
 			if !inboxjob.OwnedBy(&rows[i], job.ID) {
 				continue
 			}
-			one := b.p.config.Jobs.One(rows[i].ID, rows[i].ReceivedAt)
+			one := b.p.config.Jobs.One(rows[i].ID, rows[i].ReceivedAt, rows[i].OrderingKey == "")
 			one.InsertOpts.Queue = job.Queue // stay on the queue the batch was on
 			params = append(params, one)
 		}

@@ -46,8 +46,7 @@ func (w *Worker) Work(ctx context.Context, job *river.Job[inboxjob.ProcessArgs])
 		err := pgx.BeginFunc(ctx, w.p.config.Pool, func(tx pgx.Tx) error { return r.run(ctx, tx) })
 		return r.settle(ctx, err)
 	}
-	_, err := w.p.gate.Do(ctx, gateCall{ctx: ctx, batch: w.p.mergeableOne(job), run: alone})
-	return err
+	return w.p.through(gateCall{ctx: ctx, row: job.JobRow, batch: w.p.mergeableOne(job), run: alone})
 }
 
 // single is one run of a message's own job.

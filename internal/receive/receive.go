@@ -280,9 +280,7 @@ func (r *Receiver) jobs(msgs []Message, ids []uuid.UUID, won []int, now time.Tim
 	var jobs []river.InsertManyParams
 	if len(won) == 1 || r.config.BatchSize <= 1 {
 		for _, i := range won {
-			one := r.config.Jobs.One(ids[i], now)
-			one.Args = inboxjob.ProcessArgs{MessageID: ids[i], ReceivedAt: now, Unordered: msgs[i].OrderingKey == ""}
-			jobs = append(jobs, one)
+			jobs = append(jobs, r.config.Jobs.One(ids[i], now, msgs[i].OrderingKey == ""))
 		}
 		return jobs
 	}
