@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"log"
 	"net/http"
@@ -22,6 +21,14 @@ import (
 	"github.com/wharfhq/wharf/signature"
 	"github.com/wharfhq/wharf/wharfriver"
 )
+
+// PaymentSucceeded is the payments provider's event, as it sends it.
+type PaymentSucceeded struct {
+	Data struct {
+		Account string `json:"account"`
+		Amount  int64  `json:"amount"`
+	} `json:"data"`
+}
 
 func main() {
 	// Ctrl-C or SIGTERM cancels ctx: the server stops, then River.
@@ -63,17 +70,10 @@ func run(ctx context.Context) error {
 	}
 
 	// 3. Write handlers. tx is the transaction that also marks the message
-	//    processed and completes its River job: write through it.
-	ib.Handle("payments", "payment.succeeded", func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		var ev struct {
-			Data struct {
-				Account string
-				Amount  int64
-			}
-		}
-		if err := json.Unmarshal(msg.Body, &ev); err != nil {
-			return inbox.Permanent(err) // dead at once, no retries; replayable
-		}
+	//    processed and completes its River job: write through it. HandleJSON
+	//    decodes each body into the event's type first: a body that does not
+	//    fit is dead at once, without retries (and replayable).
+	inbox.HandleJSON(ib, "payments", "payment.succeeded", func(ctx context.Context, tx pgx.Tx, msg *inbox.Message, ev *PaymentSucceeded) error {
 		if ev.Data.Account == "" {
 			return inbox.Permanent(errors.New("payment without an account"))
 		}
