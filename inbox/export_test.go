@@ -42,3 +42,7 @@ func SetBeforeFailureRecord(ib *Inbox, fn func(ctx context.Context, msg *Message
 		fn(ctx, messageFromRow(msg))
 	}
 }
+
+// SetQuickHandlers makes ib's batch jobs merge whatever its handlers'
+// times. Set it before the workers start.
+func SetQuickHandlers(ib *Inbox) { ib.processor.TestHooks.QuickHandlers = true }

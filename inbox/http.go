@@ -185,6 +185,11 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 		return
 	}
 
+	if res.Ignored {
+		log.DebugContext(r.Context(), "inbox: event type ignored by its source; its key alone is kept")
+		a.json(resultIgnored, http.StatusOK, map[string]any{"status": "ignored", "event_id": eventID})
+		return
+	}
 	log = log.With("message_id", res.MessageID)
 	if !res.Duplicate {
 		log.DebugContext(r.Context(), "inbox: message accepted", "job_id", res.JobID)

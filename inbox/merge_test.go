@@ -69,16 +69,14 @@ func setupMerge(t *testing.T, opts ...mergeOpts) *mergeBundle {
 		}
 		return nil
 	})
+	// The handlers are quick, however long a loaded machine takes to run
+	// them (TestSlowHandlersDoNotMerge shows the rule).
+	inbox.SetQuickHandlers(b.inbox)
 	b.startWorkersWith(t, func(c *river.Config) {
 		if o.jobTimeout > 0 {
 			c.JobTimeout = o.jobTimeout
 		}
 	})
-	// The node learns that its handlers are quick: merges start then.
-	for i := range 25 {
-		receiveMany(t, b.pool, b.inbox, payments(fmt.Sprintf("warm_%d", i)))
-	}
-	awaitSettled(t, b.pool, inbox.StatusProcessed)
 	return b
 }
 
@@ -527,4 +525,41 @@ func TestGateWaitSplitsNoBatch(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Zero(t, singles, "batch jobs that only waited at the gate (their handlers ran %d times in all, each once on its own job) were split into %d jobs of their own", batchRuns, singles)
+}
+
+// TestSlowHandlersDoNotMerge: batch jobs merge only while the node's
+// handlers are quick (a mean under a millisecond a message): jobs of
+// handlers that take longer each run in a transaction of their own, side
+// by side, even when they wait for a slot together.
+func TestSlowHandlersDoNotMerge(t *testing.T) {
+	t.Parallel()
+	b := &mergeBundle{
+		testBundle: setup(t, &setupOpts{cfg: &inbox.Config{BatchSize: 10, MaxProcessing: 1}}),
+		release:    make(chan struct{}), holding: make(chan struct{}, 1),
+	}
+	_, err := b.pool.Exec(context.Background(),
+		"CREATE TABLE merged (event_id text NOT NULL, tx bigint NOT NULL DEFAULT txid_current())")
+	require.NoError(t, err)
+	b.inbox.Handle("payments", "hold", func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		b.holding <- struct{}{}
+		<-b.release
+		return nil
+	})
+	b.inbox.Handle("payments", inbox.Wildcard, func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
+		time.Sleep(5 * time.Millisecond) // an API call, say
+		_, err := tx.Exec(ctx, "INSERT INTO merged (event_id) VALUES ($1)", msg.EventID)
+		return err
+	})
+	b.startWorkers(t)
+	for i := range 25 {
+		receiveMany(t, b.pool, b.inbox, payments(fmt.Sprintf("warm_%d", i)))
+	}
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	b.hold(t)
+	b.batches(t, group("a", 2), group("b", 2), group("c", 2))
+	b.awaitWaiting(t, 3)
+	close(b.release)
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	txs, runs := b.transactions(t, "")
+	require.Equal(t, []int{3, 6}, []int{txs, runs}, "a transaction per job")
 }

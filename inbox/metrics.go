@@ -18,6 +18,7 @@ import (
 const (
 	resultAccepted      = "accepted"
 	resultDuplicate     = "duplicate"
+	resultIgnored       = "ignored"
 	resultBadSignature  = "bad_signature"
 	resultMalformed     = "malformed"
 	resultTooLarge      = "too_large"

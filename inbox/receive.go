@@ -69,6 +69,11 @@ type Result struct {
 	// JobID is the River job that will process a new message (shared by
 	// the messages of one batch); 0 for a duplicate.
 	JobID int64
+	// Ignored is true when the event's type is one its source ignores
+	// (Source.AcceptTypes), or it is a duplicate of such an event: its
+	// dedupe key is claimed, and no message or job was stored; MessageID
+	// names no message.
+	Ignored bool
 	// Err is set by ReceiveManyTx for a message it rejected before writing
 	// anything for it; it wraps ErrInvalidMessage and the other fields are
 	// zero. ReceiveTx returns such an error instead.
@@ -134,7 +139,7 @@ func (ib *Inbox) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Incoming) 
 // resultOf is the Result of a received message.
 func resultOf(res receive.Result) Result {
 	return Result{MessageID: res.MessageID, Duplicate: res.Duplicate, ReceivedAt: res.ReceivedAt,
-		PayloadMismatch: res.PayloadMismatch, JobID: res.JobID}
+		PayloadMismatch: res.PayloadMismatch, JobID: res.JobID, Ignored: res.Ignored}
 }
 
 // toReceive checks msg and makes it what the receive engine stores: its
@@ -150,8 +155,14 @@ func (ib *Inbox) toReceive(msg *Incoming) (receive.Message, error) {
 		hash = sum[:]
 	}
 	var drop []string
+	ignored := false
 	if src := ib.sources[msg.Source]; src != nil {
-		drop = src.DropHeaders
+		drop, ignored = src.DropHeaders, src.ignores(msg.EventType)
+	}
+	if ignored {
+		// The key alone: no body or headers go further.
+		return receive.Message{Source: msg.Source, EventID: msg.EventID, EventType: msg.EventType,
+			PayloadHash: hash, Ignored: true}, nil
 	}
 	headers, err := json.Marshal(storedHeaders(msg.Header, drop))
 	if err != nil {

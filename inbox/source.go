@@ -1,6 +1,8 @@
 package inbox
 
 import (
+	"slices"
+
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/signature"
 )
@@ -88,6 +90,27 @@ type Source struct {
 	OrderingFields []string
 	// OrderingHeader: see OrderingFields.
 	OrderingHeader string
+	// AcceptTypes, when set, lists the event types the source's messages
+	// are stored for: an exact type, "prefix.*" (every type starting
+	// "prefix.") or "*". A verified request of another type (or of none)
+	// is answered 200 {"status":"ignored"}: its dedupe key is claimed (a
+	// redelivery is answered "ignored" again), and no message, body or
+	// job is stored. IgnoreTypes lists types ignored instead, in the same
+	// form; a type matching both is ignored. ReceiveTx and ReceiveManyTx
+	// honour both for a source listed in Config.Sources. Counted in
+	// wharf_inbox_requests_total{result="ignored"}. Defaults to none:
+	// every type is stored.
+	AcceptTypes []string
+	// IgnoreTypes: see AcceptTypes.
+	IgnoreTypes []string
+}
+
+// ignores reports whether the source ignores events of eventType (see
+// AcceptTypes).
+func (s *Source) ignores(eventType string) bool {
+	matches := func(p string) bool { return shared.TypeMatches(p, eventType) }
+	return slices.ContainsFunc(s.IgnoreTypes, matches) ||
+		(len(s.AcceptTypes) > 0 && !slices.ContainsFunc(s.AcceptTypes, matches))
 }
 
 func (s *Source) validate(p *shared.Problems) {
@@ -102,6 +125,13 @@ func (s *Source) validate(p *shared.Problems) {
 	}
 	if s.OnMismatch != MismatchDuplicate && s.OnMismatch != MismatchConflict {
 		p.Addf("source %q: unknown MismatchPolicy %d", s.Name, s.OnMismatch)
+	}
+	for _, list := range [][]string{s.AcceptTypes, s.IgnoreTypes} {
+		for _, t := range list {
+			if !shared.ValidTypePattern(t) {
+				p.Addf(`source %q: type %q is not a type, "prefix.*" or "*"`, s.Name, t)
+			}
+		}
 	}
 }
 

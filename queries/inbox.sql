@@ -5,15 +5,15 @@
 -- proposed to learn whether it won the claim: a plain SELECT after
 -- ON CONFLICT DO NOTHING would miss a row committed after the statement's
 -- snapshot was taken.
-INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
-VALUES (@source, @event_id, @payload_hash, @message_id, @received_at)
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
+VALUES (@source, @event_id, @payload_hash, @message_id, @received_at, @ignored)
 ON CONFLICT (source, event_id) DO UPDATE
 SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
     last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
                             THEN excluded.received_at ELSE k.last_mismatch_at END,
     duplicate_count = k.duplicate_count + 1,
     last_duplicate_at = excluded.received_at
-RETURNING k.message_id, k.received_at, k.payload_hash;
+RETURNING k.message_id, k.received_at, k.payload_hash, k.ignored;
 
 -- name: InboxMessageInsert :exec
 INSERT INTO wharf_inbox_messages (
@@ -153,14 +153,16 @@ ON CONFLICT (source, event_id) DO UPDATE SET erased_at = excluded.erased_at;
 -- claiming overlapping keys take their row locks in the same order and
 -- cannot deadlock. The keys must be distinct (ON CONFLICT DO UPDATE cannot
 -- touch one row twice in a statement): the caller claims a key repeated
--- within its batch afterwards, through InboxKeyClaim.
-INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
-SELECT c.source, c.event_id, c.payload_hash, c.message_id, @received_at::timestamptz
+-- within its batch afterwards, through InboxKeyClaim. ignored[i] marks a
+-- key whose event its source ignores: no message is stored for it.
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
+SELECT c.source, c.event_id, c.payload_hash, c.message_id, @received_at::timestamptz, c.ignored
 FROM (
     SELECT unnest(@sources::text[]) AS source,
            unnest(@event_ids::text[]) AS event_id,
            unnest(@payload_hashes::bytea[]) AS payload_hash,
-           unnest(@message_ids::text[])::uuid AS message_id
+           unnest(@message_ids::text[])::uuid AS message_id,
+           unnest(@ignored::boolean[]) AS ignored
 ) c
 ORDER BY c.source, c.event_id
 ON CONFLICT (source, event_id) DO UPDATE
@@ -169,7 +171,7 @@ SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash
                             THEN excluded.received_at ELSE k.last_mismatch_at END,
     duplicate_count = k.duplicate_count + 1,
     last_duplicate_at = excluded.received_at
-RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash;
+RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored;
 
 -- name: InboxMessageInsertMany :exec
 -- Stores the messages of one receive batch; they share received_at, so one

@@ -67,15 +67,15 @@ func (q *Queries) InboxJobsCompleteRunning(ctx context.Context, ids []int64) err
 }
 
 const inboxKeyClaim = `-- name: InboxKeyClaim :one
-INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (source, event_id) DO UPDATE
 SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
     last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
                             THEN excluded.received_at ELSE k.last_mismatch_at END,
     duplicate_count = k.duplicate_count + 1,
     last_duplicate_at = excluded.received_at
-RETURNING k.message_id, k.received_at, k.payload_hash
+RETURNING k.message_id, k.received_at, k.payload_hash, k.ignored
 `
 
 type InboxKeyClaimParams struct {
@@ -84,12 +84,14 @@ type InboxKeyClaimParams struct {
 	PayloadHash []byte
 	MessageID   uuid.UUID
 	ReceivedAt  time.Time
+	Ignored     bool
 }
 
 type InboxKeyClaimRow struct {
 	MessageID   uuid.UUID
 	ReceivedAt  time.Time
 	PayloadHash []byte
+	Ignored     bool
 }
 
 // Claims (source, event_id) for a new message. On conflict the existing key
@@ -105,20 +107,27 @@ func (q *Queries) InboxKeyClaim(ctx context.Context, arg InboxKeyClaimParams) (I
 		arg.PayloadHash,
 		arg.MessageID,
 		arg.ReceivedAt,
+		arg.Ignored,
 	)
 	var i InboxKeyClaimRow
-	err := row.Scan(&i.MessageID, &i.ReceivedAt, &i.PayloadHash)
+	err := row.Scan(
+		&i.MessageID,
+		&i.ReceivedAt,
+		&i.PayloadHash,
+		&i.Ignored,
+	)
 	return i, err
 }
 
 const inboxKeyClaimMany = `-- name: InboxKeyClaimMany :many
-INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at)
-SELECT c.source, c.event_id, c.payload_hash, c.message_id, $1::timestamptz
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
+SELECT c.source, c.event_id, c.payload_hash, c.message_id, $1::timestamptz, c.ignored
 FROM (
     SELECT unnest($2::text[]) AS source,
            unnest($3::text[]) AS event_id,
            unnest($4::bytea[]) AS payload_hash,
-           unnest($5::text[])::uuid AS message_id
+           unnest($5::text[])::uuid AS message_id,
+           unnest($6::boolean[]) AS ignored
 ) c
 ORDER BY c.source, c.event_id
 ON CONFLICT (source, event_id) DO UPDATE
@@ -127,7 +136,7 @@ SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash
                             THEN excluded.received_at ELSE k.last_mismatch_at END,
     duplicate_count = k.duplicate_count + 1,
     last_duplicate_at = excluded.received_at
-RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash
+RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored
 `
 
 type InboxKeyClaimManyParams struct {
@@ -136,6 +145,7 @@ type InboxKeyClaimManyParams struct {
 	EventIds      []string
 	PayloadHashes [][]byte
 	MessageIds    []string
+	Ignored       []bool
 }
 
 type InboxKeyClaimManyRow struct {
@@ -144,6 +154,7 @@ type InboxKeyClaimManyRow struct {
 	MessageID   uuid.UUID
 	ReceivedAt  time.Time
 	PayloadHash []byte
+	Ignored     bool
 }
 
 // Claims many keys in one statement, the batch form of InboxKeyClaim: the
@@ -152,7 +163,8 @@ type InboxKeyClaimManyRow struct {
 // claiming overlapping keys take their row locks in the same order and
 // cannot deadlock. The keys must be distinct (ON CONFLICT DO UPDATE cannot
 // touch one row twice in a statement): the caller claims a key repeated
-// within its batch afterwards, through InboxKeyClaim.
+// within its batch afterwards, through InboxKeyClaim. ignored[i] marks a
+// key whose event its source ignores: no message is stored for it.
 func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyParams) ([]InboxKeyClaimManyRow, error) {
 	rows, err := q.db.Query(ctx, inboxKeyClaimMany,
 		arg.ReceivedAt,
@@ -160,6 +172,7 @@ func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyPa
 		arg.EventIds,
 		arg.PayloadHashes,
 		arg.MessageIds,
+		arg.Ignored,
 	)
 	if err != nil {
 		return nil, err
@@ -174,6 +187,7 @@ func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyPa
 			&i.MessageID,
 			&i.ReceivedAt,
 			&i.PayloadHash,
+			&i.Ignored,
 		); err != nil {
 			return nil, err
 		}

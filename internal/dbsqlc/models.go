@@ -121,6 +121,7 @@ type WharfInboxKey struct {
 	ErasedAt        *time.Time
 	DuplicateCount  int32
 	LastDuplicateAt *time.Time
+	Ignored         bool
 }
 
 type WharfInboxMessage struct {

@@ -120,8 +120,12 @@ func (p *Processor) newGate(slots, merge int) *groupcommit.Batcher[gateCall, str
 // above).
 func (p *Processor) mergeable(job *river.Job[inboxjob.BatchArgs]) bool {
 	return p.config.Merge > 1 && job.Attempt == 1 && job.Args.Unordered && job.Args.Waits == 0 &&
-		len(job.Args.MessageIDs) <= p.config.Merge/2 && shared.SnoozeCount(job.Metadata) == 0 && p.handlerTime.quick()
+		len(job.Args.MessageIDs) <= p.config.Merge/2 && shared.SnoozeCount(job.Metadata) == 0 && p.quick()
 }
+
+// quick reports whether this node's handlers are quick enough to merge
+// (see handlerTime).
+func (p *Processor) quick() bool { return p.TestHooks.QuickHandlers || p.handlerTime.quick() }
 
 // mergeableOne returns a message's own job as a batch job of one when it
 // may share its transaction (its first run, that of a message received
@@ -130,7 +134,7 @@ func (p *Processor) mergeable(job *river.Job[inboxjob.BatchArgs]) bool {
 // handler goes to a job of its own, as any batch's does.
 func (p *Processor) mergeableOne(job *river.Job[inboxjob.ProcessArgs]) *river.Job[inboxjob.BatchArgs] {
 	if p.config.Merge < 2 || job.Attempt != 1 || !job.Args.Unordered || job.Args.NotBefore != nil ||
-		job.Args.FailedInBatch || shared.SnoozeCount(job.Metadata) != 0 || !p.handlerTime.quick() {
+		job.Args.FailedInBatch || shared.SnoozeCount(job.Metadata) != 0 || !p.quick() {
 		return nil
 	}
 	return &river.Job[inboxjob.BatchArgs]{JobRow: job.JobRow, Args: inboxjob.BatchArgs{

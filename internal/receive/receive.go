@@ -88,6 +88,9 @@ type Message struct {
 	// Trace is the receiving span's trace context; ReceiveTx stores its
 	// ctx's when empty.
 	Trace string
+	// Ignored marks an event of a type its source ignores: its key is
+	// claimed, and nothing else stored.
+	Ignored bool
 }
 
 // Result says what ReceiveTx did with a Message: package inbox's Result
@@ -98,6 +101,7 @@ type Result struct {
 	ReceivedAt      time.Time // when the event was first received
 	PayloadMismatch bool      // a duplicate with another payload
 	JobID           int64     // the new message's job; 0 for a duplicate
+	Ignored         bool      // an event its source ignores, or a duplicate of one
 }
 
 // Receiver stores incoming messages.
@@ -150,12 +154,12 @@ func (r *Receiver) ReceiveTx(ctx context.Context, tx pgx.Tx, msgs []Message) ([]
 	for _, i := range repeats {
 		msg := &msgs[i]
 		key, err := q.InboxKeyClaim(ctx, dbsqlc.InboxKeyClaimParams{
-			Source: msg.Source, EventID: msg.EventID, PayloadHash: msg.PayloadHash, MessageID: ids[i], ReceivedAt: now,
+			Source: msg.Source, EventID: msg.EventID, PayloadHash: msg.PayloadHash, MessageID: ids[i], ReceivedAt: now, Ignored: msg.Ignored,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("inbox: claim key: %w", err)
 		}
-		results[i] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, msg.PayloadHash)
+		results[i] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, msg.PayloadHash, key.Ignored)
 	}
 	return results, nil
 }
@@ -203,6 +207,7 @@ func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, 
 		params.EventIds = append(params.EventIds, msgs[i].EventID)
 		params.PayloadHashes = append(params.PayloadHashes, msgs[i].PayloadHash)
 		params.MessageIds = append(params.MessageIds, ids[i].String())
+		params.Ignored = append(params.Ignored, msgs[i].Ignored)
 	}
 	rows, err := dbsqlc.New(tx).InboxKeyClaimMany(ctx, params)
 	if err != nil {
@@ -218,21 +223,25 @@ func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, 
 		if !ok {
 			return nil, fmt.Errorf("inbox: claim keys: no row for key %d of the batch", i)
 		}
-		if key.MessageID == ids[i] {
+		switch {
+		case key.MessageID != ids[i]:
+			results[i] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, msgs[i].PayloadHash, key.Ignored)
+		case msgs[i].Ignored:
+			results[i] = Result{MessageID: ids[i], ReceivedAt: now, Ignored: true} // the key alone
+		default:
 			won = append(won, i)
-			continue
 		}
-		results[i] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, msgs[i].PayloadHash)
 	}
 	return won, nil
 }
 
-func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte) Result {
+func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte, ignored bool) Result {
 	return Result{
 		MessageID:       id,
 		Duplicate:       true,
 		ReceivedAt:      receivedAt,
 		PayloadMismatch: string(storedHash) != string(hash),
+		Ignored:         ignored,
 	}
 }
 

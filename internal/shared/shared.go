@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -105,4 +106,36 @@ func NotFound(err, notFound error) error {
 		return notFound
 	}
 	return err
+}
+
+// TypeMatches reports whether eventType matches pattern, in the form of
+// the outbox's endpoint filters and the inbox's source type lists: an
+// exact type, "prefix.*" (every type starting "prefix."), or "*" (all).
+func TypeMatches(pattern, eventType string) bool {
+	if pattern == "*" {
+		return true
+	}
+	if prefix, ok := strings.CutSuffix(pattern, "*"); ok && strings.HasSuffix(prefix, ".") {
+		return strings.HasPrefix(eventType, prefix)
+	}
+	return pattern == eventType
+}
+
+// ValidTypePattern reports whether pattern is a type pattern (see
+// TypeMatches): "*", or a type of 1 to 256 bytes of UTF-8 without space,
+// control character or "*", optionally followed by ".*".
+func ValidTypePattern(pattern string) bool {
+	if pattern == "*" {
+		return true
+	}
+	t, _ := strings.CutSuffix(pattern, ".*")
+	if len(t) < 1 || len(t) > 256 || !utf8.ValidString(t) {
+		return false
+	}
+	for _, r := range t {
+		if r == '*' || r == utf8.RuneError || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,1 @@
+ALTER TABLE wharf_inbox_keys DROP COLUMN IF EXISTS ignored;
