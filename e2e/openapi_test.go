@@ -102,14 +102,14 @@ func TestAPIMatchesItsOpenAPIDocument(t *testing.T) {
 	require.NoError(t, err)
 	c := &checkedClient{t: t, base: ps.server.URL + "/portal", token: tok, validator: v}
 
-	status, ep := c.do("POST", "/endpoints", map[string]any{"url": receiver + "/hooks", "description": "prod"})
+	status, ep := c.do("POST", "/endpoints", map[string]any{"url": receiver + "/hooks", "description": "prod", "data_filter": map[string]any{"plan": "pro"}})
 	require.Equal(t, http.StatusCreated, status)
 	id := ep["id"].(string)
 	status, _ = c.do("GET", "/endpoints", nil)
 	require.Equal(t, http.StatusOK, status)
 	status, _ = c.do("GET", "/endpoints/"+id, nil)
 	require.Equal(t, http.StatusOK, status)
-	status, _ = c.do("PATCH", "/endpoints/"+id, map[string]any{"description": "production", "event_types": []string{"balance.*", "wharf.test"}})
+	status, _ = c.do("PATCH", "/endpoints/"+id, map[string]any{"description": "production", "event_types": []string{"balance.*", "wharf.test"}, "data_filter": nil})
 	require.Equal(t, http.StatusOK, status)
 	status, _ = c.do("GET", "/endpoints/"+id+"/secret", nil)
 	require.Equal(t, http.StatusOK, status)

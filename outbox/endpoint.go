@@ -1,10 +1,13 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,6 +49,10 @@ type Endpoint struct {
 	// EventTypes is the endpoint's filter: exact types, "prefix.*" (every
 	// type starting with "prefix.") or "*". Empty means every type.
 	EventTypes []string
+	// DataFilter is the endpoint's content filter, a JSON object its
+	// events' data must contain (see EndpointParams.DataFilter); nil when
+	// it has none.
+	DataFilter json.RawMessage
 	// Tenant scopes the endpoint: it receives only events of its tenant.
 	Tenant string
 	// MaxInFlight caps the requests in flight to the endpoint at once; -1
@@ -122,6 +129,15 @@ type EndpointParams struct {
 	// EventTypes is the filter: exact types, "prefix.*" or "*". Empty or nil
 	// means every type. At most 100 entries.
 	EventTypes []string
+	// DataFilter, beside EventTypes, is a JSON object the event's data must
+	// contain for the endpoint to receive it, as Postgres's jsonb @> tests
+	// containment: {"account":"acct_1"} takes the events whose data has
+	// that account, {"tags":["vip"]} those whose tags include "vip",
+	// {"order":{"status":"paid"}} a nested field. It is tested in the
+	// publish statement, so fan-out stays one statement; operational
+	// events (wharf.…) are not filtered. At most 4 KiB. Defaults to none:
+	// every event its type filter takes.
+	DataFilter json.RawMessage
 	// Tenant scopes the endpoint to one tenant's events. Empty means events
 	// published without a tenant. At most 256 bytes of UTF-8 without NUL.
 	Tenant string
@@ -169,6 +185,10 @@ type EndpointUpdateParams struct {
 	// EventTypes replaces the filter when not nil; an empty, non-nil slice
 	// subscribes to every type.
 	EventTypes []string
+	// DataFilter replaces the content filter when not nil; an empty,
+	// non-nil value (or JSON null) removes it. It decides which events
+	// published from then on the endpoint receives.
+	DataFilter json.RawMessage
 	// MaxInFlight replaces the cap, 1 to 1000; -1 (NoMaxInFlight) means no
 	// cap. A lower cap holds at once: no request starts while as many as it
 	// are in flight, those started under the old cap included.
@@ -275,6 +295,7 @@ func (s *endpoints) create(ctx context.Context, db dbsqlc.DBTX, params *Endpoint
 		RateLimitPerSecond: want.ratePerSecond,
 		RateLimitBurst:     want.rateBurst,
 		Now:                s.config.now(),
+		DataFilter:         want.dataFilter,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: create endpoint: %w", err)
@@ -400,6 +421,13 @@ func (s *endpoints) update(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID, pa
 			return nil, &FieldError{Field: "event_types", Err: err}
 		}
 		update.EventTypes = eventTypes
+	}
+	if params.DataFilter != nil {
+		filter, err := checkDataFilter(params.DataFilter)
+		if err != nil {
+			return nil, &FieldError{Field: "data_filter", Err: err}
+		}
+		update.SetDataFilter, update.DataFilter = true, filter
 	}
 	if params.MaxInFlight != nil {
 		if *params.MaxInFlight == 0 {
@@ -619,6 +647,7 @@ func (p *EndpointUpdateParams) fields() []string {
 		set  bool
 	}{
 		{"url", p.URL != nil}, {"description", p.Description != nil}, {"event_types", p.EventTypes != nil},
+		{"data_filter", p.DataFilter != nil},
 		{"max_in_flight", p.MaxInFlight != nil}, {"timeout", p.Timeout != nil}, {"ordered", p.Ordered != nil},
 		{"headers", p.Headers != nil}, {"auth", p.Auth != nil}, {"rate_limit", p.RateLimit != nil},
 	} {
@@ -635,6 +664,7 @@ func endpointFromRow(row *dbsqlc.WharfOutboxEndpoint) *Endpoint {
 		URL:                     row.Url,
 		Description:             row.Description,
 		EventTypes:              row.EventTypes,
+		DataFilter:              json.RawMessage(row.DataFilter),
 		Tenant:                  row.Tenant,
 		MaxInFlight:             maxInFlightFromRow(row.MaxInFlight),
 		Timeout:                 time.Duration(row.TimeoutMs) * time.Millisecond,
@@ -768,6 +798,53 @@ func checkTenant(tenant string) error {
 		return fmt.Errorf("%w: %w", ErrInvalidEndpoint, err)
 	}
 	return nil
+}
+
+// maxDataFilter bounds an endpoint's content filter.
+const maxDataFilter = 4 << 10
+
+// checkDataFilter validates a content filter (EndpointParams.DataFilter)
+// and returns it as stored: nil for none (empty, or JSON null), else the
+// object compacted.
+func checkDataFilter(raw json.RawMessage) ([]byte, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	if len(raw) > maxDataFilter {
+		return nil, fmt.Errorf("%w: data filter larger than %d bytes", ErrInvalidEndpoint, maxDataFilter)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal(raw, &obj); err != nil || obj == nil {
+		return nil, fmt.Errorf("%w: data filter must be a JSON object, as the event's data should contain it", ErrInvalidEndpoint)
+	}
+	if holdsNUL(obj) {
+		// jsonb refuses the NUL character.
+		return nil, fmt.Errorf("%w: data filter holds a NUL character", ErrInvalidEndpoint)
+	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, raw); err != nil {
+		return nil, fmt.Errorf("%w: data filter: %v", ErrInvalidEndpoint, err)
+	}
+	return out.Bytes(), nil
+}
+
+// holdsNUL reports whether a decoded JSON value has a string or key with
+// a NUL character.
+func holdsNUL(v any) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.ContainsRune(v, 0)
+	case []any:
+		return slices.ContainsFunc(v, holdsNUL)
+	case map[string]any:
+		for k, e := range v {
+			if strings.ContainsRune(k, 0) || holdsNUL(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkEventTypes validates a filter, against a strict catalog too, and

@@ -1,10 +1,13 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"time"
 
@@ -119,6 +122,12 @@ func (s *endpoints) ensure(ctx context.Context, tx pgx.Tx, params *EndpointParam
 			update.EventTypes = []string{}
 		}
 	}
+	if !bytes.Equal(row.DataFilter, want.dataFilter) && !jsonEqual(row.DataFilter, want.dataFilter) {
+		update.DataFilter, changed = json.RawMessage(want.dataFilter), true
+		if update.DataFilter == nil {
+			update.DataFilter = json.RawMessage{}
+		}
+	}
 	if current.MaxInFlight != want.maxInFlight {
 		update.MaxInFlight, changed = &want.maxInFlight, true
 	}
@@ -151,6 +160,7 @@ func (s *endpoints) ensure(ctx context.Context, tx pgx.Tx, params *EndpointParam
 // endpointSettings are an EndpointParams checked, with defaults applied.
 type endpointSettings struct {
 	eventTypes  []string
+	dataFilter  []byte // nil: none
 	maxInFlight int   // as Endpoint.MaxInFlight says it
 	storedCap   int32 // as stored: 0 is no cap
 	timeout     time.Duration
@@ -176,6 +186,10 @@ func (s *endpoints) check(params *EndpointParams) (*endpointSettings, error) {
 	eventTypes, err := s.checkEventTypes(params.EventTypes)
 	if err != nil {
 		return nil, &FieldError{Field: "event_types", Err: err}
+	}
+	dataFilter, err := checkDataFilter(params.DataFilter)
+	if err != nil {
+		return nil, &FieldError{Field: "data_filter", Err: err}
 	}
 	if err := checkTenant(params.Tenant); err != nil {
 		return nil, err
@@ -206,9 +220,19 @@ func (s *endpoints) check(params *EndpointParams) (*endpointSettings, error) {
 		return nil, err
 	}
 	return &endpointSettings{
-		eventTypes: eventTypes, maxInFlight: maxInFlightFromRow(maxInFlight), storedCap: maxInFlight, timeout: timeout,
+		eventTypes: eventTypes, dataFilter: dataFilter, maxInFlight: maxInFlightFromRow(maxInFlight), storedCap: maxInFlight, timeout: timeout,
 		headers: headers, auth: auth, ratePerSecond: ratePerSecond, rateBurst: rateBurst,
 	}, nil
+}
+
+// jsonEqual reports whether a and b are the same JSON value (nil for
+// none), as jsonb stores them: key order and spacing aside.
+func jsonEqual(a, b []byte) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
 }
 
 // headersEqual reports whether two canonical header sets are the same.

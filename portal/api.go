@@ -286,9 +286,10 @@ func (h *Handler) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 }
 
 type endpointCreate struct {
-	URL         *string  `json:"url"`
-	Description string   `json:"description"`
-	EventTypes  []string `json:"event_types"`
+	URL         *string         `json:"url"`
+	Description string          `json:"description"`
+	EventTypes  []string        `json:"event_types"`
+	DataFilter  json.RawMessage `json:"data_filter"`
 }
 
 func (h *Handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
@@ -303,7 +304,7 @@ func (h *Handler) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	err := h.inTx(r.Context(), func(tx pgx.Tx) error {
 		var err error
 		created, err = h.cfg.Outbox.EndpointCreateTx(r.Context(), tx, &outbox.EndpointParams{
-			URL: *body.URL, Description: body.Description, EventTypes: body.EventTypes,
+			URL: *body.URL, Description: body.Description, EventTypes: body.EventTypes, DataFilter: body.DataFilter,
 			Tenant: accessOf(r.Context()).tenant,
 		})
 		return err
@@ -328,7 +329,9 @@ type endpointUpdate struct {
 	URL         *string   `json:"url"`
 	Description *string   `json:"description"`
 	EventTypes  *[]string `json:"event_types"`
-	Disabled    *bool     `json:"disabled"`
+	// DataFilter is nil when absent, "null" when to remove.
+	DataFilter json.RawMessage `json:"data_filter"`
+	Disabled   *bool           `json:"disabled"`
 }
 
 func (h *Handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
@@ -342,14 +345,14 @@ func (h *Handler) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 		if ep, err = h.endpoint(r.Context(), tx, r.PathValue("id")); err != nil {
 			return err
 		}
-		params := &outbox.EndpointUpdateParams{URL: body.URL, Description: body.Description}
+		params := &outbox.EndpointUpdateParams{URL: body.URL, Description: body.Description, DataFilter: body.DataFilter}
 		if body.EventTypes != nil {
 			params.EventTypes = *body.EventTypes
 			if params.EventTypes == nil {
 				params.EventTypes = []string{}
 			}
 		}
-		if params.URL != nil || params.Description != nil || params.EventTypes != nil {
+		if params.URL != nil || params.Description != nil || params.EventTypes != nil || params.DataFilter != nil {
 			if ep, err = h.cfg.Outbox.EndpointUpdateTx(r.Context(), tx, ep.ID, params); err != nil {
 				return err
 			}

@@ -220,6 +220,7 @@ func TestAPIErrors(t *testing.T) {
 		"unknown field":      {acme, "POST", "/endpoints", map[string]any{"url": "https://a.example", "tenant": "globex"}, 422, "tenant"},
 		"wrong type":         {acme, "POST", "/endpoints", map[string]any{"url": 5}, 422, "url"},
 		"bad filter":         {acme, "POST", "/endpoints", map[string]any{"url": "https://a.example", "event_types": []string{"a b"}}, 422, "event_types"},
+		"bad data filter":    {acme, "POST", "/endpoints", map[string]any{"url": "https://a.example", "data_filter": []int{1}}, 422, "data_filter"},
 		"bad id":             {acme, "GET", "/endpoints/123", nil, 404, ""},
 		"unknown id":         {acme, "GET", "/deliveries/0196b8a4-0000-7000-8000-000000000000", nil, 404, ""},
 		"bad status":         {acme, "GET", "/deliveries?status=lost", nil, 400, "status"},
@@ -365,4 +366,31 @@ func TestAuditLogThroughTheAPI(t *testing.T) {
 	theirs := f.call(t, globex, "GET", "/audit-log", nil).json(t)["data"].([]any)
 	require.Len(t, theirs, 1)
 	require.Equal(t, map[string]any{"kind": "tenant", "id": "globex"}, theirs[0].(map[string]any)["actor"])
+}
+
+// TestDataFilterThroughTheAPI: a tenant sets an endpoint's content filter
+// through the API, and only events whose data contains it reach the
+// endpoint; PATCH with null removes it.
+func TestDataFilterThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	acme := token(t, "acme", false)
+	server := newReceiver(t)
+	created := f.call(t, acme, "POST", "/endpoints", map[string]any{"url": server.server.URL + "/hooks", "data_filter": map[string]any{"plan": "pro"}})
+	require.Equal(t, http.StatusCreated, created.status, string(created.body))
+	ep := created.json(t)
+	require.Equal(t, map[string]any{"plan": "pro"}, ep["data_filter"])
+	id := ep["id"].(string)
+
+	f.publish(t, &outbox.Event{Type: "balance.updated", Tenant: "acme", Data: map[string]any{"plan": "free"}})
+	pro := f.publish(t, &outbox.Event{Type: "balance.updated", Tenant: "acme", Data: map[string]any{"plan": "pro", "n": 1}})
+	reqs, _ := server.await(t, 1)
+	require.Equal(t, pro[0].EventID, reqs[0].Header.Get("webhook-id"), "only the pro plan's event")
+
+	patched := f.call(t, acme, "PATCH", "/endpoints/"+id, map[string]any{"data_filter": nil})
+	require.Equal(t, http.StatusOK, patched.status, string(patched.body))
+	require.Nil(t, patched.json(t)["data_filter"])
+	got := f.call(t, acme, "GET", "/endpoints/"+id, nil).json(t)
+	require.Contains(t, got, "data_filter")
+	require.Nil(t, got["data_filter"])
 }

@@ -22,15 +22,16 @@ type endpointHealth struct {
 }
 
 type endpointJSON struct {
-	ID             uuid.UUID      `json:"id"`
-	URL            string         `json:"url"`
-	Description    string         `json:"description"`
-	EventTypes     []string       `json:"event_types"`
-	Disabled       bool           `json:"disabled"`
-	DisabledReason string         `json:"disabled_reason"`
-	CreatedAt      time.Time      `json:"created_at"`
-	UpdatedAt      time.Time      `json:"updated_at"`
-	Health         endpointHealth `json:"health"`
+	ID             uuid.UUID       `json:"id"`
+	URL            string          `json:"url"`
+	Description    string          `json:"description"`
+	EventTypes     []string        `json:"event_types"`
+	DataFilter     json.RawMessage `json:"data_filter"`
+	Disabled       bool            `json:"disabled"`
+	DisabledReason string          `json:"disabled_reason"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	Health         endpointHealth  `json:"health"`
 }
 
 type endpointWithSecret struct {
@@ -68,7 +69,7 @@ func endpointOf(ep *outbox.Endpoint) endpointJSON {
 		types = []string{}
 	}
 	return endpointJSON{
-		ID: ep.ID, URL: ep.URL, Description: ep.Description, EventTypes: types,
+		ID: ep.ID, URL: ep.URL, Description: ep.Description, EventTypes: types, DataFilter: ep.DataFilter,
 		Disabled: !ep.Enabled, DisabledReason: ep.DisabledReason,
 		CreatedAt: ep.CreatedAt.UTC(), UpdatedAt: ep.UpdatedAt.UTC(),
 		Health: endpointHealth{

@@ -252,7 +252,7 @@ type endpointsView struct {
 }
 
 type endpointForm struct {
-	URL, Description, EventTypes string
+	URL, Description, EventTypes, DataFilter string
 }
 
 func (p *pages) endpoints(w http.ResponseWriter, r *http.Request) error {
@@ -270,13 +270,14 @@ func (p *pages) endpointsWith(w http.ResponseWriter, r *http.Request, status int
 }
 
 func (p *pages) create(w http.ResponseWriter, r *http.Request) error {
-	form := endpointForm{URL: r.PostFormValue("url"), Description: r.PostFormValue("description"), EventTypes: r.PostFormValue("event_types")}
+	form := endpointForm{URL: r.PostFormValue("url"), Description: r.PostFormValue("description"),
+		EventTypes: r.PostFormValue("event_types"), DataFilter: r.PostFormValue("data_filter")}
 	var created *outbox.EndpointWithSecret
 	err := p.h.inTx(r.Context(), func(tx pgx.Tx) error {
 		var err error
 		created, err = p.h.cfg.Outbox.EndpointCreateTx(r.Context(), tx, &outbox.EndpointParams{
 			URL: form.URL, Description: form.Description, EventTypes: splitTypes(form.EventTypes),
-			Tenant: accessOf(r.Context()).tenant,
+			DataFilter: json.RawMessage(form.DataFilter), Tenant: accessOf(r.Context()).tenant,
 		})
 		return err
 	})
@@ -339,7 +340,11 @@ func (p *pages) update(w http.ResponseWriter, r *http.Request) error {
 		if types == nil {
 			types = []string{}
 		}
-		ep, err = p.h.cfg.Outbox.EndpointUpdateTx(r.Context(), tx, ep.ID, &outbox.EndpointUpdateParams{URL: &url, Description: &description, EventTypes: types})
+		// An empty field removes the content filter.
+		filter := json.RawMessage(r.PostFormValue("data_filter"))
+		ep, err = p.h.cfg.Outbox.EndpointUpdateTx(r.Context(), tx, ep.ID, &outbox.EndpointUpdateParams{
+			URL: &url, Description: &description, EventTypes: types, DataFilter: filter,
+		})
 		return err
 	})
 	if err != nil {

@@ -1,12 +1,13 @@
 -- name: OutboxEndpointInsert :one
 INSERT INTO wharf_outbox_endpoints (
     id, url, description, event_types, tenant, secret, max_in_flight, timeout_ms,
-    ordered, headers, auth, rate_limit_per_second, rate_limit_burst, created_at, updated_at
+    ordered, headers, auth, rate_limit_per_second, rate_limit_burst, created_at, updated_at,
+    data_filter
 ) VALUES (
     @id::uuid, @url::text, @description::text, @event_types::text[], @tenant::text,
     @secret::text, @max_in_flight::int, @timeout_ms::int, @ordered::boolean,
     @headers::jsonb, @auth::jsonb, @rate_limit_per_second::float8, @rate_limit_burst::int,
-    @now::timestamptz, @now::timestamptz
+    @now::timestamptz, @now::timestamptz, sqlc.narg('data_filter')::jsonb
 )
 RETURNING *;
 
@@ -24,7 +25,8 @@ ORDER BY created_at, id
 LIMIT @max_rows::int;
 
 -- name: OutboxEndpointUpdate :one
--- NULL parameters leave their column unchanged. Like every statement that
+-- NULL parameters leave their column unchanged (data_filter: unless
+-- set_data_filter, which sets it, NULL removing it). Like every statement that
 -- changes how the endpoint's deliveries are sent or admitted, it counts a
 -- version, which a running batch job compares (see the migration). A new rate limit empties
 -- the queue of deliveries waiting for its tokens (they keep their turns,
@@ -45,6 +47,7 @@ SET url = COALESCE(sqlc.narg('url')::text, url),
     auth = COALESCE(sqlc.narg('auth')::jsonb, auth),
     rate_limit_per_second = COALESCE(sqlc.narg('rate_limit_per_second')::float8, rate_limit_per_second),
     rate_limit_burst = COALESCE(sqlc.narg('rate_limit_burst')::int, rate_limit_burst),
+    data_filter = CASE WHEN @set_data_filter::boolean THEN sqlc.narg('data_filter')::jsonb ELSE data_filter END,
     version = version + 1,
     updated_at = @now::timestamptz
 WHERE id = @id::uuid
@@ -97,7 +100,8 @@ RETURNING *;
 
 -- name: OutboxPublish :many
 -- Stores events and, for each, one pending delivery per enabled endpoint of
--- the event's tenant whose filter matches its type, due at first_attempt_at.
+-- the event's tenant whose filter matches its type, and whose content
+-- filter, if any, its data contains, due at first_attempt_at.
 -- Returns the deliveries in the order they were stored (by event, then
 -- endpoint), with their endpoint's concurrency cap and whether it is rate
 -- limited, which the jobs' grouping heeds.
@@ -147,6 +151,10 @@ stored AS (
                  OR f.pattern = '*'
                  OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1))))
          END
+     -- The content filter, read from the envelope only for an endpoint
+     -- that has one; an operational event is the outbox's, not filtered.
+     AND (ep.data_filter IS NULL OR starts_with(input.type, 'wharf.')
+          OR (convert_from(input.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter)
     ORDER BY input.n, ep.id
     -- seq is drawn in this order.
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
@@ -928,7 +936,7 @@ LIMIT 2;
 -- every statement that locks it and its deliveries. No row: nothing left,
 -- or the endpoint is disabled or gone.
 WITH ep AS (
-    SELECT e.id, e.tenant, e.event_types
+    SELECT e.id, e.tenant, e.event_types, e.data_filter
     FROM wharf_outbox_endpoints e
     WHERE e.id = @endpoint_id::uuid AND e.enabled
     FOR KEY SHARE
@@ -956,6 +964,8 @@ missed AS (
                   OR f.pattern = '*'
                   OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1))))
           END
+      AND (ep.data_filter IS NULL OR starts_with(ev.type, 'wharf.')
+           OR (convert_from(ev.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter)
       AND NOT EXISTS (
           SELECT 1 FROM wharf_outbox_deliveries d
           WHERE d.event_id = ev.id AND d.endpoint_id = ep.id)

@@ -223,6 +223,7 @@ type WharfOutboxEndpoint struct {
 	CircuitProbeDeliveryID  *uuid.UUID
 	CircuitProbeExpiresAt   *time.Time
 	Version                 int64
+	DataFilter              []byte
 }
 
 type WharfOutboxEvent struct {

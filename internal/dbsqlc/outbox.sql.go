@@ -906,7 +906,7 @@ func (q *Queries) OutboxDeliveryThrottle(ctx context.Context, arg OutboxDelivery
 }
 
 const outboxEndpointDelete = `-- name: OutboxEndpointDelete :many
-DELETE FROM wharf_outbox_endpoints WHERE id = $1::uuid RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
+DELETE FROM wharf_outbox_endpoints WHERE id = $1::uuid RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter
 `
 
 // The deleted endpoint (no row: none had the id), for the audit log.
@@ -951,6 +951,7 @@ func (q *Queries) OutboxEndpointDelete(ctx context.Context, id uuid.UUID) ([]Wha
 			&i.CircuitProbeDeliveryID,
 			&i.CircuitProbeExpiresAt,
 			&i.Version,
+			&i.DataFilter,
 		); err != nil {
 			return nil, err
 		}
@@ -970,7 +971,7 @@ SET disabled_reason = CASE WHEN enabled THEN $1::text ELSE disabled_reason END,
     version = version + 1,
     updated_at = $2::timestamptz
 WHERE id = $3::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter
 `
 
 type OutboxEndpointDisableParams struct {
@@ -1015,6 +1016,7 @@ func (q *Queries) OutboxEndpointDisable(ctx context.Context, arg OutboxEndpointD
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
 		&i.Version,
+		&i.DataFilter,
 	)
 	return i, err
 }
@@ -1035,7 +1037,7 @@ SET enabled = true,
     version = version + 1,
     updated_at = $1::timestamptz
 WHERE id = $2::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter
 `
 
 type OutboxEndpointEnableParams struct {
@@ -1080,12 +1082,13 @@ func (q *Queries) OutboxEndpointEnable(ctx context.Context, arg OutboxEndpointEn
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
 		&i.Version,
+		&i.DataFilter,
 	)
 	return i, err
 }
 
 const outboxEndpointGet = `-- name: OutboxEndpointGet :one
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints WHERE id = $1::uuid
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter FROM wharf_outbox_endpoints WHERE id = $1::uuid
 `
 
 func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOutboxEndpoint, error) {
@@ -1123,6 +1126,7 @@ func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOut
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
 		&i.Version,
+		&i.DataFilter,
 	)
 	return i, err
 }
@@ -1130,14 +1134,15 @@ func (q *Queries) OutboxEndpointGet(ctx context.Context, id uuid.UUID) (WharfOut
 const outboxEndpointInsert = `-- name: OutboxEndpointInsert :one
 INSERT INTO wharf_outbox_endpoints (
     id, url, description, event_types, tenant, secret, max_in_flight, timeout_ms,
-    ordered, headers, auth, rate_limit_per_second, rate_limit_burst, created_at, updated_at
+    ordered, headers, auth, rate_limit_per_second, rate_limit_burst, created_at, updated_at,
+    data_filter
 ) VALUES (
     $1::uuid, $2::text, $3::text, $4::text[], $5::text,
     $6::text, $7::int, $8::int, $9::boolean,
     $10::jsonb, $11::jsonb, $12::float8, $13::int,
-    $14::timestamptz, $14::timestamptz
+    $14::timestamptz, $14::timestamptz, $15::jsonb
 )
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter
 `
 
 type OutboxEndpointInsertParams struct {
@@ -1155,6 +1160,7 @@ type OutboxEndpointInsertParams struct {
 	RateLimitPerSecond float64
 	RateLimitBurst     int32
 	Now                time.Time
+	DataFilter         []byte
 }
 
 func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointInsertParams) (WharfOutboxEndpoint, error) {
@@ -1173,6 +1179,7 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 		arg.RateLimitPerSecond,
 		arg.RateLimitBurst,
 		arg.Now,
+		arg.DataFilter,
 	)
 	var i WharfOutboxEndpoint
 	err := row.Scan(
@@ -1207,12 +1214,13 @@ func (q *Queries) OutboxEndpointInsert(ctx context.Context, arg OutboxEndpointIn
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
 		&i.Version,
+		&i.DataFilter,
 	)
 	return i, err
 }
 
 const outboxEndpointList = `-- name: OutboxEndpointList :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter FROM wharf_outbox_endpoints
 WHERE ($1::text IS NULL OR tenant = $1::text)
   AND ($2::timestamptz IS NULL
        OR (created_at, id) > ($2::timestamptz, $3::uuid))
@@ -1275,6 +1283,7 @@ func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointList
 			&i.CircuitProbeDeliveryID,
 			&i.CircuitProbeExpiresAt,
 			&i.Version,
+			&i.DataFilter,
 		); err != nil {
 			return nil, err
 		}
@@ -1288,7 +1297,7 @@ func (q *Queries) OutboxEndpointList(ctx context.Context, arg OutboxEndpointList
 
 const outboxEndpointRecover = `-- name: OutboxEndpointRecover :many
 WITH ep AS (
-    SELECT e.id, e.tenant, e.event_types
+    SELECT e.id, e.tenant, e.event_types, e.data_filter
     FROM wharf_outbox_endpoints e
     WHERE e.id = $1::uuid AND e.enabled
     FOR KEY SHARE
@@ -1316,6 +1325,8 @@ missed AS (
                   OR f.pattern = '*'
                   OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1))))
           END
+      AND (ep.data_filter IS NULL OR starts_with(ev.type, 'wharf.')
+           OR (convert_from(ev.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter)
       AND NOT EXISTS (
           SELECT 1 FROM wharf_outbox_deliveries d
           WHERE d.event_id = ev.id AND d.endpoint_id = ep.id)
@@ -1398,7 +1409,7 @@ SET previous_secret = secret,
     version = version + 1,
     updated_at = $3::timestamptz
 WHERE id = $4::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter
 `
 
 type OutboxEndpointRotateSecretParams struct {
@@ -1448,6 +1459,7 @@ func (q *Queries) OutboxEndpointRotateSecret(ctx context.Context, arg OutboxEndp
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
 		&i.Version,
+		&i.DataFilter,
 	)
 	return i, err
 }
@@ -1456,7 +1468,7 @@ const outboxEndpointUpdate = `-- name: OutboxEndpointUpdate :one
 WITH requeue AS (
     UPDATE wharf_outbox_rate_buckets
     SET queued_until = '-infinity'
-    WHERE endpoint_id = $12::uuid AND $9::float8 IS NOT NULL
+    WHERE endpoint_id = $14::uuid AND $9::float8 IS NOT NULL
 )
 UPDATE wharf_outbox_endpoints
 SET url = COALESCE($1::text, url),
@@ -1469,10 +1481,11 @@ SET url = COALESCE($1::text, url),
     auth = COALESCE($8::jsonb, auth),
     rate_limit_per_second = COALESCE($9::float8, rate_limit_per_second),
     rate_limit_burst = COALESCE($10::int, rate_limit_burst),
+    data_filter = CASE WHEN $11::boolean THEN $12::jsonb ELSE data_filter END,
     version = version + 1,
-    updated_at = $11::timestamptz
-WHERE id = $12::uuid
-RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version
+    updated_at = $13::timestamptz
+WHERE id = $14::uuid
+RETURNING id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter
 `
 
 type OutboxEndpointUpdateParams struct {
@@ -1486,11 +1499,14 @@ type OutboxEndpointUpdateParams struct {
 	Auth               []byte
 	RateLimitPerSecond *float64
 	RateLimitBurst     *int32
+	SetDataFilter      bool
+	DataFilter         []byte
 	Now                time.Time
 	ID                 uuid.UUID
 }
 
-// NULL parameters leave their column unchanged. Like every statement that
+// NULL parameters leave their column unchanged (data_filter: unless
+// set_data_filter, which sets it, NULL removing it). Like every statement that
 // changes how the endpoint's deliveries are sent or admitted, it counts a
 // version, which a running batch job compares (see the migration). A new rate limit empties
 // the queue of deliveries waiting for its tokens (they keep their turns,
@@ -1507,6 +1523,8 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 		arg.Auth,
 		arg.RateLimitPerSecond,
 		arg.RateLimitBurst,
+		arg.SetDataFilter,
+		arg.DataFilter,
 		arg.Now,
 		arg.ID,
 	)
@@ -1543,12 +1561,13 @@ func (q *Queries) OutboxEndpointUpdate(ctx context.Context, arg OutboxEndpointUp
 		&i.CircuitProbeDeliveryID,
 		&i.CircuitProbeExpiresAt,
 		&i.Version,
+		&i.DataFilter,
 	)
 	return i, err
 }
 
 const outboxEndpointsByURL = `-- name: OutboxEndpointsByURL :many
-SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version FROM wharf_outbox_endpoints
+SELECT id, url, description, event_types, tenant, secret, previous_secret, previous_secret_expires_at, max_in_flight, timeout_ms, ordered, enabled, disabled_reason, disabled_at, consecutive_failures, failing_since, last_success_at, last_failure_at, created_at, updated_at, headers, auth, rate_limit_per_second, rate_limit_burst, circuit_state, circuit_opened_at, circuit_open_until, circuit_openings, circuit_probe_delivery_id, circuit_probe_expires_at, version, data_filter FROM wharf_outbox_endpoints
 WHERE tenant = $1 AND url = $2
 ORDER BY created_at, id
 LIMIT 2
@@ -1602,6 +1621,7 @@ func (q *Queries) OutboxEndpointsByURL(ctx context.Context, arg OutboxEndpointsB
 			&i.CircuitProbeDeliveryID,
 			&i.CircuitProbeExpiresAt,
 			&i.Version,
+			&i.DataFilter,
 		); err != nil {
 			return nil, err
 		}
@@ -2146,6 +2166,10 @@ stored AS (
                  OR f.pattern = '*'
                  OR (right(f.pattern, 2) = '.*' AND starts_with(input.type, left(f.pattern, -1))))
          END
+     -- The content filter, read from the envelope only for an endpoint
+     -- that has one; an operational event is the outbox's, not filtered.
+     AND (ep.data_filter IS NULL OR starts_with(input.type, 'wharf.')
+          OR (convert_from(input.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter)
     ORDER BY input.n, ep.id
     -- seq is drawn in this order.
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
@@ -2209,7 +2233,8 @@ type OutboxPublishRow struct {
 }
 
 // Stores events and, for each, one pending delivery per enabled endpoint of
-// the event's tenant whose filter matches its type, due at first_attempt_at.
+// the event's tenant whose filter matches its type, and whose content
+// filter, if any, its data contains, due at first_attempt_at.
 // Returns the deliveries in the order they were stored (by event, then
 // endpoint), with their endpoint's concurrency cap and whether it is rate
 // limited, which the jobs' grouping heeds.

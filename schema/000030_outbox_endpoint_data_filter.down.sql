@@ -1,0 +1,1 @@
+ALTER TABLE wharf_outbox_endpoints DROP COLUMN IF EXISTS data_filter;
