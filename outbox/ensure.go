@@ -161,8 +161,8 @@ func (s *endpoints) ensure(ctx context.Context, tx pgx.Tx, params *EndpointParam
 type endpointSettings struct {
 	eventTypes  []string
 	dataFilter  []byte // nil: none
-	maxInFlight int   // as Endpoint.MaxInFlight says it
-	storedCap   int32 // as stored: 0 is no cap
+	maxInFlight int    // as Endpoint.MaxInFlight says it
+	storedCap   int32  // as stored: 0 is no cap
 	timeout     time.Duration
 	headers     http.Header
 	auth        *outboxtype.Auth
