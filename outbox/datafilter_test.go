@@ -74,6 +74,28 @@ func TestRecoverHeedsTheDataFilter(t *testing.T) {
 	require.Equal(t, 1, deliveriesOf(t, bundle, ep.ID))
 }
 
+// TestEnsureComparesDataFilters: EndpointEnsure leaves an endpoint whose
+// content filter is the same JSON (spacing and key order aside) and
+// updates one whose filter differs.
+func TestEnsureComparesDataFilters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bundle := setup(t, testConfig())
+	params := &outbox.EndpointParams{URL: "https://a.example/hook", DataFilter: json.RawMessage(`{"a":1,"b":{"c":2}}`)}
+	first, err := bundle.outbox.EndpointEnsure(ctx, params)
+	require.NoError(t, err)
+	require.True(t, first.Created)
+	params.DataFilter = json.RawMessage(`{ "b": {"c": 2}, "a": 1 }`)
+	same, err := bundle.outbox.EndpointEnsure(ctx, params)
+	require.NoError(t, err)
+	require.False(t, same.Updated, "the same filter")
+	params.DataFilter = nil
+	cleared, err := bundle.outbox.EndpointEnsure(ctx, params)
+	require.NoError(t, err)
+	require.True(t, cleared.Updated)
+	require.Nil(t, cleared.DataFilter)
+}
+
 // TestEndpointDataFilterRefusesWhatIsNoObject: a content filter that is
 // not a JSON object, too large or holds a NUL character is refused as a
 // field error, changing nothing.
