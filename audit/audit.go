@@ -67,7 +67,7 @@ type Entry struct {
 	// "endpoint.disable", "endpoint.enable", "endpoint.rotate_secret",
 	// "endpoint.delete", "endpoint.recover", "endpoint.replay_dead",
 	// "delivery.replay", "message.replay", "message.skip",
-	// "message.forget".
+	// "message.forget", "event.forget", "tenant.forget".
 	Action string
 	// ObjectType is "endpoint", "delivery" or "message".
 	ObjectType string

@@ -13,3 +13,19 @@ WHERE (sqlc.narg('tenant')::text IS NULL OR tenant = sqlc.narg('tenant')::text)
        OR (at, id) < (sqlc.narg('after_at')::timestamptz, sqlc.narg('after_id')::uuid))
 ORDER BY at DESC, id DESC
 LIMIT @max_rows::int;
+
+-- name: AuditForgetObjects :execrows
+-- Empties the reasons and details of the audit entries about objects, on
+-- an erasure request: who did what, and when, stays.
+UPDATE wharf_audit_log
+SET reason = '', details = '{}'
+WHERE object_type = @object_type::text AND object_id = ANY(@object_ids::text[])
+  AND (reason <> '' OR details <> '{}'::jsonb);
+
+-- name: AuditForgetTenant :execrows
+-- Empties the reasons and details of a tenant's audit entries, on an
+-- erasure request, through the tenant index.
+UPDATE wharf_audit_log
+SET reason = '', details = '{}'
+WHERE tenant = @tenant::text AND tenant <> ''
+  AND (reason <> '' OR details <> '{}'::jsonb);

@@ -1154,3 +1154,41 @@ ORDER BY input.n;
 -- River's insert notification, on its own (see delivery's wake), on its
 -- channel as River names it: the schema, a dot and the topic.
 SELECT pg_notify(concat(current_schema(), '.', @topic::text), @payload::text);
+
+-- name: OutboxEventsForget :many
+-- Erases the payloads of events on an erasure request (Outbox.ForgetEvent),
+-- scrubbed already or not.
+UPDATE wharf_outbox_events
+SET payload = '', scrubbed_at = coalesce(scrubbed_at, @now::timestamptz)
+WHERE id = ANY((@ids::text[])::uuid[])
+RETURNING id;
+
+-- name: OutboxTenantEventsForget :many
+-- Erases the payloads of every event of a tenant on an erasure request
+-- (Outbox.ForgetTenant), through the tenant index.
+UPDATE wharf_outbox_events
+SET payload = '', scrubbed_at = coalesce(scrubbed_at, @now::timestamptz)
+WHERE tenant = @tenant::text AND tenant <> ''
+RETURNING id;
+
+-- name: OutboxDeliveriesOfEvents :many
+-- The deliveries of events, with their endpoints, for an erasure.
+SELECT d.id, d.endpoint_id, d.status FROM wharf_outbox_deliveries d
+WHERE d.event_id = ANY((@event_ids::text[])::uuid[])
+ORDER BY d.id;
+
+-- name: OutboxAttemptsForget :execrows
+-- Empties the response bodies and errors of the attempts of deliveries, on
+-- an erasure request: an endpoint may echo the payload.
+UPDATE wharf_outbox_attempts a
+SET response_body = '', response_truncated = false, error = CASE WHEN a.error = '' THEN '' ELSE 'erased on request' END
+WHERE a.delivery_id = ANY((@delivery_ids::text[])::uuid[])
+  AND (a.response_body <> '' OR a.error <> '');
+
+-- name: OutboxDeliveriesForgetUnfinished :many
+-- Deletes the deliveries of an erasure that are still to send (pending or
+-- retrying), so that no attempt sends what was erased; their jobs then
+-- find nothing to send. The caller has locked their endpoints.
+DELETE FROM wharf_outbox_deliveries d
+WHERE d.id = ANY((@ids::text[])::uuid[]) AND d.status IN ('pending', 'retrying')
+RETURNING d.id;

@@ -13,6 +13,45 @@ import (
 	"github.com/google/uuid"
 )
 
+const auditForgetObjects = `-- name: AuditForgetObjects :execrows
+UPDATE wharf_audit_log
+SET reason = '', details = '{}'
+WHERE object_type = $1::text AND object_id = ANY($2::text[])
+  AND (reason <> '' OR details <> '{}'::jsonb)
+`
+
+type AuditForgetObjectsParams struct {
+	ObjectType string
+	ObjectIds  []string
+}
+
+// Empties the reasons and details of the audit entries about objects, on
+// an erasure request: who did what, and when, stays.
+func (q *Queries) AuditForgetObjects(ctx context.Context, arg AuditForgetObjectsParams) (int64, error) {
+	result, err := q.db.Exec(ctx, auditForgetObjects, arg.ObjectType, arg.ObjectIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const auditForgetTenant = `-- name: AuditForgetTenant :execrows
+UPDATE wharf_audit_log
+SET reason = '', details = '{}'
+WHERE tenant = $1::text AND tenant <> ''
+  AND (reason <> '' OR details <> '{}'::jsonb)
+`
+
+// Empties the reasons and details of a tenant's audit entries, on an
+// erasure request, through the tenant index.
+func (q *Queries) AuditForgetTenant(ctx context.Context, tenant string) (int64, error) {
+	result, err := q.db.Exec(ctx, auditForgetTenant, tenant)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const auditInsert = `-- name: AuditInsert :exec
 INSERT INTO wharf_audit_log (id, at, actor_kind, actor, tenant, action, object_type, object_id, reason, details)
 VALUES ($1::uuid, $2::timestamptz, $3::text, $4::text, $5::text, $6::text,

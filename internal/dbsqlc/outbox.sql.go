@@ -244,6 +244,23 @@ func (q *Queries) OutboxAttemptRecordSucceeded(ctx context.Context, arg OutboxAt
 	return items, nil
 }
 
+const outboxAttemptsForget = `-- name: OutboxAttemptsForget :execrows
+UPDATE wharf_outbox_attempts a
+SET response_body = '', response_truncated = false, error = CASE WHEN a.error = '' THEN '' ELSE 'erased on request' END
+WHERE a.delivery_id = ANY(($1::text[])::uuid[])
+  AND (a.response_body <> '' OR a.error <> '')
+`
+
+// Empties the response bodies and errors of the attempts of deliveries, on
+// an erasure request: an endpoint may echo the payload.
+func (q *Queries) OutboxAttemptsForget(ctx context.Context, deliveryIds []string) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxAttemptsForget, deliveryIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxCircuitProbeClaim = `-- name: OutboxCircuitProbeClaim :one
 UPDATE wharf_outbox_endpoints ep
 SET circuit_state = CASE WHEN ep.circuit_state = 'closed' THEN 'closed' ELSE 'half_open' END,
@@ -292,6 +309,68 @@ type OutboxCircuitProbeReleaseParams struct {
 func (q *Queries) OutboxCircuitProbeRelease(ctx context.Context, arg OutboxCircuitProbeReleaseParams) error {
 	_, err := q.db.Exec(ctx, outboxCircuitProbeRelease, arg.EndpointID, arg.DeliveryID)
 	return err
+}
+
+const outboxDeliveriesForgetUnfinished = `-- name: OutboxDeliveriesForgetUnfinished :many
+DELETE FROM wharf_outbox_deliveries d
+WHERE d.id = ANY(($1::text[])::uuid[]) AND d.status IN ('pending', 'retrying')
+RETURNING d.id
+`
+
+// Deletes the deliveries of an erasure that are still to send (pending or
+// retrying), so that no attempt sends what was erased; their jobs then
+// find nothing to send. The caller has locked their endpoints.
+func (q *Queries) OutboxDeliveriesForgetUnfinished(ctx context.Context, ids []string) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveriesForgetUnfinished, ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxDeliveriesOfEvents = `-- name: OutboxDeliveriesOfEvents :many
+SELECT d.id, d.endpoint_id, d.status FROM wharf_outbox_deliveries d
+WHERE d.event_id = ANY(($1::text[])::uuid[])
+ORDER BY d.id
+`
+
+type OutboxDeliveriesOfEventsRow struct {
+	ID         uuid.UUID
+	EndpointID uuid.UUID
+	Status     string
+}
+
+// The deliveries of events, with their endpoints, for an erasure.
+func (q *Queries) OutboxDeliveriesOfEvents(ctx context.Context, eventIds []string) ([]OutboxDeliveriesOfEventsRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveriesOfEvents, eventIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxDeliveriesOfEventsRow
+	for rows.Next() {
+		var i OutboxDeliveriesOfEventsRow
+		if err := rows.Scan(&i.ID, &i.EndpointID, &i.Status); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const outboxDeliveriesStranded = `-- name: OutboxDeliveriesStranded :many
@@ -1651,6 +1730,40 @@ func (q *Queries) OutboxEndpointsLockKeyShare(ctx context.Context, ids []string)
 	return err
 }
 
+const outboxEventsForget = `-- name: OutboxEventsForget :many
+UPDATE wharf_outbox_events
+SET payload = '', scrubbed_at = coalesce(scrubbed_at, $1::timestamptz)
+WHERE id = ANY(($2::text[])::uuid[])
+RETURNING id
+`
+
+type OutboxEventsForgetParams struct {
+	Now time.Time
+	Ids []string
+}
+
+// Erases the payloads of events on an erasure request (Outbox.ForgetEvent),
+// scrubbed already or not.
+func (q *Queries) OutboxEventsForget(ctx context.Context, arg OutboxEventsForgetParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, outboxEventsForget, arg.Now, arg.Ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxGaugeByEndpoint = `-- name: OutboxGaugeByEndpoint :many
 SELECT ep.id AS endpoint_id,
        count(d.id) FILTER (WHERE d.status IN ('pending', 'retrying'))::bigint AS pending,
@@ -2497,6 +2610,40 @@ func (q *Queries) OutboxRateTake(ctx context.Context, arg OutboxRateTakeParams) 
 		&i.BucketMissing,
 	)
 	return i, err
+}
+
+const outboxTenantEventsForget = `-- name: OutboxTenantEventsForget :many
+UPDATE wharf_outbox_events
+SET payload = '', scrubbed_at = coalesce(scrubbed_at, $1::timestamptz)
+WHERE tenant = $2::text AND tenant <> ''
+RETURNING id
+`
+
+type OutboxTenantEventsForgetParams struct {
+	Now    time.Time
+	Tenant string
+}
+
+// Erases the payloads of every event of a tenant on an erasure request
+// (Outbox.ForgetTenant), through the tenant index.
+func (q *Queries) OutboxTenantEventsForget(ctx context.Context, arg OutboxTenantEventsForgetParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, outboxTenantEventsForget, arg.Now, arg.Tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const riverNotifyInsert = `-- name: RiverNotifyInsert :exec

@@ -1,0 +1,1 @@
+DROP INDEX IF EXISTS wharf_outbox_events_tenant_idx;
