@@ -148,6 +148,12 @@ func TestAPIMatchesItsOpenAPIDocument(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, status)
 	status, _ = c.do("POST", "/endpoints/"+id+"/recover", map[string]any{"since": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)})
 	require.Equal(t, http.StatusAccepted, status)
+	status, _ = c.do("POST", "/deliveries/redrive", map[string]any{"since": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "status": "succeeded", "event_type": "balance.*", "min_status_code": 200, "max_status_code": 299, "dry_run": true})
+	require.Equal(t, http.StatusOK, status)
+	status, _ = c.do("POST", "/deliveries/redrive", map[string]any{"since": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "endpoint_id": id})
+	require.Equal(t, http.StatusAccepted, status)
+	status, _ = c.do("POST", "/deliveries/redrive", map[string]any{"since": time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), "event_type": "in voice"})
+	require.Equal(t, http.StatusUnprocessableEntity, status)
 
 	// Errors are in the document too.
 	status, _ = c.do("POST", "/endpoints", map[string]any{"url": "ftp://x"})

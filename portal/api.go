@@ -56,6 +56,7 @@ func (h *Handler) apiRoutes(mux *http.ServeMux) {
 	route("GET "+apiBase+"/deliveries", false, h.listDeliveries)
 	route("GET "+apiBase+"/deliveries/{id}", false, h.getDelivery)
 	route("POST "+apiBase+"/deliveries/{id}/replay", true, h.replayDelivery)
+	route("POST "+apiBase+"/deliveries/redrive", true, h.redriveDeliveries)
 	mux.Handle(apiBase+"/", h.api(false, func(http.ResponseWriter, *http.Request) error {
 		return &apiError{status: http.StatusNotFound, msg: "no such API path or method"}
 	}))
@@ -131,7 +132,7 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.As(err, &ae):
 	case errors.As(err, &fe):
 		ae = &apiError{status: http.StatusUnprocessableEntity, msg: fe.Error(), field: fe.Field}
-	case errors.Is(err, outbox.ErrInvalidEndpoint):
+	case errors.Is(err, outbox.ErrInvalidEndpoint), errors.Is(err, outbox.ErrInvalidRedrive):
 		ae = &apiError{status: http.StatusUnprocessableEntity, msg: err.Error()}
 	case errors.As(err, &de):
 		ae = &apiError{status: http.StatusUnprocessableEntity, msg: err.Error(), field: "event_type"}
@@ -527,17 +528,9 @@ func (h *Handler) recoverEndpoint(w http.ResponseWriter, r *http.Request) error 
 	if err := decode(r, &body, false); err != nil {
 		return err
 	}
-	if body.Since == nil {
-		return invalid("since", "since is required: the oldest event to send again")
-	}
-	since, err := time.Parse(time.RFC3339Nano, *body.Since)
-	switch {
-	case err != nil:
-		return invalid("since", "since must be an RFC 3339 time")
-	case since.After(h.cfg.Now()):
-		return invalid("since", "since is in the future")
-	case since.Year() < 2000:
-		return invalid("since", "since is before the year 2000")
+	since, err := h.pastTime("since", body.Since, "since is required: the oldest event to send again")
+	if err != nil {
+		return err
 	}
 	ep, err := h.endpoint(r.Context(), nil, r.PathValue("id"))
 	if err != nil {
@@ -548,6 +541,104 @@ func (h *Handler) recoverEndpoint(w http.ResponseWriter, r *http.Request) error 
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]int{"deliveries": n})
+	return nil
+}
+
+// pastTime reads a request's RFC 3339 time field, which must be in the
+// past (after 2000); missing is the error required says, or the zero time
+// when required is "".
+func (h *Handler) pastTime(field string, v *string, required string) (time.Time, error) {
+	if v == nil {
+		if required != "" {
+			return time.Time{}, invalid(field, "%s", required)
+		}
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, *v)
+	switch {
+	case err != nil:
+		return t, invalid(field, "%s must be an RFC 3339 time", field)
+	case t.After(h.cfg.Now()):
+		return t, invalid(field, "%s is in the future", field)
+	case t.Year() < 2000:
+		return t, invalid(field, "%s is before the year 2000", field)
+	}
+	return t, nil
+}
+
+// redriveRequest selects the tenant's finished deliveries to send again
+// (see outbox.RedriveParams).
+type redriveRequest struct {
+	Status        *string `json:"status"`
+	EndpointID    *string `json:"endpoint_id"`
+	EventType     *string `json:"event_type"`
+	MinStatusCode *int    `json:"min_status_code"`
+	MaxStatusCode *int    `json:"max_status_code"`
+	Since         *string `json:"since"`
+	Until         *string `json:"until"`
+	DryRun        bool    `json:"dry_run"`
+}
+
+type redriveResultJSON struct {
+	Matched  int  `json:"matched"`
+	Replayed int  `json:"replayed"`
+	Skipped  int  `json:"skipped"`
+	DryRun   bool `json:"dry_run"`
+}
+
+// redriveDeliveries sends again the tenant's dead (or succeeded)
+// deliveries a filter selects, or counts them on a dry run.
+func (h *Handler) redriveDeliveries(w http.ResponseWriter, r *http.Request) error {
+	var body redriveRequest
+	if err := decode(r, &body, false); err != nil {
+		return err
+	}
+	tenant := accessOf(r.Context()).tenant
+	params := &outbox.RedriveParams{Tenant: &tenant, DryRun: body.DryRun}
+	var err error
+	if params.Since, err = h.pastTime("since", body.Since, "since is required: the oldest event to send again"); err != nil {
+		return err
+	}
+	if params.Until, err = h.pastTime("until", body.Until, ""); err != nil {
+		return err
+	}
+	if body.Status != nil {
+		params.Status = outbox.DeliveryStatus(*body.Status)
+		if params.Status != outbox.StatusDead && params.Status != outbox.StatusSucceeded {
+			return invalid("status", "status must be dead or succeeded")
+		}
+	}
+	if body.EventType != nil {
+		params.EventType = *body.EventType
+		if params.EventType == "" {
+			return invalid("event_type", `event_type must be a type, "prefix.*" or "*"`)
+		}
+	}
+	if (body.MinStatusCode == nil) != (body.MaxStatusCode == nil) {
+		return invalid("max_status_code", "min_status_code and max_status_code go together")
+	}
+	if body.MinStatusCode != nil {
+		params.MinStatusCode, params.MaxStatusCode = *body.MinStatusCode, *body.MaxStatusCode
+		if params.MinStatusCode < 100 || params.MaxStatusCode > 599 || params.MinStatusCode > params.MaxStatusCode {
+			return invalid("min_status_code", "min_status_code and max_status_code must be a range within 100–599")
+		}
+	}
+	if body.EndpointID != nil {
+		ep, err := h.endpoint(r.Context(), nil, *body.EndpointID)
+		if err != nil {
+			return err
+		}
+		params.EndpointID = &ep.ID
+	}
+	res, err := h.cfg.Outbox.Redrive(r.Context(), params, nil)
+	if err != nil {
+		return err
+	}
+	status := http.StatusAccepted
+	if body.DryRun {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, redriveResultJSON{Matched: res.Matched, Replayed: res.Replayed, Skipped: res.Skipped, DryRun: body.DryRun})
 	return nil
 }
 

@@ -394,3 +394,64 @@ func TestDataFilterThroughTheAPI(t *testing.T) {
 	require.Contains(t, got, "data_filter")
 	require.Nil(t, got["data_filter"])
 }
+
+// TestRedriveThroughTheAPI: a tenant sends its dead deliveries again by a
+// filter, after a dry run; another tenant's are neither counted nor sent,
+// nor reachable by their endpoint's id; bad filters are 422 and change
+// nothing.
+func TestRedriveThroughTheAPI(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, nil)
+	acme, globex := token(t, "acme", false), token(t, "globex", false)
+	servers := map[string]*receiver{}
+	endpoints := map[string]string{}
+	for tenant, tok := range map[string]string{"acme": acme, "globex": globex} {
+		servers[tenant] = newReceiver(t)
+		servers[tenant].status.Store(http.StatusServiceUnavailable)
+		created := f.call(t, tok, "POST", "/endpoints", map[string]any{"url": servers[tenant].server.URL + "/hooks"})
+		require.Equal(t, http.StatusCreated, created.status, string(created.body))
+		endpoints[tenant] = created.json(t)["id"].(string)
+	}
+	since := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	f.publish(t,
+		&outbox.Event{Type: "invoice.paid", Tenant: "acme", Data: map[string]int{"cents": 1}},
+		&outbox.Event{Type: "invoice.paid", Tenant: "globex", Data: map[string]int{"cents": 2}},
+	)
+	deliveries := map[string]string{}
+	for tenant, tok := range map[string]string{"acme": acme, "globex": globex} {
+		list := f.call(t, tok, "GET", "/deliveries", nil).json(t)["data"].([]any)
+		require.Len(t, list, 1)
+		deliveries[tenant] = list[0].(map[string]any)["id"].(string)
+		f.awaitStatus(t, tok, deliveries[tenant], "dead")
+	}
+	servers["acme"].status.Store(0)
+
+	dry := f.call(t, acme, "POST", "/deliveries/redrive", map[string]any{"since": since, "event_type": "invoice.*", "min_status_code": 500, "max_status_code": 599, "dry_run": true})
+	require.Equal(t, http.StatusOK, dry.status, string(dry.body))
+	require.Equal(t, map[string]any{"matched": float64(1), "replayed": float64(0), "skipped": float64(0), "dry_run": true}, dry.json(t), "acme's own")
+
+	for name, bad := range map[string]struct {
+		body   map[string]any
+		status int
+	}{
+		"another tenant's endpoint": {map[string]any{"since": since, "endpoint_id": endpoints["globex"]}, http.StatusNotFound},
+		"no since":                  {map[string]any{}, http.StatusUnprocessableEntity},
+		"future since":              {map[string]any{"since": time.Now().Add(time.Hour).UTC().Format(time.RFC3339)}, http.StatusUnprocessableEntity},
+		"min without max":           {map[string]any{"since": since, "min_status_code": 500}, http.StatusUnprocessableEntity},
+		"status":                    {map[string]any{"since": since, "status": "pending"}, http.StatusUnprocessableEntity},
+		"event type":                {map[string]any{"since": since, "event_type": "in voice"}, http.StatusUnprocessableEntity},
+		"unknown field":             {map[string]any{"since": since, "tenant": "globex"}, http.StatusUnprocessableEntity},
+	} {
+		got := f.call(t, acme, "POST", "/deliveries/redrive", bad.body)
+		require.Equal(t, bad.status, got.status, "%s: %s", name, got.body)
+	}
+	got := f.call(t, token(t, "acme", true), "POST", "/deliveries/redrive", map[string]any{"since": since})
+	require.Equal(t, http.StatusForbidden, got.status, "a read-only token")
+
+	done := f.call(t, acme, "POST", "/deliveries/redrive", map[string]any{"since": since, "endpoint_id": endpoints["acme"]})
+	require.Equal(t, http.StatusAccepted, done.status, string(done.body))
+	require.Equal(t, float64(1), done.json(t)["replayed"])
+	f.awaitStatus(t, acme, deliveries["acme"], "succeeded")
+	d := f.call(t, globex, "GET", "/deliveries/"+deliveries["globex"], nil).json(t)
+	require.Equal(t, "dead", d["status"], "globex's stays dead")
+}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,6 +140,8 @@ type receiver struct {
 	got    []*http.Request
 	bodies [][]byte
 	notify chan struct{}
+	// status, when not 0, is the status code it answers.
+	status atomic.Int32
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -149,6 +152,9 @@ func newReceiver(t *testing.T) *receiver {
 		r.got = append(r.got, req)
 		r.bodies = append(r.bodies, body)
 		r.mu.Unlock()
+		if code := r.status.Load(); code != 0 {
+			w.WriteHeader(int(code))
+		}
 		select {
 		case r.notify <- struct{}{}:
 		default:

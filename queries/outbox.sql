@@ -1192,3 +1192,44 @@ WHERE a.delivery_id = ANY((@delivery_ids::text[])::uuid[])
 DELETE FROM wharf_outbox_deliveries d
 WHERE d.id = ANY((@ids::text[])::uuid[]) AND d.status IN ('pending', 'retrying')
 RETURNING d.id;
+
+-- name: OutboxDeliveriesRedriveFind :many
+-- One batch of the finished deliveries a redrive selects (see
+-- Outbox.Redrive), in seq order after after_seq: of an enabled endpoint
+-- (of tenant, or endpoint_id, when given), in status, whose last answer's
+-- code lies within [min_code, max_code] when min_code is not 0, whose
+-- event was published in [since, until) and is of a type the pattern
+-- matches (exact, "prefix.*" or "*"), and whose payload is still stored.
+SELECT d.id, d.seq, d.endpoint_id FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
+WHERE d.status = @status::text
+  AND ep.enabled
+  AND (sqlc.narg('tenant')::text IS NULL OR ep.tenant = sqlc.narg('tenant')::text)
+  AND (sqlc.narg('endpoint_id')::uuid IS NULL OR d.endpoint_id = sqlc.narg('endpoint_id')::uuid)
+  AND (@min_code::int = 0 OR d.last_status_code BETWEEN @min_code::int AND @max_code::int)
+  AND d.event_created_at >= @since::timestamptz AND d.event_created_at < @until::timestamptz
+  AND d.seq > @after_seq::bigint
+  AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
+              WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL
+                AND (@event_type::text = '*' OR ev.type = @event_type::text
+                     OR (right(@event_type::text, 2) = '.*' AND starts_with(ev.type, left(@event_type::text, -1)))))
+ORDER BY d.seq
+LIMIT @batch_size::int;
+
+-- name: OutboxDeliveriesRequeueMany :many
+-- Moves deliveries back to pending in a new generation, for a redrive,
+-- while each is still in status, its endpoint enabled and its event's
+-- payload stored (a concurrent replay, erasure or retention may have got
+-- there first), and returns them with their endpoints' shapes. Not while
+-- retention drops an event's partition.
+UPDATE wharf_outbox_deliveries d
+SET status = 'pending', last_error = '', next_attempt_at = @now::timestamptz, updated_at = @now::timestamptz,
+    generation = d.generation + 1, throttled_until = NULL
+FROM wharf_outbox_endpoints ep
+WHERE d.id = ANY((@ids::text[])::uuid[]) AND d.status = @status::text
+  AND ep.id = d.endpoint_id AND ep.enabled
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
+  AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
+              WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
+RETURNING d.id, d.endpoint_id, d.generation, d.ordering_key, d.attempts, ep.max_in_flight, ep.rate_limit_per_second;

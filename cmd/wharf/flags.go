@@ -112,3 +112,47 @@ func shellQuote(s string) string {
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// timeValue is a point-in-time flag: a duration before now ("24h", "7d")
+// or an RFC 3339 time; empty is the zero time.
+type timeValue struct {
+	text string
+	at   time.Time
+	now  func() time.Time
+}
+
+// pointInTime declares a point-in-time flag on fs with a default (text
+// either form takes, or "") and returns where it is stored.
+func pointInTime(fs *flag.FlagSet, name, value, usage string) *timeValue {
+	v := &timeValue{now: time.Now}
+	if err := v.Set(value); err != nil {
+		panic(err)
+	}
+	fs.Var(v, name, usage+" (a `time`: a duration ago, 24h or 7d, or RFC 3339)")
+	return v
+}
+
+func (v *timeValue) String() string {
+	if v == nil {
+		return ""
+	}
+	return v.text
+}
+
+func (v *timeValue) Set(s string) error {
+	v.text = s
+	if s == "" {
+		v.at = time.Time{}
+		return nil
+	}
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		v.at = t
+		return nil
+	}
+	d, err := ops.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q is neither a duration ago (24h, 7d) nor an RFC 3339 time", s)
+	}
+	v.at = v.now().Add(-d)
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -369,45 +370,116 @@ func runOutboxDeliveries(ctx context.Context, e *env, args []string) error {
 }
 
 func runOutboxReplay(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "outbox replay", "DELIVERY_ID | -dead -endpoint ID [-since 24h]")
-	dead := fs.Bool("dead", false, "replay every dead delivery of -endpoint (since -since) instead of one id")
-	endpoint := fs.String("endpoint", "", "with -dead: the endpoint")
-	since := duration(fs, "since", 24*time.Hour, "with -dead: deliveries of events published within this past window")
+	fs := newFlagSet(e, "outbox replay", "DELIVERY_ID | -dead|-succeeded [-tenant T] [-endpoint ID] [-type PATTERN] [-codes 5xx] [-since 24h] [-until TIME] [-batch N] [-dry-run]")
+	dead := fs.Bool("dead", false, "replay the dead deliveries the other flags select instead of one id")
+	succeeded := fs.Bool("succeeded", false, "replay the succeeded deliveries the other flags select (send delivered events again)")
+	tenant := fs.String("tenant", "", "by filter: the deliveries to this tenant's endpoints")
+	endpoint := fs.String("endpoint", "", "by filter: one endpoint's deliveries")
+	eventType := fs.String("type", "*", `by filter: the events' type: exact, "prefix.*" or "*"`)
+	codes := fs.String("codes", "", "by filter: the last answer's status codes: 503, 500-599 or 5xx (default any, answered or not)")
+	since := pointInTime(fs, "since", "24h", "by filter: deliveries of events published at or after this")
+	until := pointInTime(fs, "until", "", "by filter: deliveries of events published before this (default now)")
+	batch := fs.Int("batch", 500, "by filter: deliveries per transaction (and audit entry), 1–10000")
+	dryRun := fs.Bool("dry-run", false, "by filter: count the deliveries, change nothing")
 	positional, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
+	}
+	if !*dead && !*succeeded {
+		if len(positional) != 1 {
+			return usageError{"outbox replay takes one delivery id, or -dead or -succeeded and filters"}
+		}
+		id, err := parseID("a delivery", positional[0])
+		if err != nil {
+			return err
+		}
+		ob, err := e.outbox(ctx, false)
+		if err != nil {
+			return err
+		}
+		if err := ob.DeliveryReplay(ctx, id); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.out, "delivery %s replayed\n", id)
+		return nil
+	}
+	if *dead && *succeeded || len(positional) != 0 {
+		return usageError{"outbox replay takes -dead or -succeeded with filters, and no delivery id"}
+	}
+	params := &outbox.RedriveParams{Status: outbox.StatusDead, EventType: *eventType, Since: since.at, Until: until.at, DryRun: *dryRun, BatchSize: *batch}
+	if *succeeded {
+		params.Status = outbox.StatusSucceeded
+	}
+	if *tenant != "" {
+		params.Tenant = tenant
+	}
+	if *endpoint != "" {
+		id, err := parseID("an endpoint", *endpoint)
+		if err != nil {
+			return err
+		}
+		params.EndpointID = &id
+	}
+	if params.MinStatusCode, params.MaxStatusCode, err = parseStatusCodes(*codes); err != nil {
+		return err
+	}
+	if *batch < 1 {
+		return usageError{fmt.Sprintf("-batch %d: want 1–10000", *batch)}
 	}
 	ob, err := e.outbox(ctx, false)
 	if err != nil {
 		return err
 	}
-	if *dead {
-		if len(positional) != 0 || *endpoint == "" {
-			return usageError{"outbox replay -dead takes -endpoint ID and no delivery id"}
+	verb := "replayed"
+	if *dryRun {
+		verb = "would replay"
+	}
+	p := e.progress("matched %d, replayed %d, skipped %d…")
+	res, err := ob.Redrive(ctx, params, func(r outbox.RedriveResult) { p.update(r.Matched, r.Replayed, r.Skipped) })
+	p.done()
+	if errors.Is(err, outbox.ErrInvalidRedrive) {
+		return usageError{strings.TrimPrefix(err.Error(), "outbox: invalid redrive: ")}
+	}
+	if err != nil {
+		if res != nil {
+			return fmt.Errorf("after %d replayed in %d batch(es): %w", res.Replayed, res.Batches, err)
 		}
-		id, err := parseID("an endpoint", *endpoint)
-		if err != nil {
-			return err
-		}
-		n, err := ob.DeliveryReplayDead(ctx, id, time.Now().Add(-*since))
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.out, "replayed %d dead deliveries\n", n)
+		return err
+	}
+	if *dryRun {
+		fmt.Fprintf(e.out, "%s %d %s deliveries; changed nothing\n", verb, res.Matched, params.Status)
 		return nil
 	}
-	if len(positional) != 1 {
-		return usageError{"outbox replay takes one delivery id, or -dead -endpoint ID"}
-	}
-	id, err := parseID("a delivery", positional[0])
-	if err != nil {
-		return err
-	}
-	if err := ob.DeliveryReplay(ctx, id); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.out, "delivery %s replayed\n", id)
+	fmt.Fprintf(e.out, "%s %d %s deliveries in %d batch(es); skipped %d changed meanwhile\n", verb, res.Replayed, params.Status, res.Batches, res.Skipped)
 	return nil
+}
+
+// parseStatusCodes reads -codes: "" (any), one code ("503"), a range
+// ("500-599") or a class ("5xx").
+func parseStatusCodes(s string) (lo, hi int, err error) {
+	bad := usageError{fmt.Sprintf("-codes %q: want a status code (503), a range (500-599) or a class (5xx)", s)}
+	s = strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case s == "":
+		return 0, 0, nil
+	case len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5':
+		lo = int(s[0]-'0') * 100
+		return lo, lo + 99, nil
+	}
+	first, last, isRange := strings.Cut(s, "-")
+	if lo, err = strconv.Atoi(first); err != nil {
+		return 0, 0, bad
+	}
+	hi = lo
+	if isRange {
+		if hi, err = strconv.Atoi(last); err != nil {
+			return 0, 0, bad
+		}
+	}
+	if lo < 100 || hi > 599 || lo > hi {
+		return 0, 0, bad
+	}
+	return lo, hi, nil
 }
 
 // formatCircuit describes an endpoint's circuit breaker: closed,

@@ -24,7 +24,7 @@ import (
 
 // The outbox commands: add (secret printed once), list (table, JSON,
 // paging), disable, enable with recovery, rotate-secret, deliveries list and
-// show, replay one and every dead one.
+// show, replay one, every dead one and by filter.
 func TestOutboxCommands(t *testing.T) {
 	t.Parallel()
 	url := testdb.NewURL(t)
@@ -100,6 +100,29 @@ func TestOutboxCommands(t *testing.T) {
 	code, out, _ = cli(t, "-database-url", url, "outbox", "replay", "-dead", "-endpoint", id, "-since", time.Hour.String())
 	require.Equal(t, 0, code)
 	require.Contains(t, out, "replayed 0 dead deliveries")
+
+	// Replay by filter: dead-letter the delivery as a 503 would have.
+	_, err = pool.Exec(context.Background(), "UPDATE wharf_outbox_deliveries SET status = 'dead', last_status_code = 503 WHERE id = $1", d["ID"])
+	require.NoError(t, err)
+	code, out, _ = cli(t, "-database-url", url, "outbox", "replay", "-dead", "-codes", "4xx", "-dry-run")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "would replay 0 dead deliveries")
+	code, out, _ = cli(t, "-database-url", url, "outbox", "replay", "-dead", "-codes", "500-599", "-type", "order.*", "-since", time.Now().Add(-time.Hour).Format(time.RFC3339), "-dry-run")
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "would replay 1 dead deliveries; changed nothing")
+	code, out, _ = cli(t, "-database-url", url, "outbox", "replay", "-dead", "-codes", "5xx", "-endpoint", id)
+	require.Equal(t, 0, code, out)
+	require.Contains(t, out, "replayed 1 dead deliveries in 1 batch(es)")
+	var status string
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT status FROM wharf_outbox_deliveries WHERE id = $1", d["ID"]).Scan(&status))
+	require.Equal(t, "pending", status)
+	for _, bad := range [][]string{
+		{"-dead", "-codes", "6xx"}, {"-dead", "-codes", "599-500"}, {"-dead", "-since", "yesterday"},
+		{"-dead", "-succeeded"}, {"-dead", "-type", "a b"}, {"-dead", "-batch", "0"}, {"-dead", d["ID"].(string)},
+	} {
+		code, _, errOut = cli(t, append([]string{"-database-url", url, "outbox", "replay"}, bad...)...)
+		require.Equal(t, 2, code, "%v: %s", bad, errOut)
+	}
 	code, _, errOut = cli(t, "-database-url", url, "outbox", "replay")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "one delivery id")

@@ -373,6 +373,143 @@ func (q *Queries) OutboxDeliveriesOfEvents(ctx context.Context, eventIds []strin
 	return items, nil
 }
 
+const outboxDeliveriesRedriveFind = `-- name: OutboxDeliveriesRedriveFind :many
+SELECT d.id, d.seq, d.endpoint_id FROM wharf_outbox_deliveries d
+JOIN wharf_outbox_endpoints ep ON ep.id = d.endpoint_id
+WHERE d.status = $1::text
+  AND ep.enabled
+  AND ($2::text IS NULL OR ep.tenant = $2::text)
+  AND ($3::uuid IS NULL OR d.endpoint_id = $3::uuid)
+  AND ($4::int = 0 OR d.last_status_code BETWEEN $4::int AND $5::int)
+  AND d.event_created_at >= $6::timestamptz AND d.event_created_at < $7::timestamptz
+  AND d.seq > $8::bigint
+  AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
+              WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL
+                AND ($9::text = '*' OR ev.type = $9::text
+                     OR (right($9::text, 2) = '.*' AND starts_with(ev.type, left($9::text, -1)))))
+ORDER BY d.seq
+LIMIT $10::int
+`
+
+type OutboxDeliveriesRedriveFindParams struct {
+	Status     string
+	Tenant     *string
+	EndpointID *uuid.UUID
+	MinCode    int32
+	MaxCode    int32
+	Since      time.Time
+	Until      time.Time
+	AfterSeq   int64
+	EventType  string
+	BatchSize  int32
+}
+
+type OutboxDeliveriesRedriveFindRow struct {
+	ID         uuid.UUID
+	Seq        int64
+	EndpointID uuid.UUID
+}
+
+// One batch of the finished deliveries a redrive selects (see
+// Outbox.Redrive), in seq order after after_seq: of an enabled endpoint
+// (of tenant, or endpoint_id, when given), in status, whose last answer's
+// code lies within [min_code, max_code] when min_code is not 0, whose
+// event was published in [since, until) and is of a type the pattern
+// matches (exact, "prefix.*" or "*"), and whose payload is still stored.
+func (q *Queries) OutboxDeliveriesRedriveFind(ctx context.Context, arg OutboxDeliveriesRedriveFindParams) ([]OutboxDeliveriesRedriveFindRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveriesRedriveFind,
+		arg.Status,
+		arg.Tenant,
+		arg.EndpointID,
+		arg.MinCode,
+		arg.MaxCode,
+		arg.Since,
+		arg.Until,
+		arg.AfterSeq,
+		arg.EventType,
+		arg.BatchSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxDeliveriesRedriveFindRow
+	for rows.Next() {
+		var i OutboxDeliveriesRedriveFindRow
+		if err := rows.Scan(&i.ID, &i.Seq, &i.EndpointID); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxDeliveriesRequeueMany = `-- name: OutboxDeliveriesRequeueMany :many
+UPDATE wharf_outbox_deliveries d
+SET status = 'pending', last_error = '', next_attempt_at = $1::timestamptz, updated_at = $1::timestamptz,
+    generation = d.generation + 1, throttled_until = NULL
+FROM wharf_outbox_endpoints ep
+WHERE d.id = ANY(($2::text[])::uuid[]) AND d.status = $3::text
+  AND ep.id = d.endpoint_id AND ep.enabled
+  AND NOT EXISTS (SELECT 1 FROM wharf_partition_drops p
+                  WHERE p.parent = 'wharf_outbox_events' AND p.day = date_trunc('day', d.event_created_at, 'UTC'))
+  AND EXISTS (SELECT 1 FROM wharf_outbox_events ev
+              WHERE ev.created_at = d.event_created_at AND ev.id = d.event_id AND ev.scrubbed_at IS NULL)
+RETURNING d.id, d.endpoint_id, d.generation, d.ordering_key, d.attempts, ep.max_in_flight, ep.rate_limit_per_second
+`
+
+type OutboxDeliveriesRequeueManyParams struct {
+	Now    time.Time
+	Ids    []string
+	Status string
+}
+
+type OutboxDeliveriesRequeueManyRow struct {
+	ID                 uuid.UUID
+	EndpointID         uuid.UUID
+	Generation         int32
+	OrderingKey        string
+	Attempts           int32
+	MaxInFlight        int32
+	RateLimitPerSecond float64
+}
+
+// Moves deliveries back to pending in a new generation, for a redrive,
+// while each is still in status, its endpoint enabled and its event's
+// payload stored (a concurrent replay, erasure or retention may have got
+// there first), and returns them with their endpoints' shapes. Not while
+// retention drops an event's partition.
+func (q *Queries) OutboxDeliveriesRequeueMany(ctx context.Context, arg OutboxDeliveriesRequeueManyParams) ([]OutboxDeliveriesRequeueManyRow, error) {
+	rows, err := q.db.Query(ctx, outboxDeliveriesRequeueMany, arg.Now, arg.Ids, arg.Status)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxDeliveriesRequeueManyRow
+	for rows.Next() {
+		var i OutboxDeliveriesRequeueManyRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EndpointID,
+			&i.Generation,
+			&i.OrderingKey,
+			&i.Attempts,
+			&i.MaxInFlight,
+			&i.RateLimitPerSecond,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxDeliveriesStranded = `-- name: OutboxDeliveriesStranded :many
 WITH candidates AS MATERIALIZED (
     SELECT d.id, d.endpoint_id, d.event_id, d.generation, d.attempts
