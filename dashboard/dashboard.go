@@ -174,6 +174,7 @@ func (h *Handler) routes() http.Handler {
 	mux.HandleFunc("POST /inbox/{id}/replay", h.action(h.inboxReplay))
 	mux.HandleFunc("POST /inbox/{id}/skip", h.action(h.inboxSkip))
 	mux.HandleFunc("POST /outbox/deliveries/{id}/replay", h.action(h.deliveryReplay))
+	mux.HandleFunc("POST /outbox/redrive", h.action(h.deliveryRedrive))
 	mux.HandleFunc("POST /outbox/endpoints/{id}/{op}", h.action(h.endpointAction))
 	var handler http.Handler = mux
 	if h.cfg.Prefix != "" {

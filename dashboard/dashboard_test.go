@@ -338,6 +338,10 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 	m, err := f.inbox.Get(context.Background(), f.seed.DeadMessage)
 	require.NoError(t, err)
 	require.Equal(t, inbox.StatusDead, m.Status)
+	_, body = f.get(t, "/outbox?status=dead")
+	require.NotContains(t, body, "matching this filter")
+	code, _ = f.post(t, "/outbox/redrive", url.Values{"status": {"dead"}}, "same-origin")
+	require.Equal(t, http.StatusForbidden, code)
 }
 
 func TestMountedUnderAPrefix(t *testing.T) {
@@ -484,4 +488,49 @@ func TestDeliveriesShowTypeEndpointAndCircuit(t *testing.T) {
 	code, body = f.get(t, "/outbox/deliveries/"+id[1])
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, `<dd id="next-attempt">`+ep.CircuitOpenUntil.UTC().Format("2006-01-02 15:04:05Z")+" (held by open circuit)</dd>")
+}
+
+// TestRedriveFromTheOutboxPage: the outbox page, filtered to dead
+// deliveries, counts and then replays those a range of status codes
+// selects; a code range that matches none changes nothing, and a bad one
+// is refused.
+func TestRedriveFromTheOutboxPage(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	_, body := f.get(t, "/outbox?status=dead")
+	require.Contains(t, body, "Replay every dead delivery matching this filter")
+	_, body = f.get(t, "/outbox?status=pending")
+	require.NotContains(t, body, "matching this filter", "only dead or succeeded ones")
+
+	form := url.Values{"status": {"dead"}, "type": {"order.refunded"}, "since": {"1h"}, "codes": {"4xx"}, "dry_run": {"1"}}
+	code, loc := f.post(t, "/outbox/redrive", form, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	_, body = f.get(t, loc)
+	require.Contains(t, body, "Dry run: 0 deliveries match", "the seed's endpoint answers 502")
+	form.Set("codes", "5xx")
+	code, loc = f.post(t, "/outbox/redrive", form, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	_, body = f.get(t, loc)
+	require.Contains(t, body, "Dry run: 2 deliveries match; nothing was changed.")
+	dead, err := f.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{Status: outbox.StatusDead})
+	require.NoError(t, err)
+	require.Len(t, dead, 2)
+
+	for _, bad := range []url.Values{{"status": {"dead"}, "codes": {"6xx"}}, {"status": {"pending"}}} {
+		code, _ = f.post(t, "/outbox/redrive", bad, "same-origin")
+		require.Equal(t, http.StatusBadRequest, code, bad)
+	}
+	form.Del("dry_run")
+	code, loc = f.post(t, "/outbox/redrive", form, "same-origin")
+	require.Equal(t, http.StatusSeeOther, code)
+	_, body = f.get(t, loc)
+	require.Contains(t, body, "Replayed 2 of 2 matching deliveries")
+	dead, err = f.outbox.DeliveryList(ctx, &outbox.DeliveryListParams{Status: outbox.StatusDead})
+	require.NoError(t, err)
+	require.Empty(t, dead)
+	entries, err := audit.List(ctx, f.pool, nil)
+	require.NoError(t, err)
+	require.Equal(t, "delivery.redrive", entries[0].Action)
+	require.Equal(t, "dashboard", entries[0].Actor.ID)
 }

@@ -220,6 +220,15 @@ func doneMessage(q url.Values) string {
 		var n int
 		_, _ = fmt.Sscan(q.Get("n"), &n)
 		return fmt.Sprintf("Replayed %d dead deliveries.", n)
+	case "redriven", "redrive-counted":
+		var n, matched, skipped int
+		_, _ = fmt.Sscan(q.Get("n"), &n)
+		_, _ = fmt.Sscan(q.Get("matched"), &matched)
+		_, _ = fmt.Sscan(q.Get("skipped"), &skipped)
+		if q.Get("done") == "redrive-counted" {
+			return fmt.Sprintf("Dry run: %d deliveries match; nothing was changed.", matched)
+		}
+		return fmt.Sprintf("Replayed %d of %d matching deliveries; %d changed meanwhile and were skipped.", n, matched, skipped)
 	}
 	return ""
 }

@@ -63,7 +63,7 @@ func (h *Handler) deliveryParams(f deliveryFilter) (*outbox.DeliveryListParams, 
 
 func (h *Handler) deliveryList(w http.ResponseWriter, r *http.Request) {
 	f := deliveryFilterOf(r.URL.Query())
-	data := map[string]any{"Title": "Outbox", "Filter": f}
+	data := map[string]any{"Title": "Outbox", "Filter": f, "Done": doneMessage(r.URL.Query())}
 	params, err := h.deliveryParams(f)
 	var bad badRequest
 	if errors.As(err, &bad) {
@@ -87,12 +87,54 @@ func (h *Handler) deliveryList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data["Deliveries"] = lines
+	data["Redrivable"] = (params.Status == outbox.StatusDead || params.Status == outbox.StatusSucceeded) && f.Q == ""
 	if len(ds) == params.Limit {
 		next := f
 		next.After = outbox.DeliveryCursor(ds[len(ds)-1])
 		data["Next"] = next
 	}
 	h.render(w, r, http.StatusOK, "outbox", data)
+}
+
+// deliveryRedrive sends again every dead (or succeeded) delivery the
+// outbox page's filter and a range of status codes select, or counts them
+// when dry_run is set (see Outbox.Redrive).
+func (h *Handler) deliveryRedrive(r *http.Request) (string, error) {
+	f := deliveryFilterOf(r.PostForm)
+	f.After, f.Q = "", ""
+	params, err := h.deliveryParams(f)
+	if err != nil {
+		return "", err
+	}
+	if params.Status != outbox.StatusDead && params.Status != outbox.StatusSucceeded {
+		return "", badRequest{"Replay by filter takes a status filter of dead or succeeded."}
+	}
+	codes := strings.TrimSpace(r.PostForm.Get("codes"))
+	redrive := &outbox.RedriveParams{Status: params.Status, EndpointID: params.EndpointID, EventType: params.EventType,
+		Since: params.Since, DryRun: r.PostForm.Get("dry_run") != ""}
+	if redrive.MinStatusCode, redrive.MaxStatusCode, err = ops.ParseStatusCodes(codes); err != nil {
+		return "", badRequest{"Status codes: " + ellipsis(err.Error(), 120)}
+	}
+	res, err := h.outbox.Redrive(r.Context(), redrive, nil)
+	switch {
+	case errors.Is(err, outbox.ErrInvalidRedrive), errors.Is(err, outbox.ErrEndpointDisabled):
+		return "", badRequest{ellipsis(err.Error(), 200)}
+	case err != nil && res != nil && res.Batches > 0:
+		return "", fmt.Errorf("after %d replayed: %w", res.Replayed, err)
+	case err != nil:
+		return "", err
+	}
+	q := url.Values{"status": {f.Status}, "done": {"redriven"}, "n": {fmt.Sprint(res.Replayed)},
+		"matched": {fmt.Sprint(res.Matched)}, "skipped": {fmt.Sprint(res.Skipped)}}
+	if redrive.DryRun {
+		q.Set("done", "redrive-counted")
+	}
+	for k, v := range map[string]string{"endpoint": f.Endpoint, "type": f.Type, "since": f.Since} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	return "/outbox?" + q.Encode(), nil
 }
 
 func (h *Handler) deliveryShow(w http.ResponseWriter, r *http.Request) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -420,8 +419,8 @@ func runOutboxReplay(ctx context.Context, e *env, args []string) error {
 		}
 		params.EndpointID = &id
 	}
-	if params.MinStatusCode, params.MaxStatusCode, err = parseStatusCodes(*codes); err != nil {
-		return err
+	if params.MinStatusCode, params.MaxStatusCode, err = ops.ParseStatusCodes(*codes); err != nil {
+		return usageError{"-codes: " + err.Error()}
 	}
 	if *batch < 1 {
 		return usageError{fmt.Sprintf("-batch %d: want 1–10000", *batch)}
@@ -452,34 +451,6 @@ func runOutboxReplay(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.out, "%s %d %s deliveries in %d batch(es); skipped %d changed meanwhile\n", verb, res.Replayed, params.Status, res.Batches, res.Skipped)
 	return nil
-}
-
-// parseStatusCodes reads -codes: "" (any), one code ("503"), a range
-// ("500-599") or a class ("5xx").
-func parseStatusCodes(s string) (lo, hi int, err error) {
-	bad := usageError{fmt.Sprintf("-codes %q: want a status code (503), a range (500-599) or a class (5xx)", s)}
-	s = strings.ToLower(strings.TrimSpace(s))
-	switch {
-	case s == "":
-		return 0, 0, nil
-	case len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5':
-		lo = int(s[0]-'0') * 100
-		return lo, lo + 99, nil
-	}
-	first, last, isRange := strings.Cut(s, "-")
-	if lo, err = strconv.Atoi(first); err != nil {
-		return 0, 0, bad
-	}
-	hi = lo
-	if isRange {
-		if hi, err = strconv.Atoi(last); err != nil {
-			return 0, 0, bad
-		}
-	}
-	if lo < 100 || hi > 599 || lo > hi {
-		return 0, 0, bad
-	}
-	return lo, hi, nil
 }
 
 // formatCircuit describes an endpoint's circuit breaker: closed,

@@ -99,6 +99,34 @@ func ParseDuration(s string) (time.Duration, error) {
 	return time.Duration(days)*Day + d, nil
 }
 
+// ParseStatusCodes reads a range of HTTP status codes as an operator
+// writes it: one code ("503"), a range ("500-599") or a class ("5xx"); ""
+// is 0, 0 (any).
+func ParseStatusCodes(s string) (lo, hi int, err error) {
+	bad := fmt.Errorf("%q is not a status code (503), a range (500-599) or a class (5xx)", s)
+	t := strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case t == "":
+		return 0, 0, nil
+	case len(t) == 3 && strings.HasSuffix(t, "xx") && t[0] >= '1' && t[0] <= '5':
+		lo = int(t[0]-'0') * 100
+		return lo, lo + 99, nil
+	}
+	first, last, isRange := strings.Cut(t, "-")
+	if !isDigits(first) || isRange && !isDigits(last) {
+		return 0, 0, bad
+	}
+	lo, _ = strconv.Atoi(first)
+	hi = lo
+	if isRange {
+		hi, _ = strconv.Atoi(last)
+	}
+	if lo < 100 || hi > 599 || lo > hi {
+		return 0, 0, bad
+	}
+	return lo, hi, nil
+}
+
 func isDigits(s string) bool {
 	for _, c := range s {
 		if c < '0' || c > '9' {

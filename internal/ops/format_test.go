@@ -82,3 +82,32 @@ func TestDuplicateRatio(t *testing.T) {
 	require.Zero(t, ops.DuplicateRatio(0, 0))
 	require.Equal(t, "20.0%", ops.Percent(ops.DuplicateRatio(3, 12)))
 }
+
+func TestParseStatusCodes(t *testing.T) {
+	for in, want := range map[string][2]int{"": {0, 0}, "503": {503, 503}, " 5XX ": {500, 599}, "1xx": {100, 199}, "400-499": {400, 499}, "599-599": {599, 599}} {
+		lo, hi, err := ops.ParseStatusCodes(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, [2]int{lo, hi}, in)
+	}
+	for _, in := range []string{"6xx", "0xx", "x", "99", "600", "599-500", "500-", "-500", "+500", "500-+599", "5 00", "99999999999999999999", "500-599-600"} {
+		_, _, err := ops.ParseStatusCodes(in)
+		require.Error(t, err, in)
+	}
+}
+
+// FuzzParseStatusCodes: the dashboard's form field reaches it; it never
+// panics and what it accepts is a range within 100–599, or 0, 0.
+func FuzzParseStatusCodes(f *testing.F) {
+	for _, s := range []string{"", "5xx", "500-599", "503", "599-500", "-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		lo, hi, err := ops.ParseStatusCodes(s)
+		if err != nil || lo == 0 && hi == 0 {
+			return
+		}
+		if lo < 100 || hi > 599 || lo > hi {
+			t.Fatalf("%q: %d-%d", s, lo, hi)
+		}
+	})
+}
