@@ -125,3 +125,40 @@ func deliveriesOf(t *testing.T, b *testBundle, id uuid.UUID) int {
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT count(*) FROM wharf_outbox_deliveries WHERE endpoint_id = $1", id).Scan(&n))
 	return n
 }
+
+// TestDataFilterTakesDataJSONBCannotHold: an event whose data Postgres's
+// jsonb cannot hold (a NUL character, a lone surrogate escape, bytes that
+// are not UTF-8) is published as any other, and recovered, beside an
+// endpoint with a content filter: no filter takes it, and the endpoints
+// without one get it.
+func TestDataFilterTakesDataJSONBCannotHold(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bundle := setup(t, testConfig())
+	since := time.Now().Add(-time.Minute)
+	all := bundle.endpoint(t, "https://all.example/hook", nil)
+	acct1 := bundle.endpoint(t, "https://acct1.example/hook", &outbox.EndpointParams{DataFilter: json.RawMessage(`{"account":"acct_1"}`)})
+	events := func() []*outbox.Event {
+		return []*outbox.Event{
+			{Type: "note.added", Data: map[string]any{"account": "acct_1", "note": "a\x00b"}},
+			{Type: "note.added", Data: json.RawMessage(`{"account":"acct_1","note":"\ud800"}`)},
+			{Type: "note.added", Data: json.RawMessage("{\"account\":\"acct_1\",\"note\":\"\xff\"}")},
+			// jsonb holds these: a surrogate pair, an escaped backslash.
+			{Type: "note.added", Data: json.RawMessage(`{"account":"acct_1","note":"\ud83d\ude00"}`)},
+			{Type: "note.added", Data: json.RawMessage(`{"account":"acct_1","note":"\\u0000"}`)},
+		}
+	}
+	bundle.publish(t, events()...)
+	bundle.publish(t, events()[0])
+	require.Equal(t, 6, deliveriesOf(t, bundle, all.ID))
+	require.Equal(t, 2, deliveriesOf(t, bundle, acct1.ID), "the data jsonb holds")
+
+	_, err := bundle.outbox.EndpointDisable(ctx, acct1.ID, "maintenance")
+	require.NoError(t, err)
+	bundle.publish(t, events()...)
+	_, err = bundle.outbox.EndpointEnable(ctx, acct1.ID)
+	require.NoError(t, err)
+	n, err := bundle.outbox.EndpointRecover(ctx, acct1.ID, since)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+}

@@ -135,7 +135,9 @@ type EndpointParams struct {
 	// that account, {"tags":["vip"]} those whose tags include "vip",
 	// {"order":{"status":"paid"}} a nested field. It is tested in the
 	// publish statement, so fan-out stays one statement; operational
-	// events (wharf.…) are not filtered. At most 4 KiB. Defaults to none:
+	// events (wharf.…) are not filtered, and no filter takes an event
+	// whose data jsonb cannot hold (a NUL character, a lone surrogate
+	// escape, bytes that are not UTF-8). At most 4 KiB. Defaults to none:
 	// every event its type filter takes.
 	DataFilter json.RawMessage
 	// Tenant scopes the endpoint to one tenant's events. Empty means events

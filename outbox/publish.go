@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -115,6 +117,7 @@ func (o *Outbox) publish(ctx context.Context, tx pgx.Tx, events []*Event, operat
 		Payloads:       make([][]byte, len(events)),
 		OrderingKeys:   make([]string, len(events)),
 		Tenants:        make([]string, len(events)),
+		Filterable:     make([]bool, len(events)),
 	}
 	for i, event := range events {
 		body, err := o.encodeEvent(event, now, operational)
@@ -134,6 +137,7 @@ func (o *Outbox) publish(ctx context.Context, tx pgx.Tx, events []*Event, operat
 		params.Payloads[i] = body
 		params.OrderingKeys[i] = event.OrderingKey
 		params.Tenants[i] = event.Tenant
+		params.Filterable[i] = jsonbHolds(body)
 	}
 	if tx == nil {
 		return nil, fmt.Errorf("outbox: Publish: nil transaction")
@@ -214,7 +218,7 @@ func (o *Outbox) PublishToTx(ctx context.Context, tx pgx.Tx, endpointID uuid.UUI
 	rows, err := o.queries.WithTx(tx).OutboxPublishTo(ctx, dbsqlc.OutboxPublishToParams{
 		ID: id, CreatedAt: now, Type: event.Type, Payload: body, OrderingKey: event.OrderingKey,
 		Tenant: event.Tenant, TraceContext: telemetry.StoredContext(ctx), FirstAttemptAt: now.Add(firstDelay),
-		EndpointID: endpointID,
+		EndpointID: endpointID, Filterable: jsonbHolds(body),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: publish: %w", err)
@@ -288,6 +292,57 @@ func (o *Outbox) encodeEvent(event *Event, now time.Time, allowReserved bool) ([
 		return nil, fmt.Errorf("%w: event %q is %d bytes, the limit is %d", ErrPayloadTooLarge, event.Type, len(body), maxBytes)
 	}
 	return body, nil
+}
+
+// jsonbHolds reports whether Postgres's jsonb can hold the JSON text b,
+// which a content filter tests (EndpointParams.DataFilter): jsonb refuses
+// the escape \u0000, a \uD800–\uDFFF escape that is not half of a
+// surrogate pair, and bytes that are not UTF-8, all of which an event's
+// data can carry (a Go string with a NUL, a json.RawMessage).
+func jsonbHolds(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	// b is valid JSON: a backslash starts an escape in a string.
+	for i := bytes.IndexByte(b, '\\'); i >= 0 && i+1 < len(b); {
+		next := i + 2
+		if b[i+1] == 'u' {
+			r := hex4(b, i+2)
+			next = i + 6
+			switch {
+			case r == 0:
+				return false
+			case r >= 0xd800 && r < 0xdc00:
+				if len(b) < i+12 || b[i+6] != '\\' || b[i+7] != 'u' {
+					return false
+				}
+				if low := hex4(b, i+8); low < 0xdc00 || low > 0xdfff {
+					return false
+				}
+				next = i + 12
+			case r >= 0xdc00 && r <= 0xdfff:
+				return false
+			}
+		}
+		j := bytes.IndexByte(b[min(next, len(b)):], '\\')
+		if j < 0 {
+			break
+		}
+		i = next + j
+	}
+	return true
+}
+
+// hex4 is the value of the 4 hex digits at b[i:], or -1.
+func hex4(b []byte, i int) int {
+	if len(b) < i+4 {
+		return -1
+	}
+	v, err := strconv.ParseUint(string(b[i:i+4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(v)
 }
 
 // marshalJSON is json.Marshal without HTML escaping: the body is for

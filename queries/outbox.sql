@@ -115,12 +115,13 @@ WITH input AS (
            unnest(@types::text[]) AS type,
            unnest(@payloads::bytea[]) AS payload,
            unnest(@ordering_keys::text[]) AS ordering_key,
-           unnest(@tenants::text[]) AS tenant
+           unnest(@tenants::text[]) AS tenant,
+           unnest(@filterable::boolean[]) AS filterable
 ),
 events AS (
-    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context, filterable)
     SELECT input.id, @created_at::timestamptz, input.type, input.payload, input.ordering_key, input.tenant,
-           @trace_context::text
+           @trace_context::text, input.filterable
     FROM input
     RETURNING wharf_outbox_events.id
 ),
@@ -153,8 +154,12 @@ stored AS (
          END
      -- The content filter, read from the envelope only for an endpoint
      -- that has one; an operational event is the outbox's, not filtered.
+     -- No filter takes a payload jsonb cannot hold (the CASE keeps it from
+     -- being cast).
      AND (ep.data_filter IS NULL OR starts_with(input.type, 'wharf.')
-          OR (convert_from(input.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter)
+          OR CASE WHEN input.filterable
+                  THEN (convert_from(input.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter
+                  ELSE false END)
     ORDER BY input.n, ep.id
     -- seq is drawn in this order.
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
@@ -965,7 +970,9 @@ missed AS (
                   OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1))))
           END
       AND (ep.data_filter IS NULL OR starts_with(ev.type, 'wharf.')
-           OR (convert_from(ev.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter)
+           OR CASE WHEN ev.filterable
+                   THEN (convert_from(ev.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter
+                   ELSE false END)
       AND NOT EXISTS (
           SELECT 1 FROM wharf_outbox_deliveries d
           WHERE d.event_id = ev.id AND d.endpoint_id = ep.id)
@@ -1091,9 +1098,10 @@ WITH target AS (
 events AS (
     -- Stored only with its delivery: nothing when the endpoint is not one
     -- to send to.
-    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context, target_endpoint_id)
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context, target_endpoint_id,
+                                     filterable)
     SELECT @id::uuid, @created_at::timestamptz, @type::text, @payload::bytea, @ordering_key::text, @tenant::text,
-           @trace_context::text, target.id
+           @trace_context::text, target.id, @filterable::boolean
     FROM target
     RETURNING wharf_outbox_events.id, wharf_outbox_events.target_endpoint_id
 ),

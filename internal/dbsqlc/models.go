@@ -236,6 +236,7 @@ type WharfOutboxEvent struct {
 	ScrubbedAt       *time.Time
 	TraceContext     string
 	TargetEndpointID *uuid.UUID
+	Filterable       bool
 }
 
 type WharfOutboxLease struct {

@@ -1542,7 +1542,9 @@ missed AS (
                   OR (right(f.pattern, 2) = '.*' AND starts_with(ev.type, left(f.pattern, -1))))
           END
       AND (ep.data_filter IS NULL OR starts_with(ev.type, 'wharf.')
-           OR (convert_from(ev.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter)
+           OR CASE WHEN ev.filterable
+                   THEN (convert_from(ev.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter
+                   ELSE false END)
       AND NOT EXISTS (
           SELECT 1 FROM wharf_outbox_deliveries d
           WHERE d.event_id = ev.id AND d.endpoint_id = ep.id)
@@ -2380,12 +2382,13 @@ WITH input AS (
            unnest($2::text[]) AS type,
            unnest($3::bytea[]) AS payload,
            unnest($4::text[]) AS ordering_key,
-           unnest($5::text[]) AS tenant
+           unnest($5::text[]) AS tenant,
+           unnest($6::boolean[]) AS filterable
 ),
 events AS (
-    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context)
-    SELECT input.id, $6::timestamptz, input.type, input.payload, input.ordering_key, input.tenant,
-           $7::text
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context, filterable)
+    SELECT input.id, $7::timestamptz, input.type, input.payload, input.ordering_key, input.tenant,
+           $8::text, input.filterable
     FROM input
     RETURNING wharf_outbox_events.id
 ),
@@ -2393,8 +2396,8 @@ stored AS (
     INSERT INTO wharf_outbox_deliveries (
         id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
     )
-    SELECT gen_random_uuid(), input.id, $6::timestamptz, ep.id, input.ordering_key, 'pending',
-           $8::timestamptz, $6::timestamptz, $6::timestamptz
+    SELECT gen_random_uuid(), input.id, $7::timestamptz, ep.id, input.ordering_key, 'pending',
+           $9::timestamptz, $7::timestamptz, $7::timestamptz
     FROM input
     JOIN events ON events.id = input.id
     JOIN wharf_outbox_endpoints ep
@@ -2418,8 +2421,12 @@ stored AS (
          END
      -- The content filter, read from the envelope only for an endpoint
      -- that has one; an operational event is the outbox's, not filtered.
+     -- No filter takes a payload jsonb cannot hold (the CASE keeps it from
+     -- being cast).
      AND (ep.data_filter IS NULL OR starts_with(input.type, 'wharf.')
-          OR (convert_from(input.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter)
+          OR CASE WHEN input.filterable
+                  THEN (convert_from(input.payload, 'UTF8')::jsonb -> 'data') @> ep.data_filter
+                  ELSE false END)
     ORDER BY input.n, ep.id
     -- seq is drawn in this order.
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.seq, wharf_outbox_deliveries.event_id,
@@ -2430,20 +2437,20 @@ jobs AS (
     -- delivery.InlineJobs), each delivery's River job, as River's insert
     -- writes it, in this round trip rather than one of its own.
     INSERT INTO river_job (args, kind, max_attempts, queue, scheduled_at, state)
-    SELECT jsonb_build_object('delivery_id', stored.id), $9::text, $10,
-           $11::text, coalesce($12::timestamptz, now()),
+    SELECT jsonb_build_object('delivery_id', stored.id), $10::text, $11,
+           $12::text, coalesce($13::timestamptz, now()),
            -- Cast here: a parameter sent as text (PgBouncer's modes) would not be.
-           CAST($13::text AS river_job_state)
+           CAST($14::text AS river_job_state)
     FROM stored
-    WHERE $14::boolean
+    WHERE $15::boolean
     RETURNING river_job.id
 ),
 notified AS (
     -- River's insert notification, which wakes a worker at once, on its
     -- channel as River names it.
-    SELECT pg_notify(concat(current_schema(), '.', $15::text), $16::text)
+    SELECT pg_notify(concat(current_schema(), '.', $16::text), $17::text)
     FROM (SELECT 1 FROM jobs LIMIT 1) AS inserted
-    WHERE $17::boolean
+    WHERE $18::boolean
 )
 SELECT stored.id, stored.event_id, stored.endpoint_id, stored.ordering_key,
        ep.max_in_flight, ep.rate_limit_per_second > 0 AS rate_limited
@@ -2459,6 +2466,7 @@ type OutboxPublishParams struct {
 	Payloads       [][]byte
 	OrderingKeys   []string
 	Tenants        []string
+	Filterable     []bool
 	CreatedAt      time.Time
 	TraceContext   string
 	FirstAttemptAt time.Time
@@ -2497,6 +2505,7 @@ func (q *Queries) OutboxPublish(ctx context.Context, arg OutboxPublishParams) ([
 		arg.Payloads,
 		arg.OrderingKeys,
 		arg.Tenants,
+		arg.Filterable,
 		arg.CreatedAt,
 		arg.TraceContext,
 		arg.FirstAttemptAt,
@@ -2543,9 +2552,10 @@ WITH target AS (
 events AS (
     -- Stored only with its delivery: nothing when the endpoint is not one
     -- to send to.
-    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context, target_endpoint_id)
+    INSERT INTO wharf_outbox_events (id, created_at, type, payload, ordering_key, tenant, trace_context, target_endpoint_id,
+                                     filterable)
     SELECT $3::uuid, $4::timestamptz, $5::text, $6::bytea, $7::text, $2::text,
-           $8::text, target.id
+           $8::text, target.id, $9::boolean
     FROM target
     RETURNING wharf_outbox_events.id, wharf_outbox_events.target_endpoint_id
 ),
@@ -2554,7 +2564,7 @@ stored AS (
         id, event_id, event_created_at, endpoint_id, ordering_key, status, next_attempt_at, created_at, updated_at
     )
     SELECT gen_random_uuid(), events.id, $4::timestamptz, ep.id, $7::text, 'pending',
-           $9::timestamptz, $4::timestamptz, $4::timestamptz
+           $10::timestamptz, $4::timestamptz, $4::timestamptz
     FROM events
     JOIN wharf_outbox_endpoints ep ON ep.id = events.target_endpoint_id
     RETURNING wharf_outbox_deliveries.id, wharf_outbox_deliveries.event_id,
@@ -2575,6 +2585,7 @@ type OutboxPublishToParams struct {
 	Payload        []byte
 	OrderingKey    string
 	TraceContext   string
+	Filterable     bool
 	FirstAttemptAt time.Time
 }
 
@@ -2601,6 +2612,7 @@ func (q *Queries) OutboxPublishTo(ctx context.Context, arg OutboxPublishToParams
 		arg.Payload,
 		arg.OrderingKey,
 		arg.TraceContext,
+		arg.Filterable,
 		arg.FirstAttemptAt,
 	)
 	if err != nil {

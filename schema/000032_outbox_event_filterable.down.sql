@@ -1,0 +1,1 @@
+ALTER TABLE wharf_outbox_events DROP COLUMN IF EXISTS filterable;
