@@ -162,3 +162,24 @@ func TestDataFilterTakesDataJSONBCannotHold(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
 }
+
+// TestEnsureComparesDataFilterNumbersExactly: EndpointEnsure updates a
+// filter whose number changed past float64's precision (jsonb keeps
+// numbers exact), and leaves one written another way (1e2, 100).
+func TestEnsureComparesDataFilterNumbersExactly(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bundle := setup(t, testConfig())
+	params := &outbox.EndpointParams{URL: "https://a.example/hook", DataFilter: json.RawMessage(`{"account":12345678901234567890,"n":100}`)}
+	_, err := bundle.outbox.EndpointEnsure(ctx, params)
+	require.NoError(t, err)
+	params.DataFilter = json.RawMessage(`{"account":12345678901234567891,"n":100}`)
+	changed, err := bundle.outbox.EndpointEnsure(ctx, params)
+	require.NoError(t, err)
+	require.True(t, changed.Updated, "another account")
+	require.JSONEq(t, `{"account":12345678901234567891,"n":100}`, string(changed.DataFilter))
+	params.DataFilter = json.RawMessage(`{"account":12345678901234567891,"n":1e2}`)
+	same, err := bundle.outbox.EndpointEnsure(ctx, params)
+	require.NoError(t, err)
+	require.False(t, same.Updated, "the same numbers")
+}

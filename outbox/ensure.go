@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -226,13 +228,73 @@ func (s *endpoints) check(params *EndpointParams) (*endpointSettings, error) {
 }
 
 // jsonEqual reports whether a and b are the same JSON value (nil for
-// none), as jsonb stores them: key order and spacing aside.
+// none), as jsonb stores them: key order and spacing aside, numbers
+// compared exactly (not as float64, which takes 12345678901234567890 and
+// …891 for one).
 func jsonEqual(a, b []byte) bool {
 	if a == nil || b == nil {
 		return a == nil && b == nil
 	}
-	var x, y any
-	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && reflect.DeepEqual(x, y)
+	x, okX := decodeExact(a)
+	y, okY := decodeExact(b)
+	return okX && okY && reflect.DeepEqual(x, y)
+}
+
+// exactNumber is a JSON number in a canonical form: its sign, its digits
+// without leading or trailing zeros, and its exponent ("-12e3").
+type exactNumber string
+
+// decodeExact decodes JSON text with its numbers as exactNumbers.
+func decodeExact(b []byte) (any, bool) {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if d.Decode(&v) != nil {
+		return nil, false
+	}
+	var exact func(v any) any
+	exact = func(v any) any {
+		switch v := v.(type) {
+		case json.Number:
+			return canonicalNumber(string(v))
+		case []any:
+			for i := range v {
+				v[i] = exact(v[i])
+			}
+		case map[string]any:
+			for k := range v {
+				v[k] = exact(v[k])
+			}
+		}
+		return v
+	}
+	return exact(v), true
+}
+
+// canonicalNumber is the exactNumber of JSON number s: 100, 1e2 and
+// 100.0 are "1e2".
+func canonicalNumber(s string) exactNumber {
+	sign := ""
+	if rest, ok := strings.CutPrefix(s, "-"); ok {
+		sign, s = "-", rest
+	}
+	mantissa, exp := s, 0
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, err := strconv.Atoi(strings.TrimPrefix(s[i+1:], "+"))
+		if err != nil {
+			return exactNumber(sign + s) // an exponent past int: as written
+		}
+		mantissa, exp = s[:i], e
+	}
+	whole, frac, _ := strings.Cut(mantissa, ".")
+	digits := strings.TrimLeft(whole+frac, "0")
+	exp -= len(frac)
+	if digits == "" {
+		return "0"
+	}
+	trimmed := strings.TrimRight(digits, "0")
+	exp += len(digits) - len(trimmed)
+	return exactNumber(sign + trimmed + "e" + strconv.Itoa(exp))
 }
 
 // headersEqual reports whether two canonical header sets are the same.
