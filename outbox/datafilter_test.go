@@ -97,7 +97,8 @@ func TestEnsureComparesDataFilters(t *testing.T) {
 }
 
 // TestEndpointDataFilterRefusesWhatIsNoObject: a content filter that is
-// not a JSON object, too large or holds a NUL character is refused as a
+// not a JSON object, too large, or holds what jsonb refuses (a NUL
+// character, a lone surrogate, bytes that are not UTF-8) is refused as a
 // field error, changing nothing.
 func TestEndpointDataFilterRefusesWhatIsNoObject(t *testing.T) {
 	t.Parallel()
@@ -105,6 +106,7 @@ func TestEndpointDataFilterRefusesWhatIsNoObject(t *testing.T) {
 	bundle := setup(t, testConfig())
 	for name, filter := range map[string]string{
 		"array": `[1]`, "string": `"a"`, "not json": `{"a":`, "nul": `{"a":"x\u0000y"}`,
+		"lone surrogate": `{"a":"\ud800"}`, "not UTF-8": "{\"a\":\"\xff\"}",
 		"too large": `{"a":"` + strings.Repeat("x", 5000) + `"}`,
 	} {
 		_, err := bundle.outbox.EndpointCreate(ctx, &outbox.EndpointParams{URL: "https://a.example", DataFilter: json.RawMessage(filter)})

@@ -824,6 +824,10 @@ func checkDataFilter(raw json.RawMessage) ([]byte, error) {
 		// jsonb refuses the NUL character.
 		return nil, fmt.Errorf("%w: data filter holds a NUL character", ErrInvalidEndpoint)
 	}
+	if !jsonbHolds(raw) {
+		// Nor does it take a lone surrogate or bytes that are not UTF-8.
+		return nil, fmt.Errorf("%w: data filter holds a lone surrogate escape or bytes that are not UTF-8", ErrInvalidEndpoint)
+	}
 	var out bytes.Buffer
 	if err := json.Compact(&out, raw); err != nil {
 		return nil, fmt.Errorf("%w: data filter: %v", ErrInvalidEndpoint, err)
