@@ -69,9 +69,12 @@ type Entry struct {
 	// "delivery.replay", "message.replay", "message.skip",
 	// "message.forget", "event.forget", "tenant.forget".
 	Action string
-	// ObjectType is "endpoint", "delivery" or "message".
+	// ObjectType is "endpoint", "delivery", "message", "event", "tenant"
+	// or "redrive" (a batch of deliveries, its filter in Details).
 	ObjectType string
-	// ObjectID is the object's id (an event id for message.forget).
+	// ObjectID is the object's id (an event id for message.forget and
+	// event.forget; empty for tenant.forget, whose Tenant it is, and for a
+	// redrive).
 	ObjectID string
 	// Reason is the reason given, if any.
 	Reason string
