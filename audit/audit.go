@@ -66,7 +66,7 @@ type Entry struct {
 	// Action is what was done: "endpoint.create", "endpoint.update",
 	// "endpoint.disable", "endpoint.enable", "endpoint.rotate_secret",
 	// "endpoint.delete", "endpoint.recover", "endpoint.replay_dead",
-	// "delivery.replay", "message.replay", "message.skip",
+	// "delivery.replay", "delivery.redrive", "message.replay", "message.skip",
 	// "message.forget", "event.forget", "tenant.forget".
 	Action string
 	// ObjectType is "endpoint", "delivery", "message", "event", "tenant"
