@@ -56,6 +56,7 @@ func Seed(t testing.TB, pool *pgxpool.Pool, caps []int32, events int) (endpoints
 		params.Payloads = append(params.Payloads, []byte(`{"type":"outboxtest","data":{}}`))
 		params.OrderingKeys = append(params.OrderingKeys, "")
 		params.Tenants = append(params.Tenants, "")
+		params.Filterable = append(params.Filterable, false)
 	}
 	_, err := q.OutboxPublish(ctx, params)
 	check(err)
