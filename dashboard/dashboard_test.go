@@ -22,6 +22,7 @@ import (
 	"github.com/wharfhq/wharf/dashboard"
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dashtest"
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/outbox"
@@ -533,4 +534,44 @@ func TestRedriveFromTheOutboxPage(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "delivery.redrive", entries[0].Action)
 	require.Equal(t, "dashboard", entries[0].Actor.ID)
+}
+
+// TestLateArrivalShown: a message received again after its key was pruned
+// says so on its page (the earlier message, linked, when it was
+// processed, the policy) and in the list.
+func TestLateArrivalShown(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := context.Background()
+	receive := func() *inbox.Result {
+		var res *inbox.Result
+		require.NoError(t, pgx.BeginFunc(ctx, f.pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = f.inbox.ReceiveTx(ctx, tx, inbox.Incoming{Source: "late-src", EventID: "evt_late", EventType: "t", Body: []byte(`{}`)})
+			return err
+		}))
+		return res
+	}
+	first := receive()
+	_, err := f.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed', processed_at = now() WHERE id = $1", first.MessageID)
+	require.NoError(t, err)
+	_, err = dbsqlc.New(f.pool).RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
+		Cutoff: time.Now().Add(time.Hour), ErasedCutoff: time.Now().Add(-time.Hour), BatchSize: 1000,
+	})
+	require.NoError(t, err)
+	late := receive()
+	require.Equal(t, first.MessageID, late.RedeliveryOf)
+
+	code, body := f.get(t, "/inbox/"+late.MessageID.String())
+	require.Equal(t, http.StatusOK, code, body)
+	require.Contains(t, body, `id="late"`)
+	require.Contains(t, body, `href="/inbox/`+first.MessageID.String()+`"`)
+	require.Contains(t, body, "that one was processed 20")
+	require.Contains(t, body, "Source policy: process.")
+	code, body = f.get(t, "/inbox/"+first.MessageID.String())
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, `id="late"`)
+	code, body = f.get(t, "/inbox?source=late-src")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, 1, strings.Count(body, `<span class="status late"`), "the late arrival, not the first")
 }

@@ -35,7 +35,9 @@ import (
 //
 // It then measures the same ingest with 1M existing keys and 100k messages
 // in today's partition (WHARF_BENCH_EXISTING_KEYS, 0 skips;
-// WHARF_BENCH_EXISTING_MESSAGES, a tenth of the keys unless set), and compares
+// WHARF_BENCH_EXISTING_MESSAGES, a tenth of the keys unless set), then with
+// as many past keys besides, one request in a hundred a late arrival of
+// one (target ≥ 0.95 of the run without), and compares
 // group commit (the default) with one transaction per delivery (BatchSize
 // 1) at that concurrency and for a single sender.
 //
@@ -171,6 +173,18 @@ func BenchmarkIngest(b *testing.B) {
 				name = fmt.Sprintf("inbox_http_ingest_with_%d_keys_%d_messages_vs_empty_per_s", existing, messages)
 			}
 			loadtest.Bench(name, grown.Rate(), httpRes.Rate())
+
+			// The cost of late-arrival detection (Source.LateArrivals): the
+			// same ingest once the past keys (the keys pruned while their
+			// messages are retained) hold as many rows again, one request
+			// in a hundred a late arrival of one of them, against the
+			// grown run.
+			growPast(b, pool, existing, requests)
+			ingest("warm_past", 200)
+			past := ingest("past", requests)
+			b.Logf("with %d past keys (1%% of requests late arrivals): %.0f/s (p99 %.2f ms) against %.0f/s (p99 %.2f ms) without",
+				existing, past.Rate(), loadtest.Ms(past.Percentile(99)), grown.Rate(), loadtest.Ms(grown.Percentile(99)))
+			loadtest.Bench(fmt.Sprintf("inbox_http_ingest_with_%d_past_keys_vs_none_per_s", existing), past.Rate(), grown.Rate())
 		}
 
 		// Group commit against none, at full concurrency and for a lone
@@ -212,6 +226,27 @@ func grow(b *testing.B, pool *pgxpool.Pool, keys, messages int) {
 		{`VACUUM (ANALYZE) wharf_inbox_messages`, nil},
 	} {
 		if _, err := pool.Exec(ctx, st.sql, st.args...); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// growPast fills the past keys with n keys of source "bench", among them
+// every hundredth event of the "past" run's requests (a late arrival when
+// it is sent: its earlier message is gone), and analyses the table.
+func growPast(b *testing.B, pool *pgxpool.Pool, n, requests int) {
+	b.Helper()
+	for _, st := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO wharf_inbox_past_keys (source, event_id, message_id, received_at)
+		 SELECT 'bench', CASE WHEN g % 100 = 0 AND g < $2::int THEN 'msg_past_' || g ELSE 'pastfill_' || g END,
+		        gen_random_uuid(), now() - interval '10 days'
+		 FROM generate_series(0, $1::int - 1) g`, []any{n, requests}},
+		{`VACUUM (ANALYZE) wharf_inbox_past_keys`, nil},
+	} {
+		if _, err := pool.Exec(context.Background(), st.sql, st.args...); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -63,6 +63,26 @@ type Message struct {
 	// JobID is the River job that processes the message (the latest, after
 	// a replay); 0 when it has none.
 	JobID int64
+	// RedeliveryOf is set on a late arrival: a message whose event had
+	// been received and stored before, and was received again after its
+	// dedupe key was pruned (past the retention jobs' DedupeWindow, while
+	// the earlier message was still retained), a probable redelivery. Its
+	// source's Source.LateArrivals said what to do with it. nil for any
+	// other message.
+	RedeliveryOf *Redelivery
+}
+
+// Redelivery names the earlier message of a late arrival's event (see
+// Message.RedeliveryOf).
+type Redelivery struct {
+	// MessageID is the earlier message's id: the latest one received
+	// before, when there are several.
+	MessageID uuid.UUID
+	// ProcessedAt is when the earlier message was processed, as the late
+	// arrival was received; nil when it was not (it was dead).
+	ProcessedAt *time.Time
+	// Policy is what the source's LateArrivals made of the late arrival.
+	Policy LatePolicy
 }
 
 // Handler applies a message's effect. It runs inside tx, the transaction
@@ -174,8 +194,9 @@ func (r *registration) RunBatch(ctx context.Context, tx pgx.Tx, msgs []*dbsqlc.W
 // registry holds the registrations of Handle and HandleBatch: the process
 // engine's Registry.
 type registry struct {
-	mu   sync.RWMutex
-	regs map[handlerKey]*registration
+	mu         sync.RWMutex
+	regs       map[handlerKey]*registration
+	reconciles map[string]*registration // HandleReconcile's, by source
 }
 
 func (r *registry) set(source, eventType string, reg *registration) {
@@ -184,12 +205,22 @@ func (r *registry) set(source, eventType string, reg *registration) {
 	r.regs[handlerKey{source, eventType}] = reg
 }
 
-// Lookup returns the registration for messages of source with eventType:
-// the most specific one, in the order (source, type), (source, *),
-// (*, type), (*, *).
-func (r *registry) Lookup(source, eventType string) (process.Registration, bool) {
+// Lookup returns the registration for msg: for a late arrival its source
+// reconciles, HandleReconcile's for its source, else for every source;
+// else the most specific of its source and type, in the order (source,
+// type), (source, *), (*, type), (*, *).
+func (r *registry) Lookup(msg *dbsqlc.WharfInboxMessage) (process.Registration, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
+	source, eventType := msg.Source, msg.EventType
+	if msg.LatePolicy != nil && *msg.LatePolicy == inboxjob.LateReconcile {
+		for _, k := range []string{source, Wildcard} {
+			if reg, ok := r.reconciles[k]; ok {
+				return reg, true
+			}
+		}
+		return nil, false
+	}
 	for _, k := range []handlerKey{{source, eventType}, {source, Wildcard}, {Wildcard, eventType}, {Wildcard, Wildcard}} {
 		if reg, ok := r.regs[k]; ok {
 			return reg, true
@@ -204,6 +235,24 @@ func (r *registry) Lookup(source, eventType string) (process.Registration, bool)
 // replaces the handler (a BatchHandler too).
 func (ib *Inbox) Handle(source, eventType string, h Handler) {
 	ib.handlers.set(source, eventType, &registration{one: h})
+}
+
+// HandleReconcile registers h for the late arrivals of source (or of every
+// source, with Wildcard) whose Source.LateArrivals is LateReconcile: a
+// message whose event was received and stored before, its dedupe key
+// since pruned (see Message.RedeliveryOf). h runs in place of the
+// handler registered for the message's type, in the same transaction as
+// its processed mark, as any Handler does: it may compare the event with
+// the effect the first receipt applied, and apply what is missing.
+// Registering a source again replaces the handler. Such a late arrival
+// with no reconcile handler fails with ErrNoHandler.
+func (ib *Inbox) HandleReconcile(source string, h Handler) {
+	if h == nil {
+		panic("inbox: HandleReconcile with a nil Handler")
+	}
+	ib.handlers.mu.Lock()
+	defer ib.handlers.mu.Unlock()
+	ib.handlers.reconciles[source] = &registration{one: h}
 }
 
 // HandleBatch registers h, which applies several messages at once (see
@@ -237,6 +286,12 @@ func messageFromRow(row *dbsqlc.WharfInboxMessage) *Message {
 	}
 	if row.LastError != nil {
 		m.LastError = *row.LastError
+	}
+	if row.RedeliveryOf != nil {
+		m.RedeliveryOf = &Redelivery{MessageID: *row.RedeliveryOf, ProcessedAt: row.RedeliveryOfProcessedAt}
+		if row.LatePolicy != nil {
+			m.RedeliveryOf.Policy = latePolicyOf(*row.LatePolicy)
+		}
 	}
 	_ = json.Unmarshal(row.Headers, &m.Header) // written by ReceiveTx from an http.Header
 	return m

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -76,7 +77,7 @@ func (ib *Inbox) serveSource(w http.ResponseWriter, r *http.Request, name string
 	}
 	ib.metrics.request(r.Context(), a.source, a.result, time.Since(start))
 	switch a.result {
-	case resultAccepted, resultDuplicate:
+	case resultAccepted, resultDuplicate, resultIgnored, resultLate:
 	default:
 		ib.rejections.log(r.Context(), a.source, a.result, r.RemoteAddr, a.status)
 	}
@@ -191,6 +192,16 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 		return
 	}
 	log = log.With("message_id", res.MessageID)
+	if res.RedeliveryOf != uuid.Nil {
+		log.InfoContext(r.Context(), "inbox: late arrival: the event was received before its dedupe key was pruned",
+			"redelivery_of", res.RedeliveryOf, "policy", src.LateArrivals.String())
+		if src.LateArrivals == LateSkip {
+			a.json(resultLate, http.StatusOK, map[string]any{"status": "duplicate", "event_id": eventID})
+		} else {
+			a.json(resultLate, http.StatusOK, map[string]any{"status": "accepted", "event_id": eventID})
+		}
+		return
+	}
 	if !res.Duplicate {
 		log.DebugContext(r.Context(), "inbox: message accepted", "job_id", res.JobID)
 		a.json(resultAccepted, http.StatusOK, map[string]any{"status": "accepted", "event_id": eventID})

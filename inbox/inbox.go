@@ -176,7 +176,7 @@ func New(pool *pgxpool.Pool, cfg *Config) (*Inbox, error) {
 		logger:     c.Logger,
 		now:        c.Now,
 		sources:    make(map[string]*Source, len(c.Sources)),
-		handlers:   &registry{regs: make(map[handlerKey]*registration)},
+		handlers:   &registry{regs: make(map[handlerKey]*registration), reconciles: make(map[string]*registration)},
 		rejections: newRejectionLog(c.Logger, c.RejectionLogInterval),
 		tracer:     telemetry.Tracer(c.TracerProvider, "inbox"),
 	}

@@ -19,6 +19,7 @@ const (
 	resultAccepted      = "accepted"
 	resultDuplicate     = "duplicate"
 	resultIgnored       = "ignored"
+	resultLate          = "late"
 	resultBadSignature  = "bad_signature"
 	resultMalformed     = "malformed"
 	resultTooLarge      = "too_large"

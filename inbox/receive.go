@@ -69,6 +69,11 @@ type Result struct {
 	// JobID is the River job that will process a new message (shared by
 	// the messages of one batch); 0 for a duplicate.
 	JobID int64
+	// RedeliveryOf is set when the message is a late arrival (see
+	// Message.RedeliveryOf): the id of its event's earlier message;
+	// uuid.Nil otherwise. When its source skips late arrivals (LateSkip)
+	// it was stored processed and JobID is 0.
+	RedeliveryOf uuid.UUID
 	// Ignored is true when the event's type is one its source ignores
 	// (Source.AcceptTypes), or it is a duplicate of such an event: its
 	// dedupe key is claimed, and no message or job was stored; MessageID
@@ -139,7 +144,7 @@ func (ib *Inbox) ReceiveManyTx(ctx context.Context, tx pgx.Tx, msgs []Incoming) 
 // resultOf is the Result of a received message.
 func resultOf(res receive.Result) Result {
 	return Result{MessageID: res.MessageID, Duplicate: res.Duplicate, ReceivedAt: res.ReceivedAt,
-		PayloadMismatch: res.PayloadMismatch, JobID: res.JobID, Ignored: res.Ignored}
+		PayloadMismatch: res.PayloadMismatch, JobID: res.JobID, Ignored: res.Ignored, RedeliveryOf: res.RedeliveryOf}
 }
 
 // toReceive checks msg and makes it what the receive engine stores: its
@@ -155,9 +160,9 @@ func (ib *Inbox) toReceive(msg *Incoming) (receive.Message, error) {
 		hash = sum[:]
 	}
 	var drop []string
-	ignored := false
+	ignored, late := false, LateProcess
 	if src := ib.sources[msg.Source]; src != nil {
-		drop, ignored = src.DropHeaders, src.ignores(msg.EventType)
+		drop, ignored, late = src.DropHeaders, src.ignores(msg.EventType), src.LateArrivals
 	}
 	if ignored {
 		// The key alone: no body or headers go further.
@@ -170,7 +175,7 @@ func (ib *Inbox) toReceive(msg *Incoming) (receive.Message, error) {
 	}
 	return receive.Message{
 		Source: msg.Source, EventID: msg.EventID, EventType: msg.EventType, Headers: headers,
-		Body: msg.Body, PayloadHash: hash, OrderingKey: msg.OrderingKey, Trace: msg.trace,
+		Body: msg.Body, PayloadHash: hash, OrderingKey: msg.OrderingKey, Trace: msg.trace, Late: late.String(),
 	}, nil
 }
 

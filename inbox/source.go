@@ -1,8 +1,10 @@
 package inbox
 
 import (
+	"fmt"
 	"slices"
 
+	"github.com/wharfhq/wharf/internal/inboxjob"
 	"github.com/wharfhq/wharf/internal/shared"
 	"github.com/wharfhq/wharf/signature"
 )
@@ -18,6 +20,51 @@ const (
 	// MismatchConflict answers 409, telling the sender its id was reused.
 	MismatchConflict
 )
+
+// LatePolicy says what the inbox does with a late arrival: an event
+// received again after its dedupe key was pruned (the retention jobs'
+// DedupeWindow, 72 h by default, had passed), while the message of its
+// first receipt is still retained. Such a message is stored as new, with
+// Message.RedeliveryOf naming the earlier one, and counted in
+// wharf_inbox_requests_total{result="late"}.
+type LatePolicy int
+
+const (
+	// LateProcess runs the handler of the message's type, as for any
+	// message; the handler sees Message.RedeliveryOf. The default.
+	LateProcess LatePolicy = iota
+	// LateSkip stores the message processed, without running a handler
+	// or inserting a job, and answers 200 {"status":"duplicate"}.
+	LateSkip
+	// LateReconcile runs the source's reconcile handler
+	// (Inbox.HandleReconcile) instead of the type's.
+	LateReconcile
+)
+
+// String returns the policy as stored and shown: "process", "skip" or
+// "reconcile".
+func (p LatePolicy) String() string {
+	switch p {
+	case LateProcess:
+		return inboxjob.LateProcess
+	case LateSkip:
+		return inboxjob.LateSkip
+	case LateReconcile:
+		return inboxjob.LateReconcile
+	}
+	return fmt.Sprintf("LatePolicy(%d)", int(p))
+}
+
+// latePolicyOf is the LatePolicy stored as s.
+func latePolicyOf(s string) LatePolicy {
+	switch s {
+	case inboxjob.LateSkip:
+		return LateSkip
+	case inboxjob.LateReconcile:
+		return LateReconcile
+	}
+	return LateProcess
+}
 
 // Source describes one sender of webhooks: how its requests are verified and
 // where its event ids live. Sources are matched by name against the last
@@ -103,6 +150,11 @@ type Source struct {
 	AcceptTypes []string
 	// IgnoreTypes: see AcceptTypes.
 	IgnoreTypes []string
+	// LateArrivals is what to do with a late arrival of this source's
+	// events (see LatePolicy). ReceiveTx and ReceiveManyTx honour it for
+	// a source listed in Config.Sources; others get LateProcess. Defaults
+	// to LateProcess.
+	LateArrivals LatePolicy
 }
 
 // ignores reports whether the source ignores events of eventType (see
@@ -125,6 +177,9 @@ func (s *Source) validate(p *shared.Problems) {
 	}
 	if s.OnMismatch != MismatchDuplicate && s.OnMismatch != MismatchConflict {
 		p.Addf("source %q: unknown MismatchPolicy %d", s.Name, s.OnMismatch)
+	}
+	if s.LateArrivals < LateProcess || s.LateArrivals > LateReconcile {
+		p.Addf("source %q: unknown LatePolicy %d", s.Name, s.LateArrivals)
 	}
 	for _, list := range [][]string{s.AcceptTypes, s.IgnoreTypes} {
 		for _, t := range list {

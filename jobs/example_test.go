@@ -205,6 +205,7 @@ func ExampleMaintainer_Prune() {
 	//     }
 	//   ],
 	//   "dedupe_keys_deleted": 0,
+	//   "past_keys_deleted": 0,
 	//   "idempotency_keys_deleted": 0,
 	//   "deliveries_deleted": 0,
 	//   "audit_entries_deleted": 0,

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -720,4 +721,44 @@ func TestPruneOnOneConnection(t *testing.T) {
 	var exists bool
 	require.NoError(t, pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", yesterday).Scan(&exists))
 	require.False(t, exists)
+}
+
+// TestPrunedKeysBecomePastKeys: a pruned key of a stored message moves to
+// the past keys, which let a late arrival of its event find the message
+// (inbox.Message.RedeliveryOf), until the message's day is past
+// InboxRetention; a key of an ignored or erased event leaves none.
+func TestPrunedKeysBecomePastKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, nil) // DedupeWindow 72h, InboxRetention 30 days
+	t0 := time.Now()
+	b.clock.Set(t0)
+	kept := b.receive(t, "s", "evt_kept")
+	b.receive(t, "s", "evt_erased")
+	_, err := b.pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed', processed_at = now()")
+	require.NoError(t, err)
+	_, err = b.inbox.Forget(ctx, "s", "evt_erased")
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, "INSERT INTO wharf_inbox_keys (source, event_id, payload_hash, message_id, received_at, ignored) VALUES ('s', 'evt_ignored', '', gen_random_uuid(), $1, true)", t0)
+	require.NoError(t, err)
+
+	b.clock.Set(t0.Add(80 * time.Hour))
+	res, err := b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, res.DedupeKeysDeleted, "the kept and the ignored event's; the tombstone stays")
+	require.Zero(t, res.PastKeysDeleted)
+	var id uuid.UUID
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT message_id FROM wharf_inbox_past_keys").Scan(&id))
+	require.Equal(t, kept.MessageID, id, "only the stored message's key")
+	late := b.receive(t, "s", "evt_kept")
+	require.Equal(t, kept.MessageID, late.RedeliveryOf)
+
+	b.clock.Set(t0.Add(jobs.DefaultInboxRetention + 24*time.Hour))
+	dry, err := b.maint.Prune(ctx, &jobs.PruneOpts{DryRun: true})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, dry.PastKeysDeleted)
+	res, err = b.maint.Prune(ctx, nil)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, res.PastKeysDeleted)
+	require.Zero(t, b.count(t, "SELECT count(*) FROM wharf_inbox_past_keys WHERE message_id = '"+kept.MessageID.String()+"'"))
 }

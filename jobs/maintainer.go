@@ -82,6 +82,10 @@ type PruneResult struct {
 	Deferred []DeferredPartition `json:"deferred"`
 	// DedupeKeysDeleted counts inbox dedupe keys pruned.
 	DedupeKeysDeleted int64 `json:"dedupe_keys_deleted"`
+	// PastKeysDeleted counts the past dedupe keys deleted with their
+	// messages' retention (InboxRetention): kept after a key's pruning so
+	// that a late arrival of its event is told (inbox.Message.RedeliveryOf).
+	PastKeysDeleted int64 `json:"past_keys_deleted"`
 	// IdempotencyKeysDeleted counts expired Idempotency-Key records pruned.
 	IdempotencyKeysDeleted int64 `json:"idempotency_keys_deleted"`
 	// DeliveriesDeleted counts finished outbox deliveries of expired events

@@ -76,7 +76,7 @@ func (m *metrics) prune(ctx context.Context, res *PruneResult, err error) {
 		return
 	}
 	for kind, n := range map[string]int64{
-		"dedupe_keys": res.DedupeKeysDeleted, "idempotency_keys": res.IdempotencyKeysDeleted,
+		"dedupe_keys": res.DedupeKeysDeleted, "past_keys": res.PastKeysDeleted, "idempotency_keys": res.IdempotencyKeysDeleted,
 		"deliveries": res.DeliveriesDeleted, "messages": res.MessagesScrubbed,
 		"events": res.EventsScrubbed, "responses": res.ResponsesScrubbed,
 	} {

@@ -299,6 +299,15 @@ func (r *pruneRun) rows(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	pastCutoff := r.now.Add(-cfg.InboxRetention)
+	r.res.PastKeysDeleted, err = r.batches(ctx, "",
+		func() (int64, error) { return r.q.RetentionInboxPastKeysExpiredCount(ctx, pastCutoff) },
+		func(q *dbsqlc.Queries, batch int32) (int64, error) {
+			return q.RetentionInboxPastKeysDelete(ctx, dbsqlc.RetentionInboxPastKeysDeleteParams{Cutoff: pastCutoff, BatchSize: batch})
+		})
+	if err != nil {
+		return err
+	}
 
 	if r.dryRun { // a real run deleted them before taking its connection
 		if r.res.IdempotencyKeysDeleted, err = r.q.RetentionIdempotencyExpiredCount(ctx); err != nil {
@@ -416,7 +425,7 @@ func (m *Maintainer) logPrune(ctx context.Context, res *PruneResult, err error) 
 		m.metrics.prune(ctx, res, err)
 	}
 	attrs := []any{"dry_run", res.DryRun, "skipped", res.Skipped, "dropped", res.Dropped, "deferred", len(res.Deferred),
-		"dedupe_keys_deleted", res.DedupeKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted,
+		"dedupe_keys_deleted", res.DedupeKeysDeleted, "past_keys_deleted", res.PastKeysDeleted, "idempotency_keys_deleted", res.IdempotencyKeysDeleted,
 		"deliveries_deleted", res.DeliveriesDeleted, "audit_entries_deleted", res.AuditEntriesDeleted, "messages_scrubbed", res.MessagesScrubbed, "events_scrubbed", res.EventsScrubbed,
 		"responses_scrubbed", res.ResponsesScrubbed}
 	if err != nil {

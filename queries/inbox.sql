@@ -72,7 +72,7 @@ SELECT id, received_at, source, event_id, event_type,
        (CASE WHEN @omit_body::boolean THEN '{}'::jsonb ELSE headers END)::jsonb AS headers,
        (CASE WHEN @omit_body::boolean THEN ''::bytea ELSE body END)::bytea AS body,
        payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at,
-       ordering_key, trace_context
+       ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy
 FROM wharf_inbox_messages
 WHERE (sqlc.narg('source')::text IS NULL OR source = sqlc.narg('source')::text)
   AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
@@ -92,7 +92,7 @@ SELECT id, received_at, source, event_id, event_type,
        (CASE WHEN @omit_body::boolean THEN '{}'::jsonb ELSE headers END)::jsonb AS headers,
        (CASE WHEN @omit_body::boolean THEN ''::bytea ELSE body END)::bytea AS body,
        payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at,
-       ordering_key, trace_context
+       ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy
 FROM wharf_inbox_messages
 WHERE source = ANY(@sources::text[]) AND event_id = @event_id::text
   AND (sqlc.narg('status')::text IS NULL OR status = sqlc.narg('status')::text)
@@ -155,23 +155,40 @@ ON CONFLICT (source, event_id) DO UPDATE SET erased_at = excluded.erased_at;
 -- touch one row twice in a statement): the caller claims a key repeated
 -- within its batch afterwards, through InboxKeyClaim. ignored[i] marks a
 -- key whose event its source ignores: no message is stored for it.
-INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
-SELECT c.source, c.event_id, c.payload_hash, c.message_id, @received_at::timestamptz, c.ignored
-FROM (
-    SELECT unnest(@sources::text[]) AS source,
-           unnest(@event_ids::text[]) AS event_id,
-           unnest(@payload_hashes::bytea[]) AS payload_hash,
-           unnest(@message_ids::text[])::uuid AS message_id,
-           unnest(@ignored::boolean[]) AS ignored
-) c
-ORDER BY c.source, c.event_id
-ON CONFLICT (source, event_id) DO UPDATE
-SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
-    last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
-                            THEN excluded.received_at ELSE k.last_mismatch_at END,
-    duplicate_count = k.duplicate_count + 1,
-    last_duplicate_at = excluded.received_at
-RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored;
+--
+-- A key claimed anew (its received_at this batch's) whose event was
+-- received before, its key since pruned, carries that earlier message:
+-- past_message_id and past_received_at (a probe of the past keys' primary
+-- key). The caller reads them for the claims it won only.
+WITH claimed AS (
+    INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
+    SELECT c.source, c.event_id, c.payload_hash, c.message_id, @received_at::timestamptz, c.ignored
+    FROM (
+        SELECT unnest(@sources::text[]) AS source,
+               unnest(@event_ids::text[]) AS event_id,
+               unnest(@payload_hashes::bytea[]) AS payload_hash,
+               unnest(@message_ids::text[])::uuid AS message_id,
+               unnest(@ignored::boolean[]) AS ignored
+    ) c
+    ORDER BY c.source, c.event_id
+    ON CONFLICT (source, event_id) DO UPDATE
+    SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
+        last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
+                                THEN excluded.received_at ELSE k.last_mismatch_at END,
+        duplicate_count = k.duplicate_count + 1,
+        last_duplicate_at = excluded.received_at
+    RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored
+)
+SELECT c.source, c.event_id, c.message_id, c.received_at, c.payload_hash, c.ignored,
+       p.message_id AS past_message_id, p.received_at AS past_received_at
+FROM claimed c
+LEFT JOIN wharf_inbox_past_keys p
+       ON p.source = c.source AND p.event_id = c.event_id AND c.received_at = @received_at::timestamptz;
+
+-- name: InboxMessageProcessedAt :one
+-- When a late arrival's earlier message was processed (NULL: it was not),
+-- on its day's partition; no row when it is gone.
+SELECT processed_at FROM wharf_inbox_messages WHERE received_at = @received_at AND id = @id;
 
 -- name: InboxMessageInsertMany :exec
 -- Stores the messages of one receive batch; they share received_at, so one
@@ -185,6 +202,23 @@ SELECT unnest(@ids::text[])::uuid, @received_at::timestamptz, unnest(@sources::t
        unnest(@bodies::bytea[]), unnest(@payload_hashes::bytea[]), 'received',
        unnest(@job_ids::bigint[]), @received_at::timestamptz, unnest(@ordering_keys::text[]),
        unnest(@trace_contexts::text[]);
+
+-- name: InboxMessageInsertLate :exec
+-- Stores one late arrival of a receive batch (see InboxKeyClaimMany): a
+-- message whose event was received before its key was pruned, with that
+-- earlier message, when it was processed, and its source's policy. A
+-- skipped one is stored processed, without a job.
+INSERT INTO wharf_inbox_messages (
+    id, received_at, source, event_id, event_type, headers, body, payload_hash,
+    status, job_id, updated_at, ordering_key, trace_context, processed_at,
+    redelivery_of, redelivery_of_processed_at, late_policy
+) VALUES (
+    @id, @received_at::timestamptz, @source, @event_id, @event_type, @headers, @body, @payload_hash,
+    CASE WHEN @late_policy::text = 'skip' THEN 'processed' ELSE 'received' END,
+    sqlc.narg(job_id), @received_at::timestamptz, @ordering_key, @trace_context,
+    CASE WHEN @late_policy::text = 'skip' THEN @received_at::timestamptz END,
+    @redelivery_of, sqlc.narg(redelivery_of_processed_at), @late_policy::text
+);
 
 -- name: InboxMessagesGetForUpdate :many
 -- Loads and locks the messages of one processing batch, in id order.

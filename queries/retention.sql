@@ -11,34 +11,62 @@ WHERE status IN ('received', 'failed')
 ORDER BY received_at
 LIMIT 1;
 
--- name: RetentionInboxKeysDelete :execrows
+-- name: RetentionInboxKeysDelete :one
 -- Deletes one batch of dedupe keys older than the cutoff. A key whose
 -- message can still run (to process, failing, or dead and so replayable
 -- until its day is dropped) is kept: dropping it would let a redelivery in
 -- as a new event while the first can still apply its effect. So is the
 -- tombstone of an event erased after the erased cutoff.
-DELETE FROM wharf_inbox_keys k
-WHERE (k.source, k.event_id) IN (
-    SELECT c.source, c.event_id FROM wharf_inbox_keys c
-    WHERE c.received_at < @cutoff::timestamptz
-      AND (c.erased_at IS NULL OR c.erased_at < @erased_cutoff::timestamptz)
-      -- A probe of the message's primary key per key: "|| ''" (the status
-      -- no index condition, see InboxMessagesLockUnfinished) and OFFSET 0
-      -- (no anti-join). On statistics that say almost no message is
-      -- unfinished, the plan compared every key with every unfinished
-      -- message.
-      AND NOT EXISTS (
-          SELECT 1 FROM wharf_inbox_messages m
-          WHERE m.received_at = c.received_at AND m.id = c.message_id
-            AND m.status || '' IN ('received', 'failed', 'dead')
-          OFFSET 0)
-    ORDER BY c.received_at
-    LIMIT @batch_size::int
+-- Each deleted key of a stored message (not ignored, not erased) moves to
+-- wharf_inbox_past_keys, where a late arrival of its event finds that
+-- message (see InboxKeyClaimMany). Returns the keys deleted.
+WITH gone AS (
+    DELETE FROM wharf_inbox_keys k
+    WHERE (k.source, k.event_id) IN (
+        SELECT c.source, c.event_id FROM wharf_inbox_keys c
+        WHERE c.received_at < @cutoff::timestamptz
+          AND (c.erased_at IS NULL OR c.erased_at < @erased_cutoff::timestamptz)
+          -- A probe of the message's primary key per key: "|| ''" (the status
+          -- no index condition, see InboxMessagesLockUnfinished) and OFFSET 0
+          -- (no anti-join). On statistics that say almost no message is
+          -- unfinished, the plan compared every key with every unfinished
+          -- message.
+          AND NOT EXISTS (
+              SELECT 1 FROM wharf_inbox_messages m
+              WHERE m.received_at = c.received_at AND m.id = c.message_id
+                AND m.status || '' IN ('received', 'failed', 'dead')
+              OFFSET 0)
+        ORDER BY c.received_at
+        LIMIT @batch_size::int
+    )
+      -- Again on the row itself: a key that a concurrent Forget made a
+      -- tombstone is re-checked here once its lock is released.
+      AND k.received_at < @cutoff::timestamptz
+      AND (k.erased_at IS NULL OR k.erased_at < @erased_cutoff::timestamptz)
+    RETURNING k.source, k.event_id, k.message_id, k.received_at, k.ignored, k.erased_at
+), moved AS (
+    INSERT INTO wharf_inbox_past_keys AS p (source, event_id, message_id, received_at)
+    SELECT g.source, g.event_id, g.message_id, g.received_at FROM gone g
+    WHERE NOT g.ignored AND g.erased_at IS NULL
+    ON CONFLICT (source, event_id) DO UPDATE
+    SET message_id = excluded.message_id, received_at = excluded.received_at
+    WHERE p.received_at < excluded.received_at
 )
-  -- Again on the row itself: a key that a concurrent Forget made a
-  -- tombstone is re-checked here once its lock is released.
-  AND k.received_at < @cutoff::timestamptz
-  AND (k.erased_at IS NULL OR k.erased_at < @erased_cutoff::timestamptz);
+SELECT count(*) FROM gone;
+
+-- name: RetentionInboxPastKeysDelete :execrows
+-- Deletes one batch of past keys whose messages are past the inbox's
+-- retention.
+DELETE FROM wharf_inbox_past_keys
+WHERE (source, event_id) IN (
+    SELECT source, event_id FROM wharf_inbox_past_keys
+    WHERE received_at < @cutoff::timestamptz
+    ORDER BY received_at
+    LIMIT @batch_size::int
+);
+
+-- name: RetentionInboxPastKeysExpiredCount :one
+SELECT count(*) FROM wharf_inbox_past_keys WHERE received_at < @cutoff::timestamptz;
 
 -- name: RetentionInboxKeysExpiredCount :one
 SELECT count(*) FROM wharf_inbox_keys c

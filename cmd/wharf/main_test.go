@@ -199,7 +199,7 @@ func TestPartitionsAndPrune(t *testing.T) {
 
 	code, out, errOut = cli(t, "-database-url", url, "prune", "-dry-run")
 	require.Equal(t, 0, code, errOut)
-	require.Contains(t, out, "would drop 0 partitions; kept 0 expired partitions; would delete 0 dedupe keys, 0 idempotency keys, 0 deliveries, 0 audit entries; scrubbed 0 messages, 0 events")
+	require.Contains(t, out, "would drop 0 partitions; kept 0 expired partitions; would delete 0 dedupe keys, 0 past keys, 0 idempotency keys, 0 deliveries, 0 audit entries; scrubbed 0 messages, 0 events")
 
 	code, _, errOut = cli(t, "-database-url", url, "prune", "-dedupe-window", "1h", "-force")
 	require.Equal(t, 2, code)

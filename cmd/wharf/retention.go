@@ -266,9 +266,9 @@ func runPrune(ctx context.Context, e *env, args []string) error {
 	for _, d := range res.Deferred {
 		fmt.Fprintf(e.out, "kept %s: %d unfinished rows\n", d.Name, d.Unfinished)
 	}
-	fmt.Fprintf(e.out, "%s %d partitions; kept %d expired partitions; %s %d dedupe keys, %d idempotency keys, %d deliveries, %d audit entries; scrubbed %d messages, %d events, %d responses\n",
-		drop, len(res.Dropped), len(res.Deferred), del, res.DedupeKeysDeleted, res.IdempotencyKeysDeleted,
-		res.DeliveriesDeleted, res.AuditEntriesDeleted, res.MessagesScrubbed, res.EventsScrubbed, res.ResponsesScrubbed)
+	fmt.Fprintf(e.out, "%s %d partitions; kept %d expired partitions; %s %d dedupe keys, %d past keys, %d idempotency keys, %d deliveries, %d audit entries; scrubbed %d messages, %d events, %d responses\n",
+		drop, len(res.Dropped), len(res.Deferred), del, res.DedupeKeysDeleted, res.PastKeysDeleted,
+		res.IdempotencyKeysDeleted, res.DeliveriesDeleted, res.AuditEntriesDeleted, res.MessagesScrubbed, res.EventsScrubbed, res.ResponsesScrubbed)
 	return nil
 }
 

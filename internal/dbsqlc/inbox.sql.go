@@ -120,23 +120,30 @@ func (q *Queries) InboxKeyClaim(ctx context.Context, arg InboxKeyClaimParams) (I
 }
 
 const inboxKeyClaimMany = `-- name: InboxKeyClaimMany :many
-INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
-SELECT c.source, c.event_id, c.payload_hash, c.message_id, $1::timestamptz, c.ignored
-FROM (
-    SELECT unnest($2::text[]) AS source,
-           unnest($3::text[]) AS event_id,
-           unnest($4::bytea[]) AS payload_hash,
-           unnest($5::text[])::uuid AS message_id,
-           unnest($6::boolean[]) AS ignored
-) c
-ORDER BY c.source, c.event_id
-ON CONFLICT (source, event_id) DO UPDATE
-SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
-    last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
-                            THEN excluded.received_at ELSE k.last_mismatch_at END,
-    duplicate_count = k.duplicate_count + 1,
-    last_duplicate_at = excluded.received_at
-RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored
+WITH claimed AS (
+    INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
+    SELECT c.source, c.event_id, c.payload_hash, c.message_id, $1::timestamptz, c.ignored
+    FROM (
+        SELECT unnest($2::text[]) AS source,
+               unnest($3::text[]) AS event_id,
+               unnest($4::bytea[]) AS payload_hash,
+               unnest($5::text[])::uuid AS message_id,
+               unnest($6::boolean[]) AS ignored
+    ) c
+    ORDER BY c.source, c.event_id
+    ON CONFLICT (source, event_id) DO UPDATE
+    SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
+        last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
+                                THEN excluded.received_at ELSE k.last_mismatch_at END,
+        duplicate_count = k.duplicate_count + 1,
+        last_duplicate_at = excluded.received_at
+    RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored
+)
+SELECT c.source, c.event_id, c.message_id, c.received_at, c.payload_hash, c.ignored,
+       p.message_id AS past_message_id, p.received_at AS past_received_at
+FROM claimed c
+LEFT JOIN wharf_inbox_past_keys p
+       ON p.source = c.source AND p.event_id = c.event_id AND c.received_at = $1::timestamptz
 `
 
 type InboxKeyClaimManyParams struct {
@@ -149,12 +156,14 @@ type InboxKeyClaimManyParams struct {
 }
 
 type InboxKeyClaimManyRow struct {
-	Source      string
-	EventID     string
-	MessageID   uuid.UUID
-	ReceivedAt  time.Time
-	PayloadHash []byte
-	Ignored     bool
+	Source         string
+	EventID        string
+	MessageID      uuid.UUID
+	ReceivedAt     time.Time
+	PayloadHash    []byte
+	Ignored        bool
+	PastMessageID  *uuid.UUID
+	PastReceivedAt *time.Time
 }
 
 // Claims many keys in one statement, the batch form of InboxKeyClaim: the
@@ -165,6 +174,11 @@ type InboxKeyClaimManyRow struct {
 // touch one row twice in a statement): the caller claims a key repeated
 // within its batch afterwards, through InboxKeyClaim. ignored[i] marks a
 // key whose event its source ignores: no message is stored for it.
+//
+// A key claimed anew (its received_at this batch's) whose event was
+// received before, its key since pruned, carries that earlier message:
+// past_message_id and past_received_at (a probe of the past keys' primary
+// key). The caller reads them for the claims it won only.
 func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyParams) ([]InboxKeyClaimManyRow, error) {
 	rows, err := q.db.Query(ctx, inboxKeyClaimMany,
 		arg.ReceivedAt,
@@ -188,6 +202,8 @@ func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyPa
 			&i.ReceivedAt,
 			&i.PayloadHash,
 			&i.Ignored,
+			&i.PastMessageID,
+			&i.PastReceivedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -326,7 +342,7 @@ func (q *Queries) InboxMessageForget(ctx context.Context, arg InboxMessageForget
 }
 
 const inboxMessageGet = `-- name: InboxMessageGet :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages WHERE id = $1
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy FROM wharf_inbox_messages WHERE id = $1
 `
 
 func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
@@ -350,12 +366,15 @@ func (q *Queries) InboxMessageGet(ctx context.Context, id uuid.UUID) (WharfInbox
 		&i.ScrubbedAt,
 		&i.OrderingKey,
 		&i.TraceContext,
+		&i.RedeliveryOf,
+		&i.RedeliveryOfProcessedAt,
+		&i.LatePolicy,
 	)
 	return i, err
 }
 
 const inboxMessageGetByIDForUpdate = `-- name: InboxMessageGetByIDForUpdate :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy FROM wharf_inbox_messages WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) InboxMessageGetByIDForUpdate(ctx context.Context, id uuid.UUID) (WharfInboxMessage, error) {
@@ -379,12 +398,15 @@ func (q *Queries) InboxMessageGetByIDForUpdate(ctx context.Context, id uuid.UUID
 		&i.ScrubbedAt,
 		&i.OrderingKey,
 		&i.TraceContext,
+		&i.RedeliveryOf,
+		&i.RedeliveryOfProcessedAt,
+		&i.LatePolicy,
 	)
 	return i, err
 }
 
 const inboxMessageGetForUpdate = `-- name: InboxMessageGetForUpdate :one
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = $2
 FOR UPDATE
 `
@@ -415,6 +437,9 @@ func (q *Queries) InboxMessageGetForUpdate(ctx context.Context, arg InboxMessage
 		&i.ScrubbedAt,
 		&i.OrderingKey,
 		&i.TraceContext,
+		&i.RedeliveryOf,
+		&i.RedeliveryOfProcessedAt,
+		&i.LatePolicy,
 	)
 	return i, err
 }
@@ -452,6 +477,61 @@ func (q *Queries) InboxMessageInsert(ctx context.Context, arg InboxMessageInsert
 		arg.Body,
 		arg.PayloadHash,
 		arg.JobID,
+	)
+	return err
+}
+
+const inboxMessageInsertLate = `-- name: InboxMessageInsertLate :exec
+INSERT INTO wharf_inbox_messages (
+    id, received_at, source, event_id, event_type, headers, body, payload_hash,
+    status, job_id, updated_at, ordering_key, trace_context, processed_at,
+    redelivery_of, redelivery_of_processed_at, late_policy
+) VALUES (
+    $1, $2::timestamptz, $3, $4, $5, $6, $7, $8,
+    CASE WHEN $9::text = 'skip' THEN 'processed' ELSE 'received' END,
+    $10, $2::timestamptz, $11, $12,
+    CASE WHEN $9::text = 'skip' THEN $2::timestamptz END,
+    $13, $14, $9::text
+)
+`
+
+type InboxMessageInsertLateParams struct {
+	ID                      uuid.UUID
+	ReceivedAt              time.Time
+	Source                  string
+	EventID                 string
+	EventType               string
+	Headers                 json.RawMessage
+	Body                    []byte
+	PayloadHash             []byte
+	LatePolicy              string
+	JobID                   *int64
+	OrderingKey             string
+	TraceContext            string
+	RedeliveryOf            *uuid.UUID
+	RedeliveryOfProcessedAt *time.Time
+}
+
+// Stores one late arrival of a receive batch (see InboxKeyClaimMany): a
+// message whose event was received before its key was pruned, with that
+// earlier message, when it was processed, and its source's policy. A
+// skipped one is stored processed, without a job.
+func (q *Queries) InboxMessageInsertLate(ctx context.Context, arg InboxMessageInsertLateParams) error {
+	_, err := q.db.Exec(ctx, inboxMessageInsertLate,
+		arg.ID,
+		arg.ReceivedAt,
+		arg.Source,
+		arg.EventID,
+		arg.EventType,
+		arg.Headers,
+		arg.Body,
+		arg.PayloadHash,
+		arg.LatePolicy,
+		arg.JobID,
+		arg.OrderingKey,
+		arg.TraceContext,
+		arg.RedeliveryOf,
+		arg.RedeliveryOfProcessedAt,
 	)
 	return err
 }
@@ -506,7 +586,7 @@ SELECT id, received_at, source, event_id, event_type,
        (CASE WHEN $1::boolean THEN '{}'::jsonb ELSE headers END)::jsonb AS headers,
        (CASE WHEN $1::boolean THEN ''::bytea ELSE body END)::bytea AS body,
        payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at,
-       ordering_key, trace_context
+       ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy
 FROM wharf_inbox_messages
 WHERE ($2::text IS NULL OR source = $2::text)
   AND ($3::text IS NULL OR status = $3::text)
@@ -530,23 +610,26 @@ type InboxMessageListParams struct {
 }
 
 type InboxMessageListRow struct {
-	ID           uuid.UUID
-	ReceivedAt   time.Time
-	Source       string
-	EventID      string
-	EventType    string
-	Headers      json.RawMessage
-	Body         []byte
-	PayloadHash  []byte
-	Status       string
-	Attempts     int32
-	LastError    *string
-	JobID        *int64
-	ProcessedAt  *time.Time
-	UpdatedAt    time.Time
-	ScrubbedAt   *time.Time
-	OrderingKey  string
-	TraceContext string
+	ID                      uuid.UUID
+	ReceivedAt              time.Time
+	Source                  string
+	EventID                 string
+	EventType               string
+	Headers                 json.RawMessage
+	Body                    []byte
+	PayloadHash             []byte
+	Status                  string
+	Attempts                int32
+	LastError               *string
+	JobID                   *int64
+	ProcessedAt             *time.Time
+	UpdatedAt               time.Time
+	ScrubbedAt              *time.Time
+	OrderingKey             string
+	TraceContext            string
+	RedeliveryOf            *uuid.UUID
+	RedeliveryOfProcessedAt *time.Time
+	LatePolicy              *string
 }
 
 // Newest first; filters are optional. A page after a cursor holds the rows
@@ -590,6 +673,9 @@ func (q *Queries) InboxMessageList(ctx context.Context, arg InboxMessageListPara
 			&i.ScrubbedAt,
 			&i.OrderingKey,
 			&i.TraceContext,
+			&i.RedeliveryOf,
+			&i.RedeliveryOfProcessedAt,
+			&i.LatePolicy,
 		); err != nil {
 			return nil, err
 		}
@@ -606,7 +692,7 @@ SELECT id, received_at, source, event_id, event_type,
        (CASE WHEN $1::boolean THEN '{}'::jsonb ELSE headers END)::jsonb AS headers,
        (CASE WHEN $1::boolean THEN ''::bytea ELSE body END)::bytea AS body,
        payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at,
-       ordering_key, trace_context
+       ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy
 FROM wharf_inbox_messages
 WHERE source = ANY($2::text[]) AND event_id = $3::text
   AND ($4::text IS NULL OR status = $4::text)
@@ -631,23 +717,26 @@ type InboxMessageListByEventIDParams struct {
 }
 
 type InboxMessageListByEventIDRow struct {
-	ID           uuid.UUID
-	ReceivedAt   time.Time
-	Source       string
-	EventID      string
-	EventType    string
-	Headers      json.RawMessage
-	Body         []byte
-	PayloadHash  []byte
-	Status       string
-	Attempts     int32
-	LastError    *string
-	JobID        *int64
-	ProcessedAt  *time.Time
-	UpdatedAt    time.Time
-	ScrubbedAt   *time.Time
-	OrderingKey  string
-	TraceContext string
+	ID                      uuid.UUID
+	ReceivedAt              time.Time
+	Source                  string
+	EventID                 string
+	EventType               string
+	Headers                 json.RawMessage
+	Body                    []byte
+	PayloadHash             []byte
+	Status                  string
+	Attempts                int32
+	LastError               *string
+	JobID                   *int64
+	ProcessedAt             *time.Time
+	UpdatedAt               time.Time
+	ScrubbedAt              *time.Time
+	OrderingKey             string
+	TraceContext            string
+	RedeliveryOf            *uuid.UUID
+	RedeliveryOfProcessedAt *time.Time
+	LatePolicy              *string
 }
 
 // InboxMessageList for one event id, looked up under each of sources (the
@@ -691,6 +780,9 @@ func (q *Queries) InboxMessageListByEventID(ctx context.Context, arg InboxMessag
 			&i.ScrubbedAt,
 			&i.OrderingKey,
 			&i.TraceContext,
+			&i.RedeliveryOf,
+			&i.RedeliveryOfProcessedAt,
+			&i.LatePolicy,
 		); err != nil {
 			return nil, err
 		}
@@ -818,13 +910,31 @@ func (q *Queries) InboxMessagePark(ctx context.Context, arg InboxMessageParkPara
 	return err
 }
 
+const inboxMessageProcessedAt = `-- name: InboxMessageProcessedAt :one
+SELECT processed_at FROM wharf_inbox_messages WHERE received_at = $1 AND id = $2
+`
+
+type InboxMessageProcessedAtParams struct {
+	ReceivedAt time.Time
+	ID         uuid.UUID
+}
+
+// When a late arrival's earlier message was processed (NULL: it was not),
+// on its day's partition; no row when it is gone.
+func (q *Queries) InboxMessageProcessedAt(ctx context.Context, arg InboxMessageProcessedAtParams) (*time.Time, error) {
+	row := q.db.QueryRow(ctx, inboxMessageProcessedAt, arg.ReceivedAt, arg.ID)
+	var processed_at *time.Time
+	err := row.Scan(&processed_at)
+	return processed_at, err
+}
+
 const inboxMessageRequeue = `-- name: InboxMessageRequeue :one
 UPDATE wharf_inbox_messages
 SET status = 'received', job_id = $1::bigint, updated_at = $2::timestamptz
 WHERE received_at = $3 AND id = $4
   -- "|| ''": see InboxMessagesLockUnfinished.
   AND status || '' <> 'processed'
-RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context
+RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy
 `
 
 type InboxMessageRequeueParams struct {
@@ -862,6 +972,9 @@ func (q *Queries) InboxMessageRequeue(ctx context.Context, arg InboxMessageReque
 		&i.ScrubbedAt,
 		&i.OrderingKey,
 		&i.TraceContext,
+		&i.RedeliveryOf,
+		&i.RedeliveryOfProcessedAt,
+		&i.LatePolicy,
 	)
 	return i, err
 }
@@ -870,7 +983,7 @@ const inboxMessageSkip = `-- name: InboxMessageSkip :one
 UPDATE wharf_inbox_messages
 SET status = 'dead', last_error = $1::text, updated_at = $2::timestamptz
 WHERE received_at = $3 AND id = $4 AND status IN ('received', 'failed')
-RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context
+RETURNING id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy
 `
 
 type InboxMessageSkipParams struct {
@@ -908,6 +1021,9 @@ func (q *Queries) InboxMessageSkip(ctx context.Context, arg InboxMessageSkipPara
 		&i.ScrubbedAt,
 		&i.OrderingKey,
 		&i.TraceContext,
+		&i.RedeliveryOf,
+		&i.RedeliveryOfProcessedAt,
+		&i.LatePolicy,
 	)
 	return i, err
 }
@@ -968,9 +1084,9 @@ WITH jobs AS MATERIALIZED (
     LIMIT $4::int
     FOR UPDATE SKIP LOCKED
 )
-SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context FROM jobs
+SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context, m.redelivery_of, m.redelivery_of_processed_at, m.late_policy FROM jobs
 CROSS JOIN LATERAL (
-    SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages mm
+    SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy FROM wharf_inbox_messages mm
     WHERE mm.received_at = jobs.received_at AND mm.id = jobs.message_id
       AND mm.job_id = jobs.id AND mm.status = 'received' AND mm.attempts = 0
       AND mm.ordering_key = '' AND mm.scrubbed_at IS NULL
@@ -1028,6 +1144,9 @@ func (q *Queries) InboxMessagesAdopt(ctx context.Context, arg InboxMessagesAdopt
 			&i.ScrubbedAt,
 			&i.OrderingKey,
 			&i.TraceContext,
+			&i.RedeliveryOf,
+			&i.RedeliveryOfProcessedAt,
+			&i.LatePolicy,
 		); err != nil {
 			return nil, err
 		}
@@ -1102,7 +1221,7 @@ func (q *Queries) InboxMessagesAwaitUnlocked(ctx context.Context, arg InboxMessa
 }
 
 const inboxMessagesGet = `-- name: InboxMessagesGet :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
 `
 
@@ -1139,6 +1258,9 @@ func (q *Queries) InboxMessagesGet(ctx context.Context, arg InboxMessagesGetPara
 			&i.ScrubbedAt,
 			&i.OrderingKey,
 			&i.TraceContext,
+			&i.RedeliveryOf,
+			&i.RedeliveryOfProcessedAt,
+			&i.LatePolicy,
 		); err != nil {
 			return nil, err
 		}
@@ -1151,7 +1273,7 @@ func (q *Queries) InboxMessagesGet(ctx context.Context, arg InboxMessagesGetPara
 }
 
 const inboxMessagesGetForUpdate = `-- name: InboxMessagesGetForUpdate :many
-SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages
+SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy FROM wharf_inbox_messages
 WHERE received_at = $1 AND id = ANY(($2::text[])::uuid[])
 ORDER BY id
 FOR UPDATE
@@ -1190,6 +1312,9 @@ func (q *Queries) InboxMessagesGetForUpdate(ctx context.Context, arg InboxMessag
 			&i.ScrubbedAt,
 			&i.OrderingKey,
 			&i.TraceContext,
+			&i.RedeliveryOf,
+			&i.RedeliveryOfProcessedAt,
+			&i.LatePolicy,
 		); err != nil {
 			return nil, err
 		}
@@ -1202,9 +1327,9 @@ func (q *Queries) InboxMessagesGetForUpdate(ctx context.Context, arg InboxMessag
 }
 
 const inboxMessagesGetForUpdateEach = `-- name: InboxMessagesGetForUpdateEach :many
-SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context FROM (SELECT unnest($1::timestamptz[]) AS received_at, unnest($2::text[])::uuid AS id) AS k
+SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context, m.redelivery_of, m.redelivery_of_processed_at, m.late_policy FROM (SELECT unnest($1::timestamptz[]) AS received_at, unnest($2::text[])::uuid AS id) AS k
 CROSS JOIN LATERAL (
-    SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context FROM wharf_inbox_messages mm
+    SELECT id, received_at, source, event_id, event_type, headers, body, payload_hash, status, attempts, last_error, job_id, processed_at, updated_at, scrubbed_at, ordering_key, trace_context, redelivery_of, redelivery_of_processed_at, late_policy FROM wharf_inbox_messages mm
     WHERE mm.received_at = k.received_at AND mm.id = k.id
     FOR UPDATE
 ) m
@@ -1247,6 +1372,9 @@ func (q *Queries) InboxMessagesGetForUpdateEach(ctx context.Context, arg InboxMe
 			&i.ScrubbedAt,
 			&i.OrderingKey,
 			&i.TraceContext,
+			&i.RedeliveryOf,
+			&i.RedeliveryOfProcessedAt,
+			&i.LatePolicy,
 		); err != nil {
 			return nil, err
 		}
@@ -1627,7 +1755,7 @@ WITH candidates AS MATERIALIZED (
       AND c.updated_at < $2::timestamptz
       AND ($3::text[] IS NULL OR c.id = ANY ($3::text[]::uuid[]))
 )
-SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context,
+SELECT m.id, m.received_at, m.source, m.event_id, m.event_type, m.headers, m.body, m.payload_hash, m.status, m.attempts, m.last_error, m.job_id, m.processed_at, m.updated_at, m.scrubbed_at, m.ordering_key, m.trace_context, m.redelivery_of, m.redelivery_of_processed_at, m.late_policy,
        (CASE WHEN m.job_id IS NULL THEN '' ELSE coalesce(j.state::text, 'gone') END)::text AS job_state
 FROM candidates
 JOIN wharf_inbox_messages m ON m.received_at = candidates.received_at AND m.id = candidates.id
@@ -1700,6 +1828,9 @@ func (q *Queries) InboxMessagesStranded(ctx context.Context, arg InboxMessagesSt
 			&i.WharfInboxMessage.ScrubbedAt,
 			&i.WharfInboxMessage.OrderingKey,
 			&i.WharfInboxMessage.TraceContext,
+			&i.WharfInboxMessage.RedeliveryOf,
+			&i.WharfInboxMessage.RedeliveryOfProcessedAt,
+			&i.WharfInboxMessage.LatePolicy,
 			&i.JobState,
 		); err != nil {
 			return nil, err

@@ -125,23 +125,33 @@ type WharfInboxKey struct {
 }
 
 type WharfInboxMessage struct {
-	ID           uuid.UUID
-	ReceivedAt   time.Time
-	Source       string
-	EventID      string
-	EventType    string
-	Headers      json.RawMessage
-	Body         []byte
-	PayloadHash  []byte
-	Status       string
-	Attempts     int32
-	LastError    *string
-	JobID        *int64
-	ProcessedAt  *time.Time
-	UpdatedAt    time.Time
-	ScrubbedAt   *time.Time
-	OrderingKey  string
-	TraceContext string
+	ID                      uuid.UUID
+	ReceivedAt              time.Time
+	Source                  string
+	EventID                 string
+	EventType               string
+	Headers                 json.RawMessage
+	Body                    []byte
+	PayloadHash             []byte
+	Status                  string
+	Attempts                int32
+	LastError               *string
+	JobID                   *int64
+	ProcessedAt             *time.Time
+	UpdatedAt               time.Time
+	ScrubbedAt              *time.Time
+	OrderingKey             string
+	TraceContext            string
+	RedeliveryOf            *uuid.UUID
+	RedeliveryOfProcessedAt *time.Time
+	LatePolicy              *string
+}
+
+type WharfInboxPastKey struct {
+	Source     string
+	EventID    string
+	MessageID  uuid.UUID
+	ReceivedAt time.Time
 }
 
 type WharfLease struct {

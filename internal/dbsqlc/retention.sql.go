@@ -91,29 +91,40 @@ func (q *Queries) RetentionIdempotencyExpiredCount(ctx context.Context) (int64, 
 	return count, err
 }
 
-const retentionInboxKeysDelete = `-- name: RetentionInboxKeysDelete :execrows
-DELETE FROM wharf_inbox_keys k
-WHERE (k.source, k.event_id) IN (
-    SELECT c.source, c.event_id FROM wharf_inbox_keys c
-    WHERE c.received_at < $1::timestamptz
-      AND (c.erased_at IS NULL OR c.erased_at < $2::timestamptz)
-      -- A probe of the message's primary key per key: "|| ''" (the status
-      -- no index condition, see InboxMessagesLockUnfinished) and OFFSET 0
-      -- (no anti-join). On statistics that say almost no message is
-      -- unfinished, the plan compared every key with every unfinished
-      -- message.
-      AND NOT EXISTS (
-          SELECT 1 FROM wharf_inbox_messages m
-          WHERE m.received_at = c.received_at AND m.id = c.message_id
-            AND m.status || '' IN ('received', 'failed', 'dead')
-          OFFSET 0)
-    ORDER BY c.received_at
-    LIMIT $3::int
+const retentionInboxKeysDelete = `-- name: RetentionInboxKeysDelete :one
+WITH gone AS (
+    DELETE FROM wharf_inbox_keys k
+    WHERE (k.source, k.event_id) IN (
+        SELECT c.source, c.event_id FROM wharf_inbox_keys c
+        WHERE c.received_at < $1::timestamptz
+          AND (c.erased_at IS NULL OR c.erased_at < $2::timestamptz)
+          -- A probe of the message's primary key per key: "|| ''" (the status
+          -- no index condition, see InboxMessagesLockUnfinished) and OFFSET 0
+          -- (no anti-join). On statistics that say almost no message is
+          -- unfinished, the plan compared every key with every unfinished
+          -- message.
+          AND NOT EXISTS (
+              SELECT 1 FROM wharf_inbox_messages m
+              WHERE m.received_at = c.received_at AND m.id = c.message_id
+                AND m.status || '' IN ('received', 'failed', 'dead')
+              OFFSET 0)
+        ORDER BY c.received_at
+        LIMIT $3::int
+    )
+      -- Again on the row itself: a key that a concurrent Forget made a
+      -- tombstone is re-checked here once its lock is released.
+      AND k.received_at < $1::timestamptz
+      AND (k.erased_at IS NULL OR k.erased_at < $2::timestamptz)
+    RETURNING k.source, k.event_id, k.message_id, k.received_at, k.ignored, k.erased_at
+), moved AS (
+    INSERT INTO wharf_inbox_past_keys AS p (source, event_id, message_id, received_at)
+    SELECT g.source, g.event_id, g.message_id, g.received_at FROM gone g
+    WHERE NOT g.ignored AND g.erased_at IS NULL
+    ON CONFLICT (source, event_id) DO UPDATE
+    SET message_id = excluded.message_id, received_at = excluded.received_at
+    WHERE p.received_at < excluded.received_at
 )
-  -- Again on the row itself: a key that a concurrent Forget made a
-  -- tombstone is re-checked here once its lock is released.
-  AND k.received_at < $1::timestamptz
-  AND (k.erased_at IS NULL OR k.erased_at < $2::timestamptz)
+SELECT count(*) FROM gone
 `
 
 type RetentionInboxKeysDeleteParams struct {
@@ -127,12 +138,14 @@ type RetentionInboxKeysDeleteParams struct {
 // until its day is dropped) is kept: dropping it would let a redelivery in
 // as a new event while the first can still apply its effect. So is the
 // tombstone of an event erased after the erased cutoff.
+// Each deleted key of a stored message (not ignored, not erased) moves to
+// wharf_inbox_past_keys, where a late arrival of its event finds that
+// message (see InboxKeyClaimMany). Returns the keys deleted.
 func (q *Queries) RetentionInboxKeysDelete(ctx context.Context, arg RetentionInboxKeysDeleteParams) (int64, error) {
-	result, err := q.db.Exec(ctx, retentionInboxKeysDelete, arg.Cutoff, arg.ErasedCutoff, arg.BatchSize)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := q.db.QueryRow(ctx, retentionInboxKeysDelete, arg.Cutoff, arg.ErasedCutoff, arg.BatchSize)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const retentionInboxKeysExpiredCount = `-- name: RetentionInboxKeysExpiredCount :one
@@ -168,6 +181,42 @@ func (q *Queries) RetentionInboxOldestUnfinished(ctx context.Context) (time.Time
 	var received_at time.Time
 	err := row.Scan(&received_at)
 	return received_at, err
+}
+
+const retentionInboxPastKeysDelete = `-- name: RetentionInboxPastKeysDelete :execrows
+DELETE FROM wharf_inbox_past_keys
+WHERE (source, event_id) IN (
+    SELECT source, event_id FROM wharf_inbox_past_keys
+    WHERE received_at < $1::timestamptz
+    ORDER BY received_at
+    LIMIT $2::int
+)
+`
+
+type RetentionInboxPastKeysDeleteParams struct {
+	Cutoff    time.Time
+	BatchSize int32
+}
+
+// Deletes one batch of past keys whose messages are past the inbox's
+// retention.
+func (q *Queries) RetentionInboxPastKeysDelete(ctx context.Context, arg RetentionInboxPastKeysDeleteParams) (int64, error) {
+	result, err := q.db.Exec(ctx, retentionInboxPastKeysDelete, arg.Cutoff, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const retentionInboxPastKeysExpiredCount = `-- name: RetentionInboxPastKeysExpiredCount :one
+SELECT count(*) FROM wharf_inbox_past_keys WHERE received_at < $1::timestamptz
+`
+
+func (q *Queries) RetentionInboxPastKeysExpiredCount(ctx context.Context, cutoff time.Time) (int64, error) {
+	row := q.db.QueryRow(ctx, retentionInboxPastKeysExpiredCount, cutoff)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const retentionInboxScrub = `-- name: RetentionInboxScrub :execrows

@@ -19,6 +19,15 @@ const (
 	StatusDead      = "dead"
 )
 
+// What a late arrival's source makes of it (late_policy, as stored;
+// package inbox's LatePolicy values): a message whose event was received
+// before, its dedupe key since pruned.
+const (
+	LateProcess   = "process"   // its handler runs, as for any message
+	LateSkip      = "skip"      // stored processed; no handler runs
+	LateReconcile = "reconcile" // its source's reconcile handler runs
+)
+
 // MessagesTable is the day-partitioned table of the inbox's messages.
 const MessagesTable = "wharf_inbox_messages"
 

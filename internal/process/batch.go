@@ -329,7 +329,7 @@ func (b *batch) alone(ctx context.Context, msg *dbsqlc.WharfInboxMessage) error 
 // after the group. Fewer than two messages mean no group.
 func (b *batch) group(i int) (reg Registration, group []*dbsqlc.WharfInboxMessage, next int) {
 	msg := &b.rows[i]
-	reg, ok := b.p.config.Registry.Lookup(msg.Source, msg.EventType)
+	reg, ok := b.p.config.Registry.Lookup(msg)
 	if !ok || !reg.Batch() {
 		return nil, nil, i + 1
 	}
@@ -342,7 +342,7 @@ func (b *batch) group(i int) (reg Registration, group []*dbsqlc.WharfInboxMessag
 		if !b.owns(m) {
 			continue
 		}
-		if r, _ := b.p.config.Registry.Lookup(m.Source, m.EventType); r != reg {
+		if r, _ := b.p.config.Registry.Lookup(m); r != reg {
 			break
 		}
 		if _, held := b.order.Holds(m); held {

@@ -37,10 +37,12 @@ import (
 // Registry resolves the handlers of messages: package inbox's
 // registrations (Handle, HandleBatch).
 type Registry interface {
-	// Lookup returns the registration for messages of source with
-	// eventType, the most specific one; false when there is none. Two
-	// lookups that resolve to the same registration return equal values.
-	Lookup(source, eventType string) (Registration, bool)
+	// Lookup returns the registration for msg, of its source and type
+	// (the most specific one), or, for a late arrival its source
+	// reconciles (late_policy inboxjob.LateReconcile), its source's
+	// reconcile handler; false when there is none. Two lookups that
+	// resolve to the same registration return equal values.
+	Lookup(msg *dbsqlc.WharfInboxMessage) (Registration, bool)
 }
 
 // Registration is a registered handler, called with message rows.
@@ -198,8 +200,11 @@ func (p *Processor) BatchWorker() *BatchWorker { return &BatchWorker{p: p} }
 // lookup returns the registration for msg, or an error wrapping
 // ErrNoHandler.
 func (p *Processor) lookup(msg *dbsqlc.WharfInboxMessage) (Registration, error) {
-	if reg, ok := p.config.Registry.Lookup(msg.Source, msg.EventType); ok {
+	if reg, ok := p.config.Registry.Lookup(msg); ok {
 		return reg, nil
+	}
+	if msg.LatePolicy != nil && *msg.LatePolicy == inboxjob.LateReconcile {
+		return nil, fmt.Errorf("%w: no reconcile handler for the late arrivals of source %q", ErrNoHandler, msg.Source)
 	}
 	return nil, fmt.Errorf("%w for source %q, type %q", ErrNoHandler, msg.Source, msg.EventType)
 }

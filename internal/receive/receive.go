@@ -91,6 +91,10 @@ type Message struct {
 	// Ignored marks an event of a type its source ignores: its key is
 	// claimed, and nothing else stored.
 	Ignored bool
+	// Late is what to do with it should it be a late arrival (its event
+	// received before, its key since pruned): inboxjob.LateProcess (also
+	// when empty), LateSkip or LateReconcile.
+	Late string
 }
 
 // Result says what ReceiveTx did with a Message: package inbox's Result
@@ -102,6 +106,8 @@ type Result struct {
 	PayloadMismatch bool      // a duplicate with another payload
 	JobID           int64     // the new message's job; 0 for a duplicate
 	Ignored         bool      // an event its source ignores, or a duplicate of one
+	RedeliveryOf    uuid.UUID // a late arrival's earlier message; uuid.Nil for none
+	Late            string    // a late arrival's policy (Message.Late); "" for none
 }
 
 // Receiver stores incoming messages.
@@ -197,10 +203,23 @@ func distinct(msgs []Message) (firsts, repeats []int) {
 	return firsts, repeats
 }
 
+// claimed is a message that won its key.
+type claimed struct {
+	i    int // its index in the batch
+	past *pastMessage
+}
+
+// pastMessage is the earlier message of a late arrival's event.
+type pastMessage struct {
+	id          uuid.UUID
+	processedAt *time.Time
+}
+
 // claimKeys claims the keys of msgs[firsts] (distinct) in one statement,
-// fills the results of those already claimed and returns the indexes of
-// the messages that won their keys.
-func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, firsts []int, now time.Time, results []Result) ([]int, error) {
+// fills the results of those already claimed and returns the messages
+// that won their keys, each with its event's earlier message when it is
+// a late arrival.
+func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, firsts []int, now time.Time, results []Result) ([]claimed, error) {
 	params := dbsqlc.InboxKeyClaimManyParams{ReceivedAt: now}
 	for _, i := range firsts {
 		params.Sources = append(params.Sources, msgs[i].Source)
@@ -217,7 +236,7 @@ func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, 
 	for i := range rows {
 		keys[eventKey{rows[i].Source, rows[i].EventID}] = &rows[i]
 	}
-	var won []int
+	var won []claimed
 	for _, i := range firsts {
 		key, ok := keys[eventKey{msgs[i].Source, msgs[i].EventID}]
 		if !ok {
@@ -228,11 +247,27 @@ func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, 
 			results[i] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, msgs[i].PayloadHash, key.Ignored)
 		case msgs[i].Ignored:
 			results[i] = Result{MessageID: ids[i], ReceivedAt: now, Ignored: true} // the key alone
+		case key.PastMessageID != nil:
+			past, err := processedAt(ctx, tx, *key.PastMessageID, *key.PastReceivedAt)
+			if err != nil {
+				return nil, err
+			}
+			won = append(won, claimed{i: i, past: past})
 		default:
-			won = append(won, i)
+			won = append(won, claimed{i: i})
 		}
 	}
 	return won, nil
+}
+
+// processedAt returns a late arrival's earlier message, id received at
+// receivedAt, with when it was processed (nil if it was not, or is gone).
+func processedAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, receivedAt time.Time) (*pastMessage, error) {
+	at, err := dbsqlc.New(tx).InboxMessageProcessedAt(ctx, dbsqlc.InboxMessageProcessedAtParams{ReceivedAt: receivedAt, ID: id})
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("inbox: late arrival's earlier message: %w", err)
+	}
+	return &pastMessage{id: id, processedAt: at}, nil
 }
 
 func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte, ignored bool) Result {
@@ -248,22 +283,48 @@ func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte
 // store inserts the River jobs of the messages that won their keys (one
 // job per message when batches are off or there is only one, else one job
 // per BatchSize messages, inboxjob.MaxMessages at most) and then the
-// messages, in one statement each.
-func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, won []int, now time.Time, results []Result) error {
-	if len(won) == 0 {
-		return nil
+// messages, in one statement each; a late arrival is stored on its own,
+// and one its source skips gets no job.
+func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, won []claimed, now time.Time, results []Result) error {
+	run := make([]int, 0, len(won)) // the messages that get a job
+	for _, c := range won {
+		if c.past == nil || msgs[c.i].late() != inboxjob.LateSkip {
+			run = append(run, c.i)
+		}
 	}
-	jobOf, err := r.config.Jobs.Insert(ctx, tx, r.jobs(msgs, ids, won, now))
-	if err != nil {
-		return err
+	var jobOf map[uuid.UUID]int64
+	if len(run) > 0 {
+		var err error
+		if jobOf, err = r.config.Jobs.Insert(ctx, tx, r.jobs(msgs, ids, run, now)); err != nil {
+			return err
+		}
 	}
+	q := dbsqlc.New(tx)
 	params := dbsqlc.InboxMessageInsertManyParams{ReceivedAt: now}
 	callerTrace := telemetry.StoredContext(ctx)
-	for _, i := range won {
-		msg, id := &msgs[i], ids[i]
+	for _, c := range won {
+		msg, id := &msgs[c.i], ids[c.i]
 		jobID, ok := jobOf[id]
-		if !ok {
+		if !ok && (c.past == nil || msg.late() != inboxjob.LateSkip) {
 			return fmt.Errorf("inbox: no job was inserted for message %s", id)
+		}
+		results[c.i] = Result{MessageID: id, ReceivedAt: now, JobID: jobID}
+		trace := cmp.Or(msg.Trace, callerTrace)
+		if c.past != nil {
+			results[c.i].RedeliveryOf, results[c.i].Late = c.past.id, msg.late()
+			late := dbsqlc.InboxMessageInsertLateParams{
+				ID: id, ReceivedAt: now, Source: msg.Source, EventID: msg.EventID, EventType: msg.EventType,
+				Headers: msg.Headers, Body: bodyBytes(msg.Body), PayloadHash: msg.PayloadHash,
+				LatePolicy: msg.late(), OrderingKey: msg.OrderingKey, TraceContext: trace,
+				RedeliveryOf: &c.past.id, RedeliveryOfProcessedAt: c.past.processedAt,
+			}
+			if ok {
+				late.JobID = &jobID
+			}
+			if err := q.InboxMessageInsertLate(ctx, late); err != nil {
+				return fmt.Errorf("inbox: store late arrival: %w", err)
+			}
+			continue
 		}
 		params.Ids = append(params.Ids, id.String())
 		params.Sources = append(params.Sources, msg.Source)
@@ -274,26 +335,31 @@ func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []u
 		params.PayloadHashes = append(params.PayloadHashes, msg.PayloadHash)
 		params.JobIds = append(params.JobIds, jobID)
 		params.OrderingKeys = append(params.OrderingKeys, msg.OrderingKey)
-		params.TraceContexts = append(params.TraceContexts, cmp.Or(msg.Trace, callerTrace))
-		results[i] = Result{MessageID: id, ReceivedAt: now, JobID: jobID}
+		params.TraceContexts = append(params.TraceContexts, trace)
 	}
-	if err := dbsqlc.New(tx).InboxMessageInsertMany(ctx, params); err != nil {
+	if len(params.Ids) == 0 {
+		return nil
+	}
+	if err := q.InboxMessageInsertMany(ctx, params); err != nil {
 		return fmt.Errorf("inbox: store messages: %w", err)
 	}
 	return nil
 }
 
-// jobs returns the job inserts of the messages msgs[won], ids[won],
+// late is m.Late, LateProcess when empty.
+func (m *Message) late() string { return cmp.Or(m.Late, inboxjob.LateProcess) }
+
+// jobs returns the job inserts of the messages msgs[run], ids[run],
 // received now.
-func (r *Receiver) jobs(msgs []Message, ids []uuid.UUID, won []int, now time.Time) []river.InsertManyParams {
+func (r *Receiver) jobs(msgs []Message, ids []uuid.UUID, run []int, now time.Time) []river.InsertManyParams {
 	var jobs []river.InsertManyParams
-	if len(won) == 1 || r.config.BatchSize <= 1 {
-		for _, i := range won {
+	if len(run) == 1 || r.config.BatchSize <= 1 {
+		for _, i := range run {
 			jobs = append(jobs, r.config.Jobs.One(ids[i], now, msgs[i].OrderingKey == ""))
 		}
 		return jobs
 	}
-	for chunk := range slices.Chunk(won, min(r.config.BatchSize, inboxjob.MaxMessages)) {
+	for chunk := range slices.Chunk(run, min(r.config.BatchSize, inboxjob.MaxMessages)) {
 		batch := make([]uuid.UUID, len(chunk))
 		unordered := true
 		for k, i := range chunk {

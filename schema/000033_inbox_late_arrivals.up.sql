@@ -1,0 +1,25 @@
+-- Late arrivals: an event received again after its dedupe key was pruned.
+--
+-- wharf_inbox_past_keys keeps, for each key the prune deleted, which
+-- message it named, until that message's day is past the inbox's
+-- retention: a claim of the key anew finds the earlier message with one
+-- probe of this table's primary key rather than of every partition of
+-- the messages.
+CREATE TABLE wharf_inbox_past_keys (
+    source      text        NOT NULL,
+    event_id    text        NOT NULL,
+    message_id  uuid        NOT NULL,
+    received_at timestamptz NOT NULL,
+    PRIMARY KEY (source, event_id)
+);
+CREATE INDEX wharf_inbox_past_keys_received_at_idx ON wharf_inbox_past_keys (received_at);
+
+-- A message received while an earlier message of its event was retained:
+-- that one's id, when it was processed (NULL: it never was), and what its
+-- source's Source.LateArrivals made of the new one. NULL columns, no
+-- default: no table rewrite.
+ALTER TABLE wharf_inbox_messages
+    ADD COLUMN redelivery_of uuid,
+    ADD COLUMN redelivery_of_processed_at timestamptz,
+    ADD COLUMN late_policy text,
+    ADD CONSTRAINT wharf_inbox_messages_late_policy CHECK (late_policy IN ('process', 'skip', 'reconcile'));
