@@ -157,33 +157,34 @@ ON CONFLICT (source, event_id) DO UPDATE SET erased_at = excluded.erased_at;
 -- key whose event its source ignores: no message is stored for it.
 --
 -- A key claimed anew (its received_at this batch's) whose event was
--- received before, its key since pruned, carries that earlier message:
--- past_message_id and past_received_at (a probe of the past keys' primary
--- key). The caller reads them for the claims it won only.
-WITH claimed AS (
-    INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
-    SELECT c.source, c.event_id, c.payload_hash, c.message_id, @received_at::timestamptz, c.ignored
-    FROM (
-        SELECT unnest(@sources::text[]) AS source,
-               unnest(@event_ids::text[]) AS event_id,
-               unnest(@payload_hashes::bytea[]) AS payload_hash,
-               unnest(@message_ids::text[])::uuid AS message_id,
-               unnest(@ignored::boolean[]) AS ignored
-    ) c
-    ORDER BY c.source, c.event_id
-    ON CONFLICT (source, event_id) DO UPDATE
-    SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
-        last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
-                                THEN excluded.received_at ELSE k.last_mismatch_at END,
-        duplicate_count = k.duplicate_count + 1,
-        last_duplicate_at = excluded.received_at
-    RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored
-)
-SELECT c.source, c.event_id, c.message_id, c.received_at, c.payload_hash, c.ignored,
-       p.message_id AS past_message_id, p.received_at AS past_received_at
-FROM claimed c
-LEFT JOIN wharf_inbox_past_keys p
-       ON p.source = c.source AND p.event_id = c.event_id AND c.received_at = @received_at::timestamptz;
+-- received before, its key since pruned, returns that earlier message's
+-- id as past_message_id: one probe of the past keys' primary key per new
+-- key, in RETURNING (a join of the inserted rows, through a CTE, cost
+-- twice as much). The caller reads it for the claims it won only.
+INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
+SELECT c.source, c.event_id, c.payload_hash, c.message_id, @received_at::timestamptz, c.ignored
+FROM (
+    SELECT unnest(@sources::text[]) AS source,
+           unnest(@event_ids::text[]) AS event_id,
+           unnest(@payload_hashes::bytea[]) AS payload_hash,
+           unnest(@message_ids::text[])::uuid AS message_id,
+           unnest(@ignored::boolean[]) AS ignored
+) c
+ORDER BY c.source, c.event_id
+ON CONFLICT (source, event_id) DO UPDATE
+SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash)::int,
+    last_mismatch_at = CASE WHEN k.payload_hash <> excluded.payload_hash
+                            THEN excluded.received_at ELSE k.last_mismatch_at END,
+    duplicate_count = k.duplicate_count + 1,
+    last_duplicate_at = excluded.received_at
+RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored,
+    (CASE WHEN k.received_at = @received_at::timestamptz THEN (
+        SELECT p.message_id FROM wharf_inbox_past_keys p WHERE p.source = k.source AND p.event_id = k.event_id
+    ) END)::uuid AS past_message_id;
+
+-- name: InboxPastKeyGet :one
+-- The past key of an event: its earlier message's id and receipt time.
+SELECT * FROM wharf_inbox_past_keys WHERE source = @source AND event_id = @event_id;
 
 -- name: InboxMessageProcessedAt :one
 -- When a late arrival's earlier message was processed (NULL: it was not),

@@ -247,12 +247,12 @@ func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, 
 			results[i] = duplicateResult(key.MessageID, key.ReceivedAt, key.PayloadHash, msgs[i].PayloadHash, key.Ignored)
 		case msgs[i].Ignored:
 			results[i] = Result{MessageID: ids[i], ReceivedAt: now, Ignored: true} // the key alone
-		case key.PastMessageID != nil:
-			past, err := processedAt(ctx, tx, *key.PastMessageID, *key.PastReceivedAt)
+		case key.PastMessageID != uuid.Nil: // NULL scans as uuid.Nil
+			past, err := pastMessageOf(ctx, tx, &msgs[i])
 			if err != nil {
 				return nil, err
 			}
-			won = append(won, claimed{i: i, past: past})
+			won = append(won, claimed{i: i, past: past}) // past nil: not late after all
 		default:
 			won = append(won, claimed{i: i})
 		}
@@ -260,14 +260,24 @@ func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, 
 	return won, nil
 }
 
-// processedAt returns a late arrival's earlier message, id received at
-// receivedAt, with when it was processed (nil if it was not, or is gone).
-func processedAt(ctx context.Context, tx pgx.Tx, id uuid.UUID, receivedAt time.Time) (*pastMessage, error) {
-	at, err := dbsqlc.New(tx).InboxMessageProcessedAt(ctx, dbsqlc.InboxMessageProcessedAtParams{ReceivedAt: receivedAt, ID: id})
+// pastMessageOf returns the earlier message of msg's event, a late
+// arrival, with when it was processed (nil if it was not, or is gone); nil
+// when its past key was pruned meanwhile.
+// Late arrivals are rare: two statements of their own.
+func pastMessageOf(ctx context.Context, tx pgx.Tx, msg *Message) (*pastMessage, error) {
+	q := dbsqlc.New(tx)
+	key, err := q.InboxPastKeyGet(ctx, dbsqlc.InboxPastKeyGetParams{Source: msg.Source, EventID: msg.EventID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil // pruned since the claim's statement: no longer retained
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inbox: late arrival's past key: %w", err)
+	}
+	at, err := q.InboxMessageProcessedAt(ctx, dbsqlc.InboxMessageProcessedAtParams{ReceivedAt: key.ReceivedAt, ID: key.MessageID})
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("inbox: late arrival's earlier message: %w", err)
 	}
-	return &pastMessage{id: id, processedAt: at}, nil
+	return &pastMessage{id: key.MessageID, processedAt: at}, nil
 }
 
 func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte, ignored bool) Result {
