@@ -79,7 +79,7 @@ type Redelivery struct {
 	// before, when there are several.
 	MessageID uuid.UUID
 	// ProcessedAt is when the earlier message was processed, as the late
-	// arrival was received; nil when it was not (it was dead).
+	// arrival was received; nil when it was not, or is no longer stored.
 	ProcessedAt *time.Time
 	// Policy is what the source's LateArrivals made of the late arrival.
 	Policy LatePolicy

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/telemetrytest"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/signature"
@@ -218,4 +219,71 @@ func TestLatePolicyIsChecked(t *testing.T) {
 	err := cfg.Validate()
 	require.ErrorIs(t, err, inbox.ErrInvalidConfig)
 	require.ErrorContains(t, err, "unknown LatePolicy 7")
+}
+
+// TestLateArrivalWhileThePruneCommits: a claim that waits for the prune
+// deleting its key (the prune's transaction not yet committed) sees the
+// past key the prune writes with the deletion: the claim statement's own
+// snapshot, taken before the prune committed, does not.
+func TestLateArrivalWhileThePruneCommits(t *testing.T) {
+	t.Parallel()
+	b := setupLate(t)
+	b.startWorkers(t)
+	ctx := context.Background()
+	first := receiveMany(t, b.pool, b.inbox, []inbox.Incoming{{Source: "proc", EventID: "race", Body: []byte(`{}`)}})
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+
+	prune, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer prune.Rollback(ctx)
+	n, err := dbsqlc.New(prune).RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
+		Cutoff: time.Now().Add(time.Hour), ErasedCutoff: time.Now().Add(-time.Hour), BatchSize: 10,
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+
+	got := make(chan inbox.Result, 1)
+	go func() {
+		var res *inbox.Result
+		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			var err error
+			res, err = b.inbox.ReceiveTx(ctx, tx, inbox.Incoming{Source: "proc", EventID: "race", Body: []byte(`{}`)})
+			return err
+		})
+		if err != nil {
+			t.Error(err)
+			res = &inbox.Result{}
+		}
+		got <- *res
+	}()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := b.pool.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%InboxKeyClaimMany%'").Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 10*time.Second, 5*time.Millisecond, "the claim waits for the prune")
+	require.NoError(t, prune.Commit(ctx))
+	res := <-got
+	require.False(t, res.Duplicate)
+	require.Equal(t, first[0].MessageID, res.RedeliveryOf, "the late arrival is told")
+}
+
+// TestSkippedLateArrivalKeepsTheOriginal: once a skipped late arrival's
+// own key is pruned, a third receipt is a late arrival of the message
+// whose effect was applied, not of the skipped one.
+func TestSkippedLateArrivalKeepsTheOriginal(t *testing.T) {
+	t.Parallel()
+	b := setupLate(t)
+	b.startWorkers(t)
+	receive := func() inbox.Result {
+		return receiveMany(t, b.pool, b.inbox, []inbox.Incoming{{Source: "skip", EventID: "thrice", Body: []byte(`{}`)}})[0]
+	}
+	first := receive()
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+	b.pruneKeys(t, 1)
+	second := receive()
+	require.Equal(t, first.MessageID, second.RedeliveryOf)
+	b.pruneKeys(t, 1)
+	third := receive()
+	require.Equal(t, first.MessageID, third.RedeliveryOf, "the skipped message applied nothing")
+	require.Len(t, b.handled("type"), 1)
 }

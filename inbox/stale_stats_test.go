@@ -131,7 +131,9 @@ func TestStatementsReadOnlyTheirMessages(t *testing.T) {
 					msg := &inbox.Message{ID: uuid.MustParse(ids[k]), Source: sources[k], ReceivedAt: at, OrderingKey: keys[k]}
 					require.NoError(t, inbox.WakeNext(ctx, b.inbox, tx, msg))
 				}},
-				{"RetentionInboxKeysDelete", 100 + 30, func(t *testing.T, tx pgx.Tx) {
+				// A probe per key that it is unfinished, and one per deleted
+				// key that its message is a skipped late arrival.
+				{"RetentionInboxKeysDelete", 2*100 + 30, func(t *testing.T, tx pgx.Tx) {
 					deleted, err := dbsqlc.New(tx).RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
 						Cutoff: time.Now().Add(48 * time.Hour), ErasedCutoff: time.Now().Add(48 * time.Hour), BatchSize: 100,
 					})

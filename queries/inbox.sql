@@ -160,7 +160,9 @@ ON CONFLICT (source, event_id) DO UPDATE SET erased_at = excluded.erased_at;
 -- received before, its key since pruned, returns that earlier message's
 -- id as past_message_id: one probe of the past keys' primary key per new
 -- key, in RETURNING (a join of the inserted rows, through a CTE, cost
--- twice as much). The caller reads it for the claims it won only.
+-- twice as much), with a snapshot taken after the key's insert (see
+-- wharf_inbox_past_message). The caller reads it for the claims it won
+-- only.
 INSERT INTO wharf_inbox_keys AS k (source, event_id, payload_hash, message_id, received_at, ignored)
 SELECT c.source, c.event_id, c.payload_hash, c.message_id, @received_at::timestamptz, c.ignored
 FROM (
@@ -178,18 +180,19 @@ SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash
     duplicate_count = k.duplicate_count + 1,
     last_duplicate_at = excluded.received_at
 RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored,
-    (CASE WHEN k.received_at = @received_at::timestamptz THEN (
-        SELECT p.message_id FROM wharf_inbox_past_keys p WHERE p.source = k.source AND p.event_id = k.event_id
-    ) END)::uuid AS past_message_id;
+    (CASE WHEN k.received_at = @received_at::timestamptz
+          THEN wharf_inbox_past_message(k.source, k.event_id) END)::uuid AS past_message_id;
 
--- name: InboxPastKeyGet :one
--- The past key of an event: its earlier message's id and receipt time.
-SELECT * FROM wharf_inbox_past_keys WHERE source = @source AND event_id = @event_id;
-
--- name: InboxMessageProcessedAt :one
--- When a late arrival's earlier message was processed (NULL: it was not),
--- on its day's partition; no row when it is gone.
-SELECT processed_at FROM wharf_inbox_messages WHERE received_at = @received_at AND id = @id;
+-- name: InboxPastMessages :many
+-- The earlier messages of a batch's late arrivals (their past keys), each
+-- with when it was processed: NULL when it was not, or is gone. The
+-- subquery runs per past key on its one partition.
+SELECT p.source, p.event_id, p.message_id,
+       (SELECT m.processed_at FROM wharf_inbox_messages m
+        WHERE m.received_at = p.received_at AND m.id = p.message_id) AS processed_at
+FROM wharf_inbox_past_keys p
+JOIN (SELECT unnest(@sources::text[]) AS source, unnest(@event_ids::text[]) AS event_id) w
+  ON p.source = w.source AND p.event_id = w.event_id;
 
 -- name: InboxMessageInsertMany :exec
 -- Stores the messages of one receive batch; they share received_at, so one
@@ -204,22 +207,32 @@ SELECT unnest(@ids::text[])::uuid, @received_at::timestamptz, unnest(@sources::t
        unnest(@job_ids::bigint[]), @received_at::timestamptz, unnest(@ordering_keys::text[]),
        unnest(@trace_contexts::text[]);
 
--- name: InboxMessageInsertLate :exec
--- Stores one late arrival of a receive batch (see InboxKeyClaimMany): a
--- message whose event was received before its key was pruned, with that
--- earlier message, when it was processed, and its source's policy. A
--- skipped one is stored processed, without a job.
+-- name: InboxMessagesInsertLate :exec
+-- Stores the late arrivals of one receive batch (see InboxKeyClaimMany):
+-- messages whose events were received before their keys were pruned,
+-- each with that earlier message, when it was processed ('' for never)
+-- and its source's policy. A skipped one is stored processed, without a
+-- job (job id 0).
 INSERT INTO wharf_inbox_messages (
     id, received_at, source, event_id, event_type, headers, body, payload_hash,
     status, job_id, updated_at, ordering_key, trace_context, processed_at,
     redelivery_of, redelivery_of_processed_at, late_policy
-) VALUES (
-    @id, @received_at::timestamptz, @source, @event_id, @event_type, @headers, @body, @payload_hash,
-    CASE WHEN @late_policy::text = 'skip' THEN 'processed' ELSE 'received' END,
-    sqlc.narg(job_id), @received_at::timestamptz, @ordering_key, @trace_context,
-    CASE WHEN @late_policy::text = 'skip' THEN @received_at::timestamptz END,
-    @redelivery_of, sqlc.narg(redelivery_of_processed_at), @late_policy::text
-);
+)
+SELECT l.id, @received_at::timestamptz, l.source, l.event_id, l.event_type, l.headers, l.body, l.payload_hash,
+       CASE WHEN l.late_policy = 'skip' THEN 'processed' ELSE 'received' END,
+       NULLIF(l.job_id, 0), @received_at::timestamptz, l.ordering_key, l.trace_context,
+       CASE WHEN l.late_policy = 'skip' THEN @received_at::timestamptz END,
+       l.redelivery_of, NULLIF(l.redelivery_of_processed_at, '')::timestamptz, l.late_policy
+FROM (
+    SELECT unnest(@ids::text[])::uuid AS id, unnest(@sources::text[]) AS source,
+           unnest(@event_ids::text[]) AS event_id, unnest(@event_types::text[]) AS event_type,
+           unnest(@headers::jsonb[]) AS headers, unnest(@bodies::bytea[]) AS body,
+           unnest(@payload_hashes::bytea[]) AS payload_hash, unnest(@job_ids::bigint[]) AS job_id,
+           unnest(@ordering_keys::text[]) AS ordering_key, unnest(@trace_contexts::text[]) AS trace_context,
+           unnest(@redelivery_of::text[])::uuid AS redelivery_of,
+           unnest(@redelivery_of_processed_at::text[]) AS redelivery_of_processed_at,
+           unnest(@late_policies::text[]) AS late_policy
+) l;
 
 -- name: InboxMessagesGetForUpdate :many
 -- Loads and locks the messages of one processing batch, in id order.

@@ -14,12 +14,21 @@ CREATE TABLE wharf_inbox_past_keys (
 );
 CREATE INDEX wharf_inbox_past_keys_received_at_idx ON wharf_inbox_past_keys (received_at);
 
+-- The earlier message of a key the claim statement just inserted, read
+-- with a snapshot of its own: VOLATILE, so that it sees a past key that
+-- the prune committed (with the key's deletion) while the claim waited,
+-- which the claim statement's own snapshot, taken before, does not.
+CREATE FUNCTION wharf_inbox_past_message(src text, eid text) RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+    SELECT message_id FROM wharf_inbox_past_keys WHERE source = src AND event_id = eid
+$$;
+
 -- A message received while an earlier message of its event was retained:
 -- that one's id, when it was processed (NULL: it never was), and what its
--- source's Source.LateArrivals made of the new one. NULL columns, no
--- default: no table rewrite.
+-- source's Source.LateArrivals made of the new one ('process', 'skip' or
+-- 'reconcile'). NULL columns, no default and no CHECK: neither a rewrite
+-- nor a scan of every partition under the ALTER's exclusive lock.
 ALTER TABLE wharf_inbox_messages
     ADD COLUMN redelivery_of uuid,
     ADD COLUMN redelivery_of_processed_at timestamptz,
-    ADD COLUMN late_policy text,
-    ADD CONSTRAINT wharf_inbox_messages_late_policy CHECK (late_policy IN ('process', 'skip', 'reconcile'));
+    ADD COLUMN late_policy text;

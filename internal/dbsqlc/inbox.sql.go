@@ -137,9 +137,8 @@ SET mismatch_count = k.mismatch_count + (k.payload_hash <> excluded.payload_hash
     duplicate_count = k.duplicate_count + 1,
     last_duplicate_at = excluded.received_at
 RETURNING k.source, k.event_id, k.message_id, k.received_at, k.payload_hash, k.ignored,
-    (CASE WHEN k.received_at = $1::timestamptz THEN (
-        SELECT p.message_id FROM wharf_inbox_past_keys p WHERE p.source = k.source AND p.event_id = k.event_id
-    ) END)::uuid AS past_message_id
+    (CASE WHEN k.received_at = $1::timestamptz
+          THEN wharf_inbox_past_message(k.source, k.event_id) END)::uuid AS past_message_id
 `
 
 type InboxKeyClaimManyParams struct {
@@ -174,7 +173,9 @@ type InboxKeyClaimManyRow struct {
 // received before, its key since pruned, returns that earlier message's
 // id as past_message_id: one probe of the past keys' primary key per new
 // key, in RETURNING (a join of the inserted rows, through a CTE, cost
-// twice as much). The caller reads it for the claims it won only.
+// twice as much), with a snapshot taken after the key's insert (see
+// wharf_inbox_past_message). The caller reads it for the claims it won
+// only.
 func (q *Queries) InboxKeyClaimMany(ctx context.Context, arg InboxKeyClaimManyParams) ([]InboxKeyClaimManyRow, error) {
 	rows, err := q.db.Query(ctx, inboxKeyClaimMany,
 		arg.ReceivedAt,
@@ -472,61 +473,6 @@ func (q *Queries) InboxMessageInsert(ctx context.Context, arg InboxMessageInsert
 		arg.Body,
 		arg.PayloadHash,
 		arg.JobID,
-	)
-	return err
-}
-
-const inboxMessageInsertLate = `-- name: InboxMessageInsertLate :exec
-INSERT INTO wharf_inbox_messages (
-    id, received_at, source, event_id, event_type, headers, body, payload_hash,
-    status, job_id, updated_at, ordering_key, trace_context, processed_at,
-    redelivery_of, redelivery_of_processed_at, late_policy
-) VALUES (
-    $1, $2::timestamptz, $3, $4, $5, $6, $7, $8,
-    CASE WHEN $9::text = 'skip' THEN 'processed' ELSE 'received' END,
-    $10, $2::timestamptz, $11, $12,
-    CASE WHEN $9::text = 'skip' THEN $2::timestamptz END,
-    $13, $14, $9::text
-)
-`
-
-type InboxMessageInsertLateParams struct {
-	ID                      uuid.UUID
-	ReceivedAt              time.Time
-	Source                  string
-	EventID                 string
-	EventType               string
-	Headers                 json.RawMessage
-	Body                    []byte
-	PayloadHash             []byte
-	LatePolicy              string
-	JobID                   *int64
-	OrderingKey             string
-	TraceContext            string
-	RedeliveryOf            *uuid.UUID
-	RedeliveryOfProcessedAt *time.Time
-}
-
-// Stores one late arrival of a receive batch (see InboxKeyClaimMany): a
-// message whose event was received before its key was pruned, with that
-// earlier message, when it was processed, and its source's policy. A
-// skipped one is stored processed, without a job.
-func (q *Queries) InboxMessageInsertLate(ctx context.Context, arg InboxMessageInsertLateParams) error {
-	_, err := q.db.Exec(ctx, inboxMessageInsertLate,
-		arg.ID,
-		arg.ReceivedAt,
-		arg.Source,
-		arg.EventID,
-		arg.EventType,
-		arg.Headers,
-		arg.Body,
-		arg.PayloadHash,
-		arg.LatePolicy,
-		arg.JobID,
-		arg.OrderingKey,
-		arg.TraceContext,
-		arg.RedeliveryOf,
-		arg.RedeliveryOfProcessedAt,
 	)
 	return err
 }
@@ -903,24 +849,6 @@ type InboxMessageParkParams struct {
 func (q *Queries) InboxMessagePark(ctx context.Context, arg InboxMessageParkParams) error {
 	_, err := q.db.Exec(ctx, inboxMessagePark, arg.Now, arg.ReceivedAt, arg.ID)
 	return err
-}
-
-const inboxMessageProcessedAt = `-- name: InboxMessageProcessedAt :one
-SELECT processed_at FROM wharf_inbox_messages WHERE received_at = $1 AND id = $2
-`
-
-type InboxMessageProcessedAtParams struct {
-	ReceivedAt time.Time
-	ID         uuid.UUID
-}
-
-// When a late arrival's earlier message was processed (NULL: it was not),
-// on its day's partition; no row when it is gone.
-func (q *Queries) InboxMessageProcessedAt(ctx context.Context, arg InboxMessageProcessedAtParams) (*time.Time, error) {
-	row := q.db.QueryRow(ctx, inboxMessageProcessedAt, arg.ReceivedAt, arg.ID)
-	var processed_at *time.Time
-	err := row.Scan(&processed_at)
-	return processed_at, err
 }
 
 const inboxMessageRequeue = `-- name: InboxMessageRequeue :one
@@ -1450,6 +1378,71 @@ func (q *Queries) InboxMessagesHeldOutsideBatch(ctx context.Context, arg InboxMe
 	return items, nil
 }
 
+const inboxMessagesInsertLate = `-- name: InboxMessagesInsertLate :exec
+INSERT INTO wharf_inbox_messages (
+    id, received_at, source, event_id, event_type, headers, body, payload_hash,
+    status, job_id, updated_at, ordering_key, trace_context, processed_at,
+    redelivery_of, redelivery_of_processed_at, late_policy
+)
+SELECT l.id, $1::timestamptz, l.source, l.event_id, l.event_type, l.headers, l.body, l.payload_hash,
+       CASE WHEN l.late_policy = 'skip' THEN 'processed' ELSE 'received' END,
+       NULLIF(l.job_id, 0), $1::timestamptz, l.ordering_key, l.trace_context,
+       CASE WHEN l.late_policy = 'skip' THEN $1::timestamptz END,
+       l.redelivery_of, NULLIF(l.redelivery_of_processed_at, '')::timestamptz, l.late_policy
+FROM (
+    SELECT unnest($2::text[])::uuid AS id, unnest($3::text[]) AS source,
+           unnest($4::text[]) AS event_id, unnest($5::text[]) AS event_type,
+           unnest($6::jsonb[]) AS headers, unnest($7::bytea[]) AS body,
+           unnest($8::bytea[]) AS payload_hash, unnest($9::bigint[]) AS job_id,
+           unnest($10::text[]) AS ordering_key, unnest($11::text[]) AS trace_context,
+           unnest($12::text[])::uuid AS redelivery_of,
+           unnest($13::text[]) AS redelivery_of_processed_at,
+           unnest($14::text[]) AS late_policy
+) l
+`
+
+type InboxMessagesInsertLateParams struct {
+	ReceivedAt              time.Time
+	Ids                     []string
+	Sources                 []string
+	EventIds                []string
+	EventTypes              []string
+	Headers                 []json.RawMessage
+	Bodies                  [][]byte
+	PayloadHashes           [][]byte
+	JobIds                  []int64
+	OrderingKeys            []string
+	TraceContexts           []string
+	RedeliveryOf            []string
+	RedeliveryOfProcessedAt []string
+	LatePolicies            []string
+}
+
+// Stores the late arrivals of one receive batch (see InboxKeyClaimMany):
+// messages whose events were received before their keys were pruned,
+// each with that earlier message, when it was processed (” for never)
+// and its source's policy. A skipped one is stored processed, without a
+// job (job id 0).
+func (q *Queries) InboxMessagesInsertLate(ctx context.Context, arg InboxMessagesInsertLateParams) error {
+	_, err := q.db.Exec(ctx, inboxMessagesInsertLate,
+		arg.ReceivedAt,
+		arg.Ids,
+		arg.Sources,
+		arg.EventIds,
+		arg.EventTypes,
+		arg.Headers,
+		arg.Bodies,
+		arg.PayloadHashes,
+		arg.JobIds,
+		arg.OrderingKeys,
+		arg.TraceContexts,
+		arg.RedeliveryOf,
+		arg.RedeliveryOfProcessedAt,
+		arg.LatePolicies,
+	)
+	return err
+}
+
 const inboxMessagesLockUnfinished = `-- name: InboxMessagesLockUnfinished :many
 SELECT m.id
 FROM wharf_inbox_messages m
@@ -1838,24 +1831,51 @@ func (q *Queries) InboxMessagesStranded(ctx context.Context, arg InboxMessagesSt
 	return items, nil
 }
 
-const inboxPastKeyGet = `-- name: InboxPastKeyGet :one
-SELECT source, event_id, message_id, received_at FROM wharf_inbox_past_keys WHERE source = $1 AND event_id = $2
+const inboxPastMessages = `-- name: InboxPastMessages :many
+SELECT p.source, p.event_id, p.message_id,
+       (SELECT m.processed_at FROM wharf_inbox_messages m
+        WHERE m.received_at = p.received_at AND m.id = p.message_id) AS processed_at
+FROM wharf_inbox_past_keys p
+JOIN (SELECT unnest($1::text[]) AS source, unnest($2::text[]) AS event_id) w
+  ON p.source = w.source AND p.event_id = w.event_id
 `
 
-type InboxPastKeyGetParams struct {
-	Source  string
-	EventID string
+type InboxPastMessagesParams struct {
+	Sources  []string
+	EventIds []string
 }
 
-// The past key of an event: its earlier message's id and receipt time.
-func (q *Queries) InboxPastKeyGet(ctx context.Context, arg InboxPastKeyGetParams) (WharfInboxPastKey, error) {
-	row := q.db.QueryRow(ctx, inboxPastKeyGet, arg.Source, arg.EventID)
-	var i WharfInboxPastKey
-	err := row.Scan(
-		&i.Source,
-		&i.EventID,
-		&i.MessageID,
-		&i.ReceivedAt,
-	)
-	return i, err
+type InboxPastMessagesRow struct {
+	Source      string
+	EventID     string
+	MessageID   uuid.UUID
+	ProcessedAt *time.Time
+}
+
+// The earlier messages of a batch's late arrivals (their past keys), each
+// with when it was processed: NULL when it was not, or is gone. The
+// subquery runs per past key on its one partition.
+func (q *Queries) InboxPastMessages(ctx context.Context, arg InboxPastMessagesParams) ([]InboxPastMessagesRow, error) {
+	rows, err := q.db.Query(ctx, inboxPastMessages, arg.Sources, arg.EventIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []InboxPastMessagesRow
+	for rows.Next() {
+		var i InboxPastMessagesRow
+		if err := rows.Scan(
+			&i.Source,
+			&i.EventID,
+			&i.MessageID,
+			&i.ProcessedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

@@ -120,6 +120,13 @@ WITH gone AS (
     INSERT INTO wharf_inbox_past_keys AS p (source, event_id, message_id, received_at)
     SELECT g.source, g.event_id, g.message_id, g.received_at FROM gone g
     WHERE NOT g.ignored AND g.erased_at IS NULL
+      -- A skipped late arrival leaves the past key naming the message
+      -- whose effect was applied. A probe of its primary key (OFFSET 0:
+      -- no anti-join over every partition).
+      AND NOT EXISTS (
+          SELECT 1 FROM wharf_inbox_messages m
+          WHERE m.received_at = g.received_at AND m.id = g.message_id AND m.late_policy = 'skip'
+          OFFSET 0)
     ON CONFLICT (source, event_id) DO UPDATE
     SET message_id = excluded.message_id, received_at = excluded.received_at
     WHERE p.received_at < excluded.received_at
@@ -138,7 +145,8 @@ type RetentionInboxKeysDeleteParams struct {
 // until its day is dropped) is kept: dropping it would let a redelivery in
 // as a new event while the first can still apply its effect. So is the
 // tombstone of an event erased after the erased cutoff.
-// Each deleted key of a stored message (not ignored, not erased) moves to
+// Each deleted key of a stored message (not ignored, not erased, not a
+// skipped late arrival) moves to
 // wharf_inbox_past_keys, where a late arrival of its event finds that
 // message (see InboxKeyClaimMany). Returns the keys deleted.
 func (q *Queries) RetentionInboxKeysDelete(ctx context.Context, arg RetentionInboxKeysDeleteParams) (int64, error) {

@@ -248,36 +248,50 @@ func claimKeys(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, 
 		case msgs[i].Ignored:
 			results[i] = Result{MessageID: ids[i], ReceivedAt: now, Ignored: true} // the key alone
 		case key.PastMessageID != uuid.Nil: // NULL scans as uuid.Nil
-			past, err := pastMessageOf(ctx, tx, &msgs[i])
-			if err != nil {
-				return nil, err
-			}
-			won = append(won, claimed{i: i, past: past}) // past nil: not late after all
+			won = append(won, claimed{i: i, past: &pastMessage{id: key.PastMessageID}})
 		default:
 			won = append(won, claimed{i: i})
 		}
 	}
-	return won, nil
+	return won, pastMessages(ctx, tx, msgs, won)
 }
 
-// pastMessageOf returns the earlier message of msg's event, a late
-// arrival, with when it was processed (nil if it was not, or is gone); nil
-// when its past key was pruned meanwhile.
-// Late arrivals are rare: two statements of their own.
-func pastMessageOf(ctx context.Context, tx pgx.Tx, msg *Message) (*pastMessage, error) {
-	q := dbsqlc.New(tx)
-	key, err := q.InboxPastKeyGet(ctx, dbsqlc.InboxPastKeyGetParams{Source: msg.Source, EventID: msg.EventID})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil // pruned since the claim's statement: no longer retained
+// pastMessages reads, in one statement, the earlier messages of won's
+// late arrivals, with when each was processed (nil if it was not, or is
+// gone). One whose past key was pruned since the claim is not late after
+// all.
+func pastMessages(ctx context.Context, tx pgx.Tx, msgs []Message, won []claimed) error {
+	var params dbsqlc.InboxPastMessagesParams
+	for _, c := range won {
+		if c.past != nil {
+			params.Sources = append(params.Sources, msgs[c.i].Source)
+			params.EventIds = append(params.EventIds, msgs[c.i].EventID)
+		}
 	}
+	if len(params.Sources) == 0 {
+		return nil
+	}
+	rows, err := dbsqlc.New(tx).InboxPastMessages(ctx, params)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: late arrival's past key: %w", err)
+		return fmt.Errorf("inbox: late arrivals' earlier messages: %w", err)
 	}
-	at, err := q.InboxMessageProcessedAt(ctx, dbsqlc.InboxMessageProcessedAtParams{ReceivedAt: key.ReceivedAt, ID: key.MessageID})
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("inbox: late arrival's earlier message: %w", err)
+	found := make(map[eventKey]*dbsqlc.InboxPastMessagesRow, len(rows))
+	for i := range rows {
+		found[eventKey{rows[i].Source, rows[i].EventID}] = &rows[i]
 	}
-	return &pastMessage{id: key.MessageID, processedAt: at}, nil
+	for k := range won {
+		c := &won[k]
+		if c.past == nil {
+			continue
+		}
+		row, ok := found[eventKey{msgs[c.i].Source, msgs[c.i].EventID}]
+		if !ok {
+			c.past = nil // pruned meanwhile: no longer retained
+			continue
+		}
+		c.past = &pastMessage{id: row.MessageID, processedAt: row.ProcessedAt}
+	}
+	return nil
 }
 
 func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte, ignored bool) Result {
@@ -293,8 +307,8 @@ func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte
 // store inserts the River jobs of the messages that won their keys (one
 // job per message when batches are off or there is only one, else one job
 // per BatchSize messages, inboxjob.MaxMessages at most) and then the
-// messages, in one statement each; a late arrival is stored on its own,
-// and one its source skips gets no job.
+// messages, in one statement each, and the late arrivals in another; a
+// late arrival its source skips gets no job.
 func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, won []claimed, now time.Time, results []Result) error {
 	run := make([]int, 0, len(won)) // the messages that get a job
 	for _, c := range won {
@@ -311,6 +325,7 @@ func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []u
 	}
 	q := dbsqlc.New(tx)
 	params := dbsqlc.InboxMessageInsertManyParams{ReceivedAt: now}
+	late := dbsqlc.InboxMessagesInsertLateParams{ReceivedAt: now}
 	callerTrace := telemetry.StoredContext(ctx)
 	for _, c := range won {
 		msg, id := &msgs[c.i], ids[c.i]
@@ -322,18 +337,23 @@ func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []u
 		trace := cmp.Or(msg.Trace, callerTrace)
 		if c.past != nil {
 			results[c.i].RedeliveryOf, results[c.i].Late = c.past.id, msg.late()
-			late := dbsqlc.InboxMessageInsertLateParams{
-				ID: id, ReceivedAt: now, Source: msg.Source, EventID: msg.EventID, EventType: msg.EventType,
-				Headers: msg.Headers, Body: bodyBytes(msg.Body), PayloadHash: msg.PayloadHash,
-				LatePolicy: msg.late(), OrderingKey: msg.OrderingKey, TraceContext: trace,
-				RedeliveryOf: &c.past.id, RedeliveryOfProcessedAt: c.past.processedAt,
+			late.Ids = append(late.Ids, id.String())
+			late.Sources = append(late.Sources, msg.Source)
+			late.EventIds = append(late.EventIds, msg.EventID)
+			late.EventTypes = append(late.EventTypes, msg.EventType)
+			late.Headers = append(late.Headers, msg.Headers)
+			late.Bodies = append(late.Bodies, bodyBytes(msg.Body))
+			late.PayloadHashes = append(late.PayloadHashes, msg.PayloadHash)
+			late.JobIds = append(late.JobIds, jobID) // 0: skipped, no job
+			late.OrderingKeys = append(late.OrderingKeys, msg.OrderingKey)
+			late.TraceContexts = append(late.TraceContexts, trace)
+			late.RedeliveryOf = append(late.RedeliveryOf, c.past.id.String())
+			processedAt := ""
+			if c.past.processedAt != nil {
+				processedAt = c.past.processedAt.UTC().Format(time.RFC3339Nano)
 			}
-			if ok {
-				late.JobID = &jobID
-			}
-			if err := q.InboxMessageInsertLate(ctx, late); err != nil {
-				return fmt.Errorf("inbox: store late arrival: %w", err)
-			}
+			late.RedeliveryOfProcessedAt = append(late.RedeliveryOfProcessedAt, processedAt)
+			late.LatePolicies = append(late.LatePolicies, msg.late())
 			continue
 		}
 		params.Ids = append(params.Ids, id.String())
@@ -346,6 +366,11 @@ func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []u
 		params.JobIds = append(params.JobIds, jobID)
 		params.OrderingKeys = append(params.OrderingKeys, msg.OrderingKey)
 		params.TraceContexts = append(params.TraceContexts, trace)
+	}
+	if len(late.Ids) > 0 {
+		if err := q.InboxMessagesInsertLate(ctx, late); err != nil {
+			return fmt.Errorf("inbox: store late arrivals: %w", err)
+		}
 	}
 	if len(params.Ids) == 0 {
 		return nil
