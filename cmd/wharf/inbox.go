@@ -56,6 +56,9 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 					"event_type": m.EventType, "status": m.Status, "attempts": m.Attempts, "last_error": m.LastError,
 					"processed_at": m.ProcessedAt, "ordering_key": m.OrderingKey,
 				}
+				if m.RedeliveryOf != nil {
+					row["redelivery_of"] = m.RedeliveryOf.MessageID
+				}
 				if err := enc.Encode(row); err != nil {
 					return err
 				}
@@ -114,6 +117,13 @@ func runInbox(ctx context.Context, e *env, args []string) error {
 		}
 		if m.LastError != "" {
 			fmt.Fprintf(e.out, "last error:  %s\n", m.LastError)
+		}
+		if r := m.RedeliveryOf; r != nil {
+			first := "not processed, or no longer stored"
+			if r.ProcessedAt != nil {
+				first = "processed " + r.ProcessedAt.Format(time.RFC3339Nano)
+			}
+			fmt.Fprintf(e.out, "late arrival: of %s (%s); policy %s\n", r.MessageID, first, r.Policy)
 		}
 		fmt.Fprintf(e.out, "body:        %d bytes\n%s\n", len(m.Body), m.Body)
 		return nil

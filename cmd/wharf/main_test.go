@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
+	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/signature"
 )
@@ -122,6 +123,29 @@ func TestInboxCommands(t *testing.T) {
 	code, out, _ = cli(t, "-database-url", url, "inbox", "show", res.MessageID.String())
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `{"k":"v"}`)
+	require.NotContains(t, out, "late arrival")
+
+	// A late arrival: the key pruned, the same event received again.
+	_, err = pool.Exec(ctx, "UPDATE wharf_inbox_messages SET status = 'processed', processed_at = now()")
+	require.NoError(t, err)
+	_, err = dbsqlc.New(pool).RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
+		Cutoff: time.Now().Add(time.Hour), ErasedCutoff: time.Now().Add(-time.Hour), BatchSize: 10,
+	})
+	require.NoError(t, err)
+	var late *inbox.Result
+	require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		late, err = ib.ReceiveTx(ctx, tx, inbox.Incoming{Source: "s", EventID: "evt_cli", EventType: "t", Body: []byte(`{"k":"v"}`)})
+		return err
+	}))
+	code, out, _ = cli(t, "-database-url", url, "inbox", "show", late.MessageID.String())
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "late arrival: of "+res.MessageID.String()+" (processed 20")
+	require.Contains(t, out, "policy process")
+	code, out, _ = cli(t, "-database-url", url, "inbox", "list", "-json")
+	require.Equal(t, 0, code)
+	require.Equal(t, 1, strings.Count(out, `"redelivery_of":"`+res.MessageID.String()+`"`))
+	_, err = pool.Exec(ctx, "DELETE FROM wharf_inbox_messages WHERE id = $1", late.MessageID)
+	require.NoError(t, err)
 
 	code, _, errOut := cli(t, "-database-url", url, "inbox", "replay", res.MessageID.String())
 	require.Equal(t, 1, code)
