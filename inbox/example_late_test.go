@@ -84,8 +84,15 @@ func ExampleInbox_HandleReconcile() {
 	}
 
 	first := receive()
+	if first == nil {
+		return
+	}
 	await()
-	fmt.Println("again within the window, duplicate:", receive().Duplicate)
+	again := receive()
+	if again == nil {
+		return
+	}
+	fmt.Println("again within the window, duplicate:", again.Duplicate)
 
 	// The retention job, four days later, prunes the key.
 	maint, err := jobs.NewMaintainer(pool, &jobs.Config{Now: func() time.Time { return time.Now().Add(4 * 24 * time.Hour) }})
@@ -98,6 +105,9 @@ func ExampleInbox_HandleReconcile() {
 		return
 	}
 	late := receive()
+	if late == nil {
+		return
+	}
 	fmt.Println("after the window, duplicate:", late.Duplicate, "late arrival of the first:", late.RedeliveryOf == first.MessageID)
 	await()
 

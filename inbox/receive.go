@@ -92,6 +92,11 @@ type Result struct {
 // id and time; the key row is locked until tx ends (concurrent duplicates
 // queue on it) and counts a payload mismatch.
 //
+// Run tx at READ COMMITTED, Postgres's default: under REPEATABLE READ or
+// SERIALIZABLE the claim reads the transaction's snapshot, and a late
+// arrival (see Source.LateArrivals) whose key the retention job pruned
+// after that snapshot was taken is stored as a new event, unmarked.
+//
 // An error wrapping ErrInvalidMessage means msg was rejected before anything
 // was written. Any other error comes from the database; River's insert
 // aborts tx on failure, so roll back.

@@ -15,7 +15,7 @@ func reconcilePayment(context.Context, pgx.Tx, []byte) error { return nil }
 func handleReconcile(ib *inbox.Inbox) {
 	// readme:begin reconcile
 	ib.HandleReconcile("stripe", func(ctx context.Context, tx pgx.Tx, msg *inbox.Message) error {
-		// msg.RedeliveryOf.MessageID was processed at *msg.RedeliveryOf.ProcessedAt.
+		// msg.RedeliveryOf names the earlier message; its ProcessedAt may be nil.
 		return reconcilePayment(ctx, tx, msg.Body)
 	})
 	// readme:end

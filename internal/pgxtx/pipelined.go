@@ -58,7 +58,10 @@ func RunPipelined(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error
 		return err
 	}
 	defer conn.Release() // discards a connection still in a transaction
-	tx := &PipelinedTx{conn: conn.Conn(), held: []heldExec{{sql: "begin"}}}
+	// READ COMMITTED whatever the role's default_transaction_isolation:
+	// the receive batch's claim must see what commits while it waits (a
+	// late arrival's past key, see queries/inbox.sql InboxKeyClaimMany).
+	tx := &PipelinedTx{conn: conn.Conn(), held: []heldExec{{sql: "begin isolation level read committed"}}}
 	defer func() {
 		if !tx.ended {
 			// fn panicked: roll back, whatever its context.
