@@ -11,11 +11,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wharfhq/wharf/inbox"
 	"github.com/wharfhq/wharf/internal/dbsqlc"
 	"github.com/wharfhq/wharf/internal/telemetrytest"
+	"github.com/wharfhq/wharf/internal/testdb"
 	"github.com/wharfhq/wharf/jobs"
 	"github.com/wharfhq/wharf/signature"
 )
@@ -33,10 +35,16 @@ type lateBundle struct {
 
 func setupLate(t *testing.T) *lateBundle {
 	t.Helper()
+	return setupLateOn(t, nil)
+}
+
+// setupLateOn is setupLate on pool (nil: a fresh test database).
+func setupLateOn(t *testing.T, pool *pgxpool.Pool) *lateBundle {
+	t.Helper()
 	metrics := telemetrytest.NewMetrics(t)
 	v := signature.NewStandardWebhooks(signature.Secrets{testSecret}, nil)
 	b := &lateBundle{metrics: metrics, seen: map[string][]*inbox.Message{}}
-	b.testBundle = setup(t, &setupOpts{cfg: &inbox.Config{MeterProvider: metrics.Provider, Sources: []inbox.Source{
+	b.testBundle = setup(t, &setupOpts{pool: pool, cfg: &inbox.Config{MeterProvider: metrics.Provider, Sources: []inbox.Source{
 		{Name: "proc", Verifier: v},
 		{Name: "skip", Verifier: v, LateArrivals: inbox.LateSkip},
 		{Name: "recon", Verifier: v, LateArrivals: inbox.LateReconcile},
@@ -286,4 +294,57 @@ func TestSkippedLateArrivalKeepsTheOriginal(t *testing.T) {
 	third := receive()
 	require.Equal(t, first.MessageID, third.RedeliveryOf, "the skipped message applied nothing")
 	require.Len(t, b.handled("type"), 1)
+}
+
+// TestLateArrivalUnderRepeatableReadDefault: the HTTP receiver's batch
+// runs at READ COMMITTED even where the database's default isolation is
+// REPEATABLE READ, under which the claim would read its transaction's
+// snapshot and miss a past key the prune committed while it waited.
+func TestLateArrivalUnderRepeatableReadDefault(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := testdb.NewURL(t)
+	admin, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	_, err = admin.Exec(ctx, "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = %L', current_database(), 'repeatable read'); END $$")
+	require.NoError(t, err)
+	pool, err := pgxpool.New(ctx, url) // its connections start with the new default
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	var iso string
+	require.NoError(t, pool.QueryRow(ctx, "SHOW default_transaction_isolation").Scan(&iso))
+	require.Equal(t, "repeatable read", iso)
+
+	b := setupLateOn(t, pool)
+	b.startWorkers(t)
+	send := func() answer {
+		return do(t, b.signed(t, "proc", "rr", []byte(`{"type":"order.paid"}`), time.Now()))
+	}
+	require.Equal(t, "accepted", send().Body["status"])
+	awaitSettled(t, b.pool, inbox.StatusProcessed)
+
+	prune, err := admin.Begin(ctx)
+	require.NoError(t, err)
+	defer prune.Rollback(ctx)
+	n, err := dbsqlc.New(prune).RetentionInboxKeysDelete(ctx, dbsqlc.RetentionInboxKeysDeleteParams{
+		Cutoff: time.Now().Add(time.Hour), ErasedCutoff: time.Now().Add(-time.Hour), BatchSize: 10,
+	})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	got := make(chan answer, 1)
+	go func() { got <- send() }()
+	require.Eventually(t, func() bool {
+		var waiting int
+		err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%InboxKeyClaimMany%'").Scan(&waiting)
+		return err == nil && waiting == 1
+	}, 10*time.Second, 5*time.Millisecond, "the claim waits for the prune")
+	require.NoError(t, prune.Commit(ctx))
+	require.Equal(t, "accepted", (<-got).Body["status"])
+	ids := b.messagesOf(t, "proc", "rr")
+	require.Len(t, ids, 2)
+	late, err := b.inbox.Get(ctx, ids[1])
+	require.NoError(t, err)
+	require.NotNil(t, late.RedeliveryOf, "the late arrival is told")
+	require.Equal(t, ids[0], late.RedeliveryOf.MessageID)
 }
