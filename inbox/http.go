@@ -195,11 +195,11 @@ func (ib *Inbox) answerSource(a *answer, r *http.Request, name string) {
 	if res.RedeliveryOf != uuid.Nil {
 		log.InfoContext(r.Context(), "inbox: late arrival: the event was received before its dedupe key was pruned",
 			"redelivery_of", res.RedeliveryOf, "policy", src.LateArrivals.String())
+		status := "accepted"
 		if src.LateArrivals == LateSkip {
-			a.json(resultLate, http.StatusOK, map[string]any{"status": "duplicate", "event_id": eventID})
-		} else {
-			a.json(resultLate, http.StatusOK, map[string]any{"status": "accepted", "event_id": eventID})
+			status = "duplicate" // stored processed: nothing will run
 		}
+		a.json(resultLate, http.StatusOK, map[string]any{"status": status, "event_id": eventID})
 		return
 	}
 	if !res.Duplicate {

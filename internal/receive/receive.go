@@ -107,7 +107,6 @@ type Result struct {
 	JobID           int64     // the new message's job; 0 for a duplicate
 	Ignored         bool      // an event its source ignores, or a duplicate of one
 	RedeliveryOf    uuid.UUID // a late arrival's earlier message; uuid.Nil for none
-	Late            string    // a late arrival's policy (Message.Late); "" for none
 }
 
 // Receiver stores incoming messages.
@@ -207,6 +206,12 @@ func distinct(msgs []Message) (firsts, repeats []int) {
 type claimed struct {
 	i    int // its index in the batch
 	past *pastMessage
+}
+
+// skipped reports whether c is a late arrival its source skips: stored
+// processed, without a job.
+func (c *claimed) skipped(msgs []Message) bool {
+	return c.past != nil && msgs[c.i].late() == inboxjob.LateSkip
 }
 
 // pastMessage is the earlier message of a late arrival's event.
@@ -312,7 +317,7 @@ func duplicateResult(id uuid.UUID, receivedAt time.Time, storedHash, hash []byte
 func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []uuid.UUID, won []claimed, now time.Time, results []Result) error {
 	run := make([]int, 0, len(won)) // the messages that get a job
 	for _, c := range won {
-		if c.past == nil || msgs[c.i].late() != inboxjob.LateSkip {
+		if !c.skipped(msgs) {
 			run = append(run, c.i)
 		}
 	}
@@ -330,13 +335,13 @@ func (r *Receiver) store(ctx context.Context, tx pgx.Tx, msgs []Message, ids []u
 	for _, c := range won {
 		msg, id := &msgs[c.i], ids[c.i]
 		jobID, ok := jobOf[id]
-		if !ok && (c.past == nil || msg.late() != inboxjob.LateSkip) {
+		if !ok && !c.skipped(msgs) {
 			return fmt.Errorf("inbox: no job was inserted for message %s", id)
 		}
 		results[c.i] = Result{MessageID: id, ReceivedAt: now, JobID: jobID}
 		trace := cmp.Or(msg.Trace, callerTrace)
 		if c.past != nil {
-			results[c.i].RedeliveryOf, results[c.i].Late = c.past.id, msg.late()
+			results[c.i].RedeliveryOf = c.past.id
 			late.Ids = append(late.Ids, id.String())
 			late.Sources = append(late.Sources, msg.Source)
 			late.EventIds = append(late.EventIds, msg.EventID)
